@@ -1,0 +1,54 @@
+# shadow-operator — developer entry points. `make help` lists them.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV ?= .venv
+PY := $(VENV)/bin/python
+CACHE ?= $(HOME)/.cache/shadow-operator
+TOOLS_BIN := $(CACHE)/bin
+export PATH := $(TOOLS_BIN):$(PATH)
+PYTEST_ARGS ?=
+
+.PHONY: help dev tools test unit integration lint fmt crds cluster-up cluster-down e2e demo clean
+
+help: ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+$(VENV)/.installed: pyproject.toml sandbox-runtime/pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q -U pip
+	$(PY) -m pip install -q -e '.[dev]' -e './sandbox-runtime[dev]'
+	@touch $@
+
+dev: $(VENV)/.installed ## create .venv with the operator, the runtime and dev tools
+
+tools: ## build the pinned tools (etcd, kube-apiserver, controllers, kwok, helm) into ~/.cache/shadow-operator
+	hack/build-tools.sh
+
+test: dev tools ## unit + integration tests (fails if integration tests are skipped or missing)
+	SHADOW_REQUIRE_INTEGRATION=1 $(PY) -m pytest -m "unit or integration" $(PYTEST_ARGS)
+
+unit: dev ## unit tests only (no cluster)
+	$(PY) -m pytest -m unit $(PYTEST_ARGS)
+
+integration: dev tools ## integration tests against a local control plane
+	SHADOW_REQUIRE_INTEGRATION=1 $(PY) -m pytest -m integration $(PYTEST_ARGS)
+
+lint: dev ## ruff, mypy and the import-linter layering contract
+	$(VENV)/bin/ruff check operator sandbox-runtime tests hack
+	$(VENV)/bin/ruff format --check operator sandbox-runtime tests hack
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
+fmt: dev ## format and autofix
+	$(VENV)/bin/ruff format operator sandbox-runtime tests hack
+	$(VENV)/bin/ruff check --fix operator sandbox-runtime tests hack
+
+crds: dev ## regenerate crds/ and the chart's CRDs from the pydantic models
+	$(PY) -m shadow_operator.api.crdgen --out crds --out charts/shadow-operator/crds
+
+cluster-up: dev tools ## start a local control plane (etcd, apiserver, controllers, kwok fake nodes) in the background
+	@$(PY) -m tests.support.controlplane up --dir $(CACHE)/cluster
+
+cluster-down: dev ## stop the local control plane and every process it started
+	@$(PY) -m tests.support.controlplane down --dir $(CACHE)/cluster

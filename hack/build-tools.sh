@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Build the pinned external tools from Go modules into ~/.cache/shadow-operator/bin.
+# Idempotent: a tool whose versioned binary exists is skipped, so a warm run is a no-op.
+#
+#   hack/build-tools.sh                 # the control-plane set used by `make test`
+#   hack/build-tools.sh kind helm node  # named groups (control-plane, etcd, kwok, kind, helm, node,
+#                                       # coredns, local-path-provisioner)
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+
+GO_BUILD_FLAGS=(-trimpath)
+export CGO_ENABLED=0 GOFLAGS="${GOFLAGS:--buildvcs=false}"
+SRC_DIR="${SHADOW_CACHE}/src"
+mkdir -p "${SRC_DIR}"
+
+# have NAME VERSION: true when the versioned binary is already built.
+have() { [[ -x "${TOOLS_BIN}/$1-$2" ]]; }
+
+# link NAME VERSION: point the unversioned name at the versioned binary.
+link() { ln -sfn "$1-$2" "${TOOLS_BIN}/$1"; }
+
+# install_module NAME VERSION PACKAGE: `go install PACKAGE@VERSION` for modules without replace directives.
+install_module() {
+  local name=$1 version=$2 pkg=$3 tmp
+  if have "$name" "$version"; then info "$name $version: cached"; link "$name" "$version"; return; fi
+  step "building $name $version from $pkg"
+  tmp=$(mktemp -d)
+  GOBIN="$tmp" go install "${GO_BUILD_FLAGS[@]}" -ldflags="-s -w" "${pkg}@${version}"
+  mv "$tmp/$(basename "$pkg")" "${TOOLS_BIN}/$name-$version"
+  rm -rf "$tmp"
+  link "$name" "$version"
+}
+
+build_etcd() {
+  local v=${ETCD_VERSION} dir="${SRC_DIR}/etcd-${ETCD_VERSION}"
+  if have etcd "$v"; then info "etcd $v: cached"; link etcd "$v"; return; fi
+  step "building etcd $v (wrapper module; etcd's server module uses local replaces)"
+  mkdir -p "$dir"
+  cat >"$dir/go.mod" <<GOMOD
+module shadow-operator.local/tools/etcd
+
+go 1.24
+
+require go.etcd.io/etcd/server/v3 $v
+
+replace (
+	go.etcd.io/etcd/api/v3 => go.etcd.io/etcd/api/v3 $v
+	go.etcd.io/etcd/client/pkg/v3 => go.etcd.io/etcd/client/pkg/v3 $v
+	go.etcd.io/etcd/client/v3 => go.etcd.io/etcd/client/v3 $v
+	go.etcd.io/etcd/pkg/v3 => go.etcd.io/etcd/pkg/v3 $v
+)
+GOMOD
+  printf '//go:build tools\n\npackage tools\n\nimport _ "go.etcd.io/etcd/server/v3"\n' >"$dir/tools.go"
+  (cd "$dir" && go mod tidy && go build "${GO_BUILD_FLAGS[@]}" -ldflags="-s -w" -o "${TOOLS_BIN}/etcd-$v" go.etcd.io/etcd/server/v3)
+  link etcd "$v"
+}
+
+# Kubernetes: k8s.io/kubernetes requires its staging modules at v0.0.0 through local replaces that do not
+# apply to consumers, so a wrapper module pins each staging module to the matching v0.X.Y (kubernetes#79384).
+k8s_module_dir() { echo "${SRC_DIR}/kubernetes-${KUBERNETES_VERSION}"; }
+
+prepare_k8s_module() {
+  local v=${KUBERNETES_VERSION} dir staging_v gomod
+  dir=$(k8s_module_dir)
+  [[ -f "$dir/go.sum" ]] && return
+  staging_v="v0.${v#v1.}"
+  step "preparing wrapper module for k8s.io/kubernetes $v (staging modules at $staging_v)"
+  mkdir -p "$dir"
+  gomod=$(cd "$dir" && go mod download -json "k8s.io/kubernetes@$v" | sed -n 's/.*"GoMod": "\(.*\)",/\1/p')
+  {
+    printf 'module shadow-operator.local/tools/kubernetes\n\ngo 1.24\n\nrequire k8s.io/kubernetes %s\n\nreplace (\n' "$v"
+    sed -n 's#^\s*\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*#\t\1 => \1 '"$staging_v"'#p' "$gomod"
+    printf ')\n'
+  } >"$dir/go.mod"
+  {
+    printf '//go:build tools\n\npackage tools\n\nimport (\n'
+    for c in kube-apiserver kube-controller-manager kube-scheduler kubelet kubeadm kube-proxy; do
+      printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$c"
+    done
+    printf '\t_ "k8s.io/kubectl/pkg/cmd"\n)\n'
+  } >"$dir/tools.go"
+  (cd "$dir" && go mod tidy)
+}
+
+# build_k8s CMD...: build Kubernetes commands with version information stamped in (kubeadm and the
+# kind node-image build read it).
+build_k8s() {
+  local v=${KUBERNETES_VERSION} dir minor ldflags missing=() c pkgs=()
+  for c in "$@"; do have "$c" "$v" || missing+=("$c"); done
+  if ((${#missing[@]} == 0)); then info "$* $v: cached"; for c in "$@"; do link "$c" "$v"; done; return; fi
+  prepare_k8s_module
+  dir=$(k8s_module_dir)
+  minor=${v#v1.}; minor=${minor%%.*}
+  ldflags="-s -w"
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags+=" -X $p.gitVersion=$v -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
+    ldflags+=" -X $p.buildDate=1970-01-01T00:00:00Z"
+  done
+  for c in "${missing[@]}"; do
+    if [[ $c == kubectl ]]; then pkgs+=(k8s.io/kubernetes/cmd/kubectl); else pkgs+=("k8s.io/kubernetes/cmd/$c"); fi
+  done
+  step "building ${missing[*]} $v (cold: several minutes per binary on 2 cores)"
+  local out; out=$(mktemp -d)
+  (cd "$dir" && go build "${GO_BUILD_FLAGS[@]}" -ldflags="$ldflags" -o "$out/" "${pkgs[@]}")
+  for c in "${missing[@]}"; do mv "$out/$c" "${TOOLS_BIN}/$c-$v"; link "$c" "$v"; done
+  rm -rf "$out"
+}
+
+build_group() {
+  case $1 in
+    control-plane) build_etcd; build_k8s kube-apiserver kube-controller-manager kube-scheduler
+                   install_module kwok "${KWOK_VERSION}" sigs.k8s.io/kwok/cmd/kwok ;;
+    etcd) build_etcd ;;
+    kwok) install_module kwok "${KWOK_VERSION}" sigs.k8s.io/kwok/cmd/kwok ;;
+    kind) install_module kind "${KIND_VERSION}" sigs.k8s.io/kind ;;
+    helm) install_module helm "${HELM_VERSION}" helm.sh/helm/v3/cmd/helm ;;
+    node) build_k8s kubelet kubeadm kubectl kube-proxy ;;
+    coredns) install_module coredns "${COREDNS_VERSION}" github.com/coredns/coredns ;;
+    local-path-provisioner)
+      install_module local-path-provisioner "${LOCAL_PATH_PROVISIONER_VERSION}" github.com/rancher/local-path-provisioner ;;
+    *) die "unknown tool group '$1' (control-plane, etcd, kwok, kind, helm, node, coredns, local-path-provisioner)" ;;
+  esac
+}
+
+command -v go >/dev/null || die "Go is required (https://go.dev/dl); it builds every pinned tool"
+groups=("$@"); ((${#groups[@]})) || groups=(control-plane helm)
+for g in "${groups[@]}"; do build_group "$g"; done
+step "tools ready in ${TOOLS_BIN}"

@@ -1,0 +1,1 @@
+"""Thin wrappers over the Kubernetes API and the sandbox runtime."""

@@ -1,0 +1,1 @@
+"""kopf handlers, one module per kind. Importing this package registers every handler."""

@@ -1,0 +1,1 @@
+"""Pure functions that build child manifests (dict in, dict out)."""

@@ -1,0 +1,100 @@
+"""Shared fixtures: a real local control plane for integration tests, one namespace per test.
+
+Set SHADOW_TEST_KUBECONFIG to reuse a running control plane (e.g. from `make cluster-up`) instead of
+starting one for the session.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.controlplane import ControlPlane, wait_for
+
+TIERS = ("unit", "integration", "e2e")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    untiered = [item.nodeid for item in items if not any(item.get_closest_marker(t) for t in TIERS)]
+    if untiered:
+        raise pytest.UsageError(
+            "every test needs exactly one tier marker (unit, integration, e2e); missing on:\n  "
+            + "\n  ".join(untiered)
+        )
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """`make test` must prove the integration tier ran: skipped or uncollected integration tests fail it."""
+    if os.environ.get("SHADOW_REQUIRE_INTEGRATION") != "1":
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None:
+        return
+
+    def integration(kind: str) -> list[object]:
+        return [
+            r for r in reporter.stats.get(kind, []) if "integration" in getattr(r, "keywords", {})
+        ]
+
+    passed, skipped = integration("passed"), integration("skipped")
+    problem = None
+    if skipped:
+        problem = f"{len(skipped)} integration test(s) were skipped"
+    elif not passed:
+        problem = "no integration test passed (none collected?)"
+    if problem:
+        reporter.write_line(f"ERROR: {problem}; `make test` requires the integration tier to run.", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(scope="session")
+def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Path of an admin kubeconfig for a running control plane; also exported as KUBECONFIG."""
+    reuse = os.environ.get("SHADOW_TEST_KUBECONFIG")
+    if reuse:
+        os.environ["KUBECONFIG"] = reuse
+        yield reuse
+        return
+    cp = ControlPlane(directory=tmp_path_factory.mktemp("controlplane"))
+    cp.start()
+    os.environ["KUBECONFIG"] = str(cp.kubeconfig)
+    try:
+        yield str(cp.kubeconfig)
+    finally:
+        cp.stop()
+
+
+@pytest.fixture(scope="session")
+def k8s_api(kubeconfig: str) -> Iterator[object]:
+    """A configured synchronous `kubernetes.client.ApiClient`."""
+    from kubernetes import config
+
+    api = config.new_client_from_config(config_file=kubeconfig)
+    try:
+        yield api
+    finally:
+        api.close()
+
+
+@pytest.fixture
+def namespace(k8s_api: object, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace for one test, deleted (without waiting for finalization) afterwards."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(k8s_api)  # type: ignore[arg-type]
+    test_name = request.node.name.lower().replace("_", "-")
+    name = f"t-{test_name[:40].strip('-[]')}-{uuid.uuid4().hex[:6]}"
+    name = "".join(c if c.isalnum() or c == "-" else "-" for c in name)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    wait_for(
+        lambda: bool(core.list_namespaced_service_account(name, field_selector="metadata.name=default").items),
+        timeout=30,
+        what=f"default service account in {name}",
+    )
+    try:
+        yield name
+    finally:
+        core.delete_namespace(name, propagation_policy="Background")
