@@ -1,0 +1,89 @@
+"""Names shared by every layer: API groups, labels, annotations, condition types and reasons.
+
+The values match kubernetes-sigs/agent-sandbox so that clients written for it read our objects unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+SANDBOX_GROUP: Final = "agents.x-k8s.io"
+EXTENSIONS_GROUP: Final = "extensions.agents.x-k8s.io"
+STORAGE_VERSION: Final = "v1beta1"
+LEGACY_VERSION: Final = "v1alpha1"
+SANDBOX_API_VERSION: Final = f"{SANDBOX_GROUP}/{STORAGE_VERSION}"
+EXTENSIONS_API_VERSION: Final = f"{EXTENSIONS_GROUP}/{STORAGE_VERSION}"
+
+# Our own prefix for operator bookkeeping (kopf progress, finalizers); never shared with upstream keys.
+OPERATOR_PREFIX: Final = "shadow.dev"
+FINALIZER: Final = f"{OPERATOR_PREFIX}/finalizer"
+
+# Labels.
+LABEL_SANDBOX_NAME_HASH: Final = "agents.x-k8s.io/sandbox-name-hash"
+LABEL_WARM_POOL: Final = "agents.x-k8s.io/warm-pool-sandbox"
+LABEL_TEMPLATE_HASH: Final = "agents.x-k8s.io/sandbox-pod-template-hash"
+LABEL_TEMPLATE_REF_HASH: Final = "agents.x-k8s.io/sandbox-template-ref-hash"
+LABEL_LAUNCH_TYPE: Final = "agents.x-k8s.io/launch-type"
+LABEL_CLAIM_UID: Final = "agents.x-k8s.io/claim-uid"
+LABEL_CREATED_BY: Final = "agents.x-k8s.io/created-by"
+LABEL_ADOPTABLE: Final = "agents.x-k8s.io/adoptable"
+LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE: Final = "shadow-operator"
+LAUNCH_COLD: Final = "cold"
+LAUNCH_WARM: Final = "warm"
+
+# Annotations.
+ANNOTATION_ASSIGNED_SANDBOX: Final = "agents.x-k8s.io/sandbox-name"
+ANNOTATION_TEMPLATE_REF: Final = "agents.x-k8s.io/sandbox-template-ref"
+ANNOTATION_CLIENT_FIRST_REQUESTED: Final = "agents.x-k8s.io/client-first-requested-at"
+ANNOTATION_CONTROLLER_FIRST_OBSERVED: Final = "agents.x-k8s.io/controller-first-observed-at"
+ANNOTATION_PROPAGATED_LABELS: Final = "agents.x-k8s.io/propagated-labels"
+ANNOTATION_PROPAGATED_ANNOTATIONS: Final = "agents.x-k8s.io/propagated-annotations"
+
+# Label and annotation prefixes that users may not set on sandbox pods: they steer selectors and ownership.
+RESERVED_PREFIXES: Final = ("agents.x-k8s.io/", "extensions.agents.x-k8s.io/", f"{OPERATOR_PREFIX}/")
+# Domains a claim's additionalPodMetadata may not use (upstream rejects them with InvalidMetadata).
+RESTRICTED_METADATA_DOMAINS: Final = ("kubernetes.io", "k8s.io", "agents.x-k8s.io", OPERATOR_PREFIX)
+
+# Condition types.
+COND_READY: Final = "Ready"
+COND_SUSPENDED: Final = "Suspended"
+COND_POD_SCHEDULED: Final = "PodScheduled"
+COND_FINISHED: Final = "Finished"
+
+# Sandbox reasons.
+REASON_DEPENDENCIES_READY: Final = "DependenciesReady"
+REASON_DEPENDENCIES_NOT_READY: Final = "DependenciesNotReady"
+REASON_SANDBOX_SUSPENDED: Final = "SandboxSuspended"
+REASON_SANDBOX_EXPIRED: Final = "SandboxExpired"
+REASON_POD_SUCCEEDED: Final = "PodSucceeded"
+REASON_POD_FAILED: Final = "PodFailed"
+REASON_MULTIPLE_PODS: Final = "MultiplePods"
+REASON_RECONCILER_ERROR: Final = "ReconcilerError"
+REASON_NOT_SUSPENDED: Final = "NotSuspended"
+REASON_POD_TERMINATED: Final = "PodTerminated"
+REASON_POD_TERMINATING: Final = "PodTerminating"
+REASON_POD_SCHEDULED: Final = "PodScheduled"
+REASON_POD_SCHEDULING_UNKNOWN: Final = "PodSchedulingUnknown"
+
+# Claim reasons.
+REASON_TEMPLATE_NOT_FOUND: Final = "TemplateNotFound"
+REASON_WARM_POOL_NOT_FOUND: Final = "WarmPoolNotFound"
+REASON_SANDBOX_CREATE_PENDING: Final = "SandboxCreatePending"
+REASON_SANDBOX_NOT_READY: Final = "SandboxNotReady"
+REASON_SANDBOX_MISSING: Final = "SandboxMissing"
+REASON_INVALID_METADATA: Final = "InvalidMetadata"
+REASON_ENV_INJECTION_REJECTED: Final = "EnvVarsInjectionRejected"
+REASON_VOLUME_CLAIM_TEMPLATES_ERROR: Final = "VolumeClaimTemplatesError"
+REASON_CLAIM_EXPIRED: Final = "ClaimExpired"
+
+# Runtime contract (see sandbox-runtime): port name, token mount and environment variable.
+RUNTIME_PORT_NAME: Final = "runtime"
+RUNTIME_DEFAULT_PORT: Final = 8888
+PREVIEW_PORT_NAME: Final = "preview"
+RUNTIME_TOKEN_DIR: Final = "/var/run/secrets/sandbox-runtime"
+RUNTIME_TOKEN_KEY: Final = "token"
+RUNTIME_TOKEN_PATH: Final = f"{RUNTIME_TOKEN_DIR}/{RUNTIME_TOKEN_KEY}"
+RUNTIME_TOKEN_ENV: Final = "SANDBOX_RUNTIME_TOKEN_FILE"
+RUNTIME_TOKEN_VOLUME: Final = "sandbox-runtime-token"
+RUNTIME_TOKEN_SECRET_SUFFIX: Final = "-runtime-token"
