@@ -35,9 +35,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
 
     def integration(kind: str) -> list[object]:
-        return [
-            r for r in reporter.stats.get(kind, []) if "integration" in getattr(r, "keywords", {})
-        ]
+        return [r for r in reporter.stats.get(kind, []) if "integration" in getattr(r, "keywords", {})]
 
     passed, skipped = integration("passed"), integration("skipped")
     problem = None
@@ -90,7 +88,9 @@ def namespace(k8s_api: object, request: pytest.FixtureRequest) -> Iterator[str]:
     name = "".join(c if c.isalnum() or c == "-" else "-" for c in name)
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     wait_for(
-        lambda: bool(core.list_namespaced_service_account(name, field_selector="metadata.name=default").items),
+        lambda: bool(
+            core.list_namespaced_service_account(name, field_selector="metadata.name=default").items
+        ),
         timeout=30,
         what=f"default service account in {name}",
     )

@@ -77,7 +77,12 @@ def test_invalid_custom_object_rejected_with_validation_message(
     k8s_api: client.ApiClient, namespace: str, widgets_crd: str
 ) -> None:
     custom = client.CustomObjectsApi(k8s_api)
-    body = {"apiVersion": f"{GROUP}/v1", "kind": "Widget", "metadata": {"name": "too-big"}, "spec": {"size": 11}}
+    body = {
+        "apiVersion": f"{GROUP}/v1",
+        "kind": "Widget",
+        "metadata": {"name": "too-big"},
+        "spec": {"size": 11},
+    }
     with pytest.raises(ApiException) as err:
         custom.create_namespaced_custom_object(GROUP, "v1", namespace, widgets_crd, body)
     assert err.value.status == 422
@@ -131,7 +136,9 @@ def test_garbage_collector_removes_dependents(k8s_api: client.ApiClient, namespa
     wait_for(dependent_gone, timeout=60, what="the garbage collector to delete the dependent secret")
 
 
-def test_kopf_handler_runs_against_the_cluster(k8s_api: client.ApiClient, namespace: str, widgets_crd: str) -> None:
+def test_kopf_handler_runs_against_the_cluster(
+    k8s_api: client.ApiClient, namespace: str, widgets_crd: str
+) -> None:
     registry = kopf.OperatorRegistry()
     marker = uuid.uuid4().hex
 

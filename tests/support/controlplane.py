@@ -53,9 +53,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_for(
-    predicate: Callable[[], bool], *, timeout: float, what: str, interval: float = 0.1
-) -> None:
+def wait_for(predicate: Callable[[], bool], *, timeout: float, what: str, interval: float = 0.1) -> None:
     """Poll `predicate` until it is true; raise with `what` in the message when `timeout` passes."""
     deadline = time.monotonic() + timeout
     while True:
@@ -214,7 +212,9 @@ class ControlPlane:
             "users": [
                 {"name": "shadow-local", "user": {"client-certificate": str(cert), "client-key": str(key)}}
             ],
-            "contexts": [{"name": "shadow-local", "context": {"cluster": "shadow-local", "user": "shadow-local"}}],
+            "contexts": [
+                {"name": "shadow-local", "context": {"cluster": "shadow-local", "user": "shadow-local"}}
+            ],
             "current-context": "shadow-local",
         }
         path.write_text(yaml.safe_dump(config))
@@ -359,7 +359,9 @@ class ControlPlane:
             ready = [
                 n
                 for n in body.get("items", [])
-                if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", []))
+                if any(
+                    c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", [])
+                )
             ]
             return len(ready) >= self.nodes
 

@@ -43,7 +43,9 @@ def _write(path: Path, key: ec.EllipticCurvePrivateKey, cert: x509.Certificate) 
     return KeyPair(cert=cert_path, key=key_path)
 
 
-def _builder(subject: x509.Name, issuer: x509.Name, public_key: ec.EllipticCurvePublicKey) -> x509.CertificateBuilder:
+def _builder(
+    subject: x509.Name, issuer: x509.Name, public_key: ec.EllipticCurvePublicKey
+) -> x509.CertificateBuilder:
     now = dt.datetime.now(dt.UTC)
     return (
         x509.CertificateBuilder()
