@@ -71,8 +71,12 @@ KINDS: tuple[Kind, ...] = (
         "Sandbox",
         "sandboxes",
         ["sandbox", "sbx"],
-        [*READY_COLUMNS, {"name": "Service", "type": "string", "jsonPath": ".status.service", "priority": 1},
-         {"name": "Node", "type": "string", "jsonPath": ".status.nodeName", "priority": 1}, AGE_COLUMN],
+        [
+            *READY_COLUMNS,
+            {"name": "Service", "type": "string", "jsonPath": ".status.service", "priority": 1},
+            {"name": "Node", "type": "string", "jsonPath": ".status.nodeName", "priority": 1},
+            AGE_COLUMN,
+        ],
     ),
     Kind(
         m.SandboxClaim,
@@ -80,7 +84,11 @@ KINDS: tuple[Kind, ...] = (
         "SandboxClaim",
         "sandboxclaims",
         ["sandboxclaim", "sbc"],
-        [*READY_COLUMNS, {"name": "Sandbox", "type": "string", "jsonPath": ".status.sandbox.name"}, AGE_COLUMN],
+        [
+            *READY_COLUMNS,
+            {"name": "Sandbox", "type": "string", "jsonPath": ".status.sandbox.name"},
+            AGE_COLUMN,
+        ],
     ),
     Kind(
         m.SandboxTemplate,
@@ -120,7 +128,7 @@ _DROP_KEYS = {"title"}
 
 def _resolve(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     if "$ref" in schema:
-        target = copy.deepcopy(defs[schema["$ref"].rsplit("/", 1)[-1]])
+        target: dict[str, Any] = copy.deepcopy(defs[schema["$ref"].rsplit("/", 1)[-1]])
         siblings = {k: v for k, v in schema.items() if k != "$ref"}
         target.update(siblings)
         return target
@@ -153,10 +161,16 @@ def structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
             # `true`/`{}` means "anything": structural schemas say that with preserve-unknown-fields.
         else:
             out[key] = value
-    if "properties" in out or "additionalProperties" in out or out.get("x-kubernetes-preserve-unknown-fields"):
+    if (
+        "properties" in out
+        or "additionalProperties" in out
+        or out.get("x-kubernetes-preserve-unknown-fields")
+    ):
         out.setdefault("type", "object")
     if out.get("type") == "object" and not (
-        "properties" in out or "additionalProperties" in out or out.get("x-kubernetes-preserve-unknown-fields")
+        "properties" in out
+        or "additionalProperties" in out
+        or out.get("x-kubernetes-preserve-unknown-fields")
     ):
         out["x-kubernetes-preserve-unknown-fields"] = True
     return out
@@ -209,7 +223,10 @@ def build_crd(kind: Kind) -> dict[str, Any]:
         "kind": "CustomResourceDefinition",
         "metadata": {
             "name": kind.name,
-            "labels": {"app.kubernetes.io/name": "shadow-operator", "app.kubernetes.io/part-of": "shadow-operator"},
+            "labels": {
+                "app.kubernetes.io/name": "shadow-operator",
+                "app.kubernetes.io/part-of": "shadow-operator",
+            },
         },
         "spec": {
             "group": kind.group,
@@ -240,14 +257,20 @@ def render_all() -> dict[str, str]:
 def stale_files(out: Path) -> list[str]:
     """Names of generated files that are missing or differ in `out`, plus unexpected extra YAML files."""
     expected = render_all()
-    stale = [name for name, text in expected.items() if not (out / name).is_file() or (out / name).read_text() != text]
+    stale = [
+        name
+        for name, text in expected.items()
+        if not (out / name).is_file() or (out / name).read_text() != text
+    ]
     extra = sorted(p.name for p in out.glob("*.yaml") if p.name not in expected) if out.is_dir() else []
     return stale + extra
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="crdgen", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", action="append", required=True, type=Path, help="output directory (repeatable)")
+    parser.add_argument(
+        "--out", action="append", required=True, type=Path, help="output directory (repeatable)"
+    )
     parser.add_argument("--check", action="store_true", help="only report stale files; exit 1 if any")
     args = parser.parse_args(argv)
     files = render_all()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from pydantic.alias_generators import to_camel
 
 PRESERVE: dict[str, Any] = {"x-kubernetes-preserve-unknown-fields": True}
@@ -21,7 +21,7 @@ MAX_VOLUME_CLAIM_TEMPLATES = 16
 MAX_ENV = 128
 
 
-def cel(rule: str, message: str, **extra: str) -> dict[str, str]:
+def cel(rule: str, message: str, **extra: str) -> dict[str, JsonValue]:
     return {"rule": rule, "message": message, **extra}
 
 
@@ -117,7 +117,10 @@ VCT_DESCRIPTION = (
     "Claims the sandbox Pod may mount; a PVC named <template-name>-<sandbox> is created for each and kept "
     "while the sandbox is suspended."
 )
-VCT_NAMED = cel("self.all(t, has(t.metadata.name) && t.metadata.name != '')", "every volumeClaimTemplate needs metadata.name")
+VCT_NAMED = cel(
+    "self.all(t, has(t.metadata.name) && t.metadata.name != '')",
+    "every volumeClaimTemplate needs metadata.name",
+)
 
 
 class Condition(ApiModel):
@@ -168,7 +171,9 @@ class SandboxSpec(ApiModel):
         description="Create a headless Service named like the Sandbox (true), remove it (false), or keep an "
         "existing one without creating it (unset).",
     )
-    shutdown_time: datetime | None = Field(default=None, description="Absolute time when the sandbox expires.")
+    shutdown_time: datetime | None = Field(
+        default=None, description="Absolute time when the sandbox expires."
+    )
     shutdown_policy: Literal["Delete", "Retain"] = Field(
         default="Retain",
         description="On expiry the Pod and Service are always deleted; Delete also deletes the Sandbox, Retain "
@@ -201,7 +206,9 @@ class SandboxStatus(ApiModel):
         default=None, alias="runtimeURL", description="In-cluster URL of the sandbox runtime API."
     )
     preview_url: str | None = Field(
-        default=None, alias="previewURL", description="Public preview URL, when a preview domain is configured."
+        default=None,
+        alias="previewURL",
+        description="Public preview URL, when a preview domain is configured.",
     )
     runtime_token_secret: str | None = Field(
         default=None, description="Name of the Secret holding the runtime's bearer token (key `token`)."
@@ -249,7 +256,8 @@ class SandboxTemplateSpec(ApiModel):
         "ranges, DNS allowed.",
     )
     network_policy_management: Literal["Managed", "Unmanaged"] = Field(
-        default="Managed", description="Unmanaged: no NetworkPolicy is created (another system owns networking)."
+        default="Managed",
+        description="Unmanaged: no NetworkPolicy is created (another system owns networking).",
     )
     env_vars_injection_policy: Literal["Allowed", "Overrides", "Disallowed"] = Field(
         default="Disallowed",
@@ -392,7 +400,9 @@ class UpdateStrategy(ApiModel):
 class SandboxWarmPoolSpec(ApiModel):
     """A pool of ready sandboxes of one template."""
 
-    replicas: int = Field(default=1, ge=0, description="Desired number of warm sandboxes (scale subresource).")
+    replicas: int = Field(
+        default=1, ge=0, description="Desired number of warm sandboxes (scale subresource)."
+    )
     sandbox_template_ref: NameRef = Field(description="Template the warm sandboxes are created from.")
     update_strategy: UpdateStrategy | None = Field(default=None, description="Reaction to template changes.")
 

@@ -1,0 +1,59 @@
+"""Process-wide state of a running operator: configuration, the API client and the work queues."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from shadow_operator.clients.kube import Kube
+from shadow_operator.controllers.queue import WorkQueue
+
+
+@dataclass(frozen=True)
+class Config:
+    cluster_domain: str = "cluster.local"
+    preview_domain: str | None = None
+    preview_scheme: str = "https"
+    operator_namespace: str = "shadow-system"
+    metrics_port: int = 8081
+    workers: int = 8
+    json_logs: bool = False
+
+    @classmethod
+    def from_env(cls) -> Config:
+        env = os.environ
+        return cls(
+            cluster_domain=env.get("SHADOW_CLUSTER_DOMAIN", "cluster.local"),
+            preview_domain=env.get("SHADOW_PREVIEW_DOMAIN") or None,
+            preview_scheme=env.get("SHADOW_PREVIEW_SCHEME", "https"),
+            operator_namespace=env.get("SHADOW_OPERATOR_NAMESPACE")
+            or env.get("POD_NAMESPACE")
+            or "shadow-system",
+            metrics_port=int(env.get("SHADOW_METRICS_PORT", "8081")),
+            workers=int(env.get("SHADOW_WORKERS", "8")),
+            json_logs=env.get("SHADOW_LOG_FORMAT", "").lower() == "json",
+        )
+
+
+@dataclass
+class Runtime:
+    config: Config
+    kube: Kube
+    queues: dict[str, WorkQueue] = field(default_factory=dict)
+
+    def queue(self, kind: str) -> WorkQueue:
+        return self.queues[kind]
+
+
+_current: Runtime | None = None
+
+
+def current() -> Runtime:
+    if _current is None:
+        raise RuntimeError("the operator has not started (no @kopf.on.startup ran)")
+    return _current
+
+
+def install(runtime: Runtime | None) -> None:
+    global _current
+    _current = runtime

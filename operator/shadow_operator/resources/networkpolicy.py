@@ -1,0 +1,73 @@
+"""The NetworkPolicy shared by all sandboxes of a SandboxTemplate."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from shadow_operator.api import constants as c
+from shadow_operator.api import naming
+from shadow_operator.resources.sandbox import owner_reference
+
+Body = Mapping[str, Any]
+
+PRIVATE_V4 = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "100.64.0.0/10"]
+PRIVATE_V6 = ["fc00::/7", "fe80::/10"]
+
+
+def default_ingress(operator_namespace: str) -> list[dict[str, Any]]:
+    """Only the operator's namespace (operator and preview router) may connect to sandboxes."""
+    return [
+        {
+            "from": [
+                {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": operator_namespace}}},
+            ]
+        }
+    ]
+
+
+def default_egress() -> list[dict[str, Any]]:
+    """Internet yes, cluster and cloud-metadata ranges no; cluster DNS explicitly allowed."""
+    dns_ports = [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
+    return [
+        {
+            "to": [
+                {
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                    "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+                }
+            ],
+            "ports": dns_ports,
+        },
+        {
+            "to": [
+                {"ipBlock": {"cidr": "0.0.0.0/0", "except": PRIVATE_V4}},
+                {"ipBlock": {"cidr": "::/0", "except": PRIVATE_V6}},
+            ]
+        },
+    ]
+
+
+def build_network_policy(template: Body, operator_namespace: str) -> dict[str, Any]:
+    meta = template["metadata"]
+    custom = template["spec"].get("networkPolicy")
+    if custom is None:
+        ingress, egress = default_ingress(operator_namespace), default_egress()
+    else:
+        ingress, egress = list(custom.get("ingress") or []), list(custom.get("egress") or [])
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": naming.network_policy_name(meta["name"]),
+            "namespace": meta["namespace"],
+            "labels": {c.LABEL_MANAGED_BY: c.MANAGED_BY_VALUE},
+            "ownerReferences": [owner_reference(template)],
+        },
+        "spec": {
+            "podSelector": {"matchLabels": {c.LABEL_TEMPLATE_REF_HASH: naming.name_hash(meta["name"])}},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": ingress,
+            "egress": egress,
+        },
+    }
