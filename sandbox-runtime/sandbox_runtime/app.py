@@ -290,13 +290,18 @@ def build_router(rt: Runtime) -> APIRouter:
         res = root.resolve(path)
         return ExistsResponse(exists=os.path.exists(res.path))
 
-    @r.get("/list", response_model=AmicableList, tags=["compat"], responses=ERRORS)
-    async def amicable_list(dir: Annotated[str, Query()] = "") -> AmicableList:
-        """Amicable: every file under `dir`, as paths relative to the root (directories excluded).
+    @r.get("/list", response_model=AmicableList | list[LegacyEntry], tags=["compat"], responses=ERRORS)
+    async def amicable_list(
+        dir: Annotated[str | None, Query()] = None,
+    ) -> AmicableList | list[LegacyEntry]:
+        """Amicable (`?dir=`): every file under `dir`, as paths relative to the root, directories excluded.
 
-        Dependency and VCS directories (node_modules, .git) and the runtime's state are skipped; an
-        agent listing its project never wants them and they dominate the cost on real trees.
+        Without `dir` this is the legacy listing of the root: the SDK's `list(".")` reaches us as `/list`
+        because HTTP clients drop the `.` segment. Dependency and VCS directories (node_modules, .git) and
+        the runtime's state are skipped in the Amicable form; they dominate the cost on real trees.
         """
+        if dir is None:
+            return await legacy_list("")
         res = root.resolve(dir)
         if not os.path.isdir(res.path):
             raise not_found(f"no such directory: {res.rel or '.'}")

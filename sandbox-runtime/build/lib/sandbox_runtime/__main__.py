@@ -1,0 +1,90 @@
+"""Command line: `sandbox-runtime --root DIR --host H --port P [--token-file F]`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+
+import uvicorn
+
+from .app import create_app
+from .config import Settings, read_token
+
+
+def parse(argv: list[str] | None = None) -> Settings:
+    env = os.environ.get
+    p = argparse.ArgumentParser(prog="sandbox-runtime", description="Workspace API for a sandbox pod.")
+    p.add_argument("--root", default=env("SANDBOX_RUNTIME_ROOT", "/workspace"), help="workspace root")
+    p.add_argument("--host", default=env("SANDBOX_RUNTIME_HOST", "0.0.0.0"))
+    p.add_argument("--port", type=int, default=int(env("SANDBOX_RUNTIME_PORT", "8888")))
+    p.add_argument(
+        "--token-file",
+        default=env("SANDBOX_RUNTIME_TOKEN_FILE"),
+        help="file holding the bearer token (env SANDBOX_RUNTIME_TOKEN_FILE; SANDBOX_RUNTIME_TOKEN wins)",
+    )
+    p.add_argument(
+        "--state-dir", default=env("SANDBOX_RUNTIME_STATE_DIR"), help="default <root>/.sandbox-runtime"
+    )
+    p.add_argument("--max-processes", type=int, default=64)
+    p.add_argument("--exec-timeout", type=float, default=600.0, help="default timeout of a command, seconds")
+    p.add_argument("--max-output", type=int, default=10 * 1024 * 1024, help="bytes kept per stream per exec")
+    p.add_argument("--max-upload", type=int, default=None, help="largest accepted upload in bytes")
+    p.add_argument(
+        "--handoff",
+        action="store_true",
+        default=env("SANDBOX_RUNTIME_HANDOFF") == "1",
+        help="maintain HANDOFF.md in the workspace from the journal",
+    )
+    p.add_argument(
+        "--heartbeat",
+        type=float,
+        default=float(env("SANDBOX_RUNTIME_HEARTBEAT", "300")),
+        help="HANDOFF.md heartbeat interval, seconds (0 disables)",
+    )
+    p.add_argument(
+        "--journal-ignore", default=None, help="comma-separated commands never significant on success"
+    )
+    p.add_argument("--journal-entry-length", type=int, default=1000)
+    p.add_argument("--log-level", default=env("SANDBOX_RUNTIME_LOG_LEVEL", "info"))
+    a = p.parse_args(argv)
+    s = Settings(
+        root=a.root,
+        host=a.host,
+        port=a.port,
+        token=read_token(env("SANDBOX_RUNTIME_TOKEN"), a.token_file),
+        state_dir=a.state_dir,
+        max_processes=a.max_processes,
+        exec_timeout=a.exec_timeout,
+        max_output=a.max_output,
+        max_upload=a.max_upload,
+        handoff=a.handoff,
+        heartbeat_seconds=a.heartbeat,
+        journal_entry_length=a.journal_entry_length,
+        log_level=a.log_level,
+    )
+    if a.journal_ignore is not None:
+        s.journal_ignore = frozenset(x.strip() for x in a.journal_ignore.split(",") if x.strip())
+    return s
+
+
+def main(argv: list[str] | None = None) -> None:
+    settings = parse(argv)
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    app = create_app(settings)
+    # access_log off: one log line per exec would dominate the cost of a fast command.
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        access_log=False,
+        server_header=False,
+        ws="websockets-sansio",
+    )
+
+
+if __name__ == "__main__":
+    main()
