@@ -1,0 +1,303 @@
+"""The Helm chart: lint, schema-valid manifests for Kubernetes 1.34, deterministic output, contract details.
+
+Every manifest `helm template` renders is validated against the Kubernetes 1.34 OpenAPI schema
+(kubernetes-validate, strict: unknown fields fail); custom resources are validated against the
+openAPIV3Schema of the chart's own CRDs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "shadow-operator"
+KUBERNETES_VERSION = "1.34.0"
+SANDBOX_GROUPS = {"agents.x-k8s.io", "extensions.agents.x-k8s.io"}
+
+# Value sets covering every template branch: defaults, everything on, an air-gapped install.
+VALUE_SETS: dict[str, list[str]] = {
+    "defaults": [],
+    "everything": [
+        "--set=warmPool.enabled=true",
+        "--set=previewRouter.enabled=true",
+        "--set=operator.watchNamespaces={team-a,team-b}",
+        "--set=global.imagePullSecrets={regcred}",
+        "--set=operator.extraEnv[0].name=EXTRA",
+        "--set-string=operator.extraEnv[0].value=1",
+        "--set=operator.tolerations[0].operator=Exists",
+        "--set=operator.priorityClassName=system-cluster-critical",
+    ],
+    "air-gapped": [
+        "--set=global.imageRegistry=registry.internal:5000",
+        "--set=operator.image.digest=sha256:" + "a" * 64,
+        "--set=workspace.image.tag=dev",
+        "--set=defaultTemplate.namespace=sandboxes",
+        "--set=warmPool.enabled=true",
+    ],
+}
+
+
+def _helm() -> str:
+    candidates = [
+        os.environ.get("HELM", ""),
+        str(
+            Path(os.environ.get("SHADOW_CACHE", Path.home() / ".cache" / "shadow-operator")) / "bin" / "helm"
+        ),
+        shutil.which("helm") or "",
+    ]
+    for candidate in candidates:
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    message = "helm not found: build it with `hack/build-tools.sh helm` (or set HELM)"
+    if os.environ.get("SHADOW_REQUIRE_INTEGRATION") == "1":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    return _helm()
+
+
+def run_helm(helm: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([helm, *args], capture_output=True, text=True, check=check, timeout=120)
+
+
+def render(helm: str, *values: str, include_crds: bool = True) -> str:
+    args = ["template", "shadow", str(CHART), "--namespace", "shadow-system", *values]
+    if include_crds:
+        args.append("--include-crds")
+    return run_helm(helm, *args).stdout
+
+
+def documents(text: str) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def crd_schemas() -> dict[tuple[str, str, str], dict[str, Any]]:
+    """(group, version, kind) -> openAPIV3Schema, from the chart's crds/."""
+    schemas = {}
+    for path in sorted((CHART / "crds").glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        spec = crd["spec"]
+        for version in spec["versions"]:
+            key = (spec["group"], version["name"], spec["names"]["kind"])
+            schemas[key] = version["schema"]["openAPIV3Schema"]
+    return schemas
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def test_chart_has_crds_for_the_sandbox_api() -> None:
+    kinds = {key[2] for key in crd_schemas()}
+    assert {"Sandbox", "SandboxClaim", "SandboxTemplate", "SandboxWarmPool"} <= kinds
+
+
+@pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
+def test_helm_lint(helm: str, values: list[str]) -> None:
+    result = run_helm(helm, "lint", "--strict", str(CHART), *values, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
+def test_every_rendered_manifest_is_valid(helm: str, values: list[str]) -> None:
+    schemas = crd_schemas()
+    docs = documents(render(helm, *values))
+    assert docs, "the chart rendered nothing"
+    for doc in docs:
+        group, _, version = doc["apiVersion"].rpartition("/")
+        name = f"{doc['kind']}/{doc['metadata']['name']}"
+        if group in SANDBOX_GROUPS:
+            schema = schemas.get((group, version, doc["kind"]))
+            assert schema is not None, f"{name}: no CRD in the chart serves {doc['apiVersion']}"
+            try:
+                jsonschema.validate(doc, schema)
+            except jsonschema.ValidationError as exc:
+                pytest.fail(
+                    f"{name} does not match its CRD schema: {exc.message} at {list(exc.absolute_path)}"
+                )
+        else:
+            try:
+                kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+            except kubernetes_validate.ValidationError as exc:
+                pytest.fail(f"{name} is not a valid Kubernetes {KUBERNETES_VERSION} object: {exc.message}")
+
+
+@pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
+def test_rendering_is_deterministic(helm: str, values: list[str]) -> None:
+    # ArgoCD compares renders: anything random or time-based would show as permanent drift.
+    assert render(helm, *values) == render(helm, *values)
+
+
+def test_operator_deployment_contract(helm: str) -> None:
+    docs = documents(render(helm, include_crds=False))
+    (deployment,) = by_kind(docs, "Deployment")
+    spec = deployment["spec"]
+    assert spec["replicas"] == 1
+    assert spec["strategy"] == {"type": "Recreate"}
+    (container,) = spec["template"]["spec"]["containers"]
+    assert container["args"][:2] == ["run", "--standalone"]
+    assert "http://0.0.0.0:8080/healthz" in container["args"]
+    probe = container["livenessProbe"]["httpGet"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert probe["path"] == "/healthz" and ports[probe["port"]] == 8080
+    assert ports["metrics"] == 9090
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["SHADOW_LOG_FORMAT"] == "json"
+    assert env["SHADOW_METRICS_PORT"] == "9090"
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["image"] == "ghcr.io/shadow-operator/operator:0.1.0"
+
+
+def test_default_template_runs_the_workspace_runtime(helm: str) -> None:
+    docs = documents(render(helm, include_crds=False))
+    (template,) = by_kind(docs, "SandboxTemplate")
+    assert template["metadata"]["namespace"] == "shadow-system"
+    pod = template["spec"]["podTemplate"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["securityContext"]["runAsUser"] == 1000
+    (container,) = pod["containers"]
+    assert container["image"] == "ghcr.io/shadow-operator/workspace:0.1.0"
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"runtime": 8888, "preview": 3000}
+    assert container["readinessProbe"]["tcpSocket"] == {"port": 8888}
+    assert not by_kind(docs, "SandboxWarmPool"), "the warm pool is opt-in"
+
+
+def test_global_registry_redirects_every_image(helm: str) -> None:
+    docs = documents(render(helm, *VALUE_SETS["air-gapped"], "--set=previewRouter.enabled=true"))
+    images = []
+    for doc in docs:
+        pod = (doc.get("spec") or {}).get("template", {}).get("spec") or (doc.get("spec") or {}).get(
+            "podTemplate", {}
+        ).get("spec")
+        if pod:
+            images += [c["image"] for c in pod["containers"]]
+    assert len(images) == 3
+    assert all(image.startswith("registry.internal:5000/shadow-operator/") for image in images), images
+    assert "registry.internal:5000/shadow-operator/operator@sha256:" + "a" * 64 in images
+    assert "registry.internal:5000/shadow-operator/workspace:dev" in images
+
+
+def test_warm_pool_targets_the_default_template(helm: str) -> None:
+    docs = documents(
+        render(helm, "--set=warmPool.enabled=true", "--set=warmPool.replicas=3", include_crds=False)
+    )
+    (pool,) = by_kind(docs, "SandboxWarmPool")
+    assert pool["spec"] == {"replicas": 3, "sandboxTemplateRef": {"name": "workspace"}}
+
+
+def test_warm_pool_without_template_is_refused(helm: str) -> None:
+    result = run_helm(
+        helm,
+        "template",
+        "shadow",
+        str(CHART),
+        "--set=warmPool.enabled=true",
+        "--set=defaultTemplate.enabled=false",
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "warmPool.enabled needs defaultTemplate.enabled" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("operator.workers=0", "/operator/workers"),
+        ("operator.logFormat=xml", "/operator/logFormat"),
+        ("operator.image.digest=latest", "/operator/image/digest"),
+        ("operator.unknownKey=1", "unknownKey"),
+        ("previewRouter.domain=Not_A_Domain", "/previewRouter/domain"),
+    ],
+)
+def test_values_schema_rejects_bad_input(helm: str, value: str, expected: str) -> None:
+    result = run_helm(helm, "template", "shadow", str(CHART), f"--set={value}", check=False)
+    assert result.returncode != 0
+    assert expected in result.stderr
+
+
+def test_cluster_role_is_least_privilege(helm: str) -> None:
+    docs = documents(render(helm, include_crds=False))
+    (role,) = by_kind(docs, "ClusterRole")
+    granted: dict[tuple[str, str], set[str]] = {}
+    for rule in role["rules"]:
+        assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                granted.setdefault((group, resource), set()).update(rule["verbs"])
+    rw = {"get", "list", "watch", "create", "update", "patch", "delete"}
+    assert granted[("agents.x-k8s.io", "sandboxes")] == rw
+    for sub in ("sandboxes/status", "sandboxes/scale"):
+        assert {"get", "update", "patch"} <= granted[("agents.x-k8s.io", sub)]
+    for kind in ("sandboxclaims", "sandboxtemplates", "sandboxwarmpools"):
+        assert {"get", "list", "watch", "patch"} <= granted[("extensions.agents.x-k8s.io", kind)]
+        assert "create" not in granted[("extensions.agents.x-k8s.io", kind)], "users create these, not us"
+        assert "patch" in granted[("extensions.agents.x-k8s.io", f"{kind}/status")]
+    assert "patch" in granted[("extensions.agents.x-k8s.io", "sandboxwarmpools/scale")]
+    for resource in ("pods", "services", "persistentvolumeclaims", "secrets"):
+        assert granted[("", resource)] == rw
+    assert granted[("networking.k8s.io", "networkpolicies")] == rw
+    assert granted[("", "events")] == {"create", "patch"}
+    assert granted[("apiextensions.k8s.io", "customresourcedefinitions")] == {"get", "list", "watch"}
+    assert granted[("", "namespaces")] == {"get", "list", "watch"}
+    # Nothing beyond the list above: no nodes, no RBAC, no cluster-scoped writes.
+    allowed_groups = SANDBOX_GROUPS | {
+        "",
+        "networking.k8s.io",
+        "events.k8s.io",
+        "apiextensions.k8s.io",
+        "kopf.dev",
+    }
+    assert {group for group, _ in granted} <= allowed_groups
+    core = {resource for group, resource in granted if group == ""}
+    assert core == {"pods", "services", "persistentvolumeclaims", "secrets", "events", "namespaces"}
+
+
+def test_preview_router_routes_sandbox_subdomains(helm: str) -> None:
+    docs = documents(
+        render(
+            helm,
+            "--set=previewRouter.enabled=true",
+            "--set=previewRouter.domain=preview.dev.test",
+            include_crds=False,
+        )
+    )
+    (config,) = [d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"].endswith("preview-router")]
+    conf = config["data"]["router.conf"]
+    assert r"\.preview\.dev\.test$;" in conf
+    assert "proxy_pass http://$sandbox.shadow-system.svc.cluster.local:3000;" in conf
+    assert "proxy_set_header Upgrade $http_upgrade;" in conf
+    (deployment,) = [
+        d for d in by_kind(docs, "Deployment") if d["metadata"]["name"].endswith("preview-router")
+    ]
+    operator = next(d for d in by_kind(docs, "Deployment") if d is not deployment)
+    env = {e["name"]: e.get("value") for e in operator["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["SHADOW_PREVIEW_DOMAIN"] == "preview.dev.test"
+    # A config change rolls the router; the same config keeps the same pod template.
+    other = documents(
+        render(
+            helm,
+            "--set=previewRouter.enabled=true",
+            "--set=previewRouter.domain=other.test",
+            include_crds=False,
+        )
+    )
+    other_deployment = next(
+        d for d in by_kind(other, "Deployment") if d["metadata"]["name"].endswith("router")
+    )
+    checksum = deployment["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+    assert checksum != other_deployment["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
