@@ -1,0 +1,140 @@
+"""SandboxClaim controller: cold start, the v1alpha1 form Amicable sends, missing referents, expiry."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from kubernetes import client
+from prometheus_client import REGISTRY
+from shadow_operator.api import constants as c
+
+from tests.support.controlplane import wait_for
+from tests.support.sandbox_operator import (
+    CLAIM,
+    POOL,
+    SANDBOX,
+    TEMPLATE,
+    Objects,
+    in_process_operator,
+    install_crds,
+    template_body,
+)
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def operator(k8s_api: client.ApiClient) -> Iterator[Any]:
+    install_crds(k8s_api)
+    with in_process_operator() as runner:
+        yield runner
+
+
+@pytest.fixture
+def objs(k8s_api: client.ApiClient, namespace: str, operator: Any) -> Objects:
+    return Objects(k8s_api, namespace)
+
+
+def latency_count(namespace: str) -> float:
+    value = REGISTRY.get_sample_value(
+        "agent_sandbox_claim_startup_latency_ms_count", {"namespace": namespace, "launch_type": "cold"}
+    )
+    return value or 0.0
+
+
+def test_amicable_v1alpha1_claim_gets_a_ready_v1alpha1_sandbox_of_the_same_name(objs: Objects) -> None:
+    objs.create(TEMPLATE, template_body("amicable-sandbox"), version="v1alpha1")
+    name = "amicable-0a1b2c3d"
+    objs.create(
+        CLAIM,
+        {"metadata": {"name": name}, "spec": {"sandboxTemplateRef": {"name": "amicable-sandbox"}}},
+        version="v1alpha1",
+    )
+    # What Amicable does: wait for the agents.x-k8s.io/v1alpha1 Sandbox named like the claim to be Ready.
+    sandbox = objs.wait_condition(SANDBOX, name, "True", version="v1alpha1")
+    assert sandbox["apiVersion"] == "agents.x-k8s.io/v1alpha1"
+    assert sandbox["status"]["serviceFQDN"] == f"{name}.{objs.namespace}.svc.cluster.local"
+    claim = objs.wait_condition(CLAIM, name, "True", version="v1alpha1")
+    assert claim["status"]["sandbox"]["name"] == name
+    assert claim["status"]["sandbox"]["podIPs"] == sandbox["status"]["podIPs"]
+    owner = sandbox["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["uid"], owner["controller"]) == (
+        "SandboxClaim",
+        claim["metadata"]["uid"],
+        True,
+    )
+    assert sandbox["metadata"]["labels"][c.LABEL_LAUNCH_TYPE] == c.LAUNCH_COLD
+
+
+def test_cold_claim_via_warm_pool_ref_with_empty_pool(objs: Objects) -> None:
+    objs.create(TEMPLATE, template_body("tpl"))
+    objs.create(
+        POOL, {"metadata": {"name": "empty"}, "spec": {"replicas": 0, "sandboxTemplateRef": {"name": "tpl"}}}
+    )
+    before = latency_count(objs.namespace)
+    requested = (datetime.now(UTC) - timedelta(seconds=2)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    objs.create(
+        CLAIM,
+        {
+            "metadata": {"name": "cold", "annotations": {c.ANNOTATION_CLIENT_FIRST_REQUESTED: requested}},
+            "spec": {"warmPoolRef": {"name": "empty"}, "additionalPodMetadata": {"labels": {"team": "a"}}},
+        },
+    )
+    claim = objs.wait_condition(CLAIM, "cold", "True", c.REASON_DEPENDENCIES_READY)
+    assert claim["status"]["sandbox"]["name"] == "cold"
+    pod = objs.core.read_namespaced_pod("cold", objs.namespace)
+    assert pod.metadata.labels["team"] == "a"
+    assert pod.metadata.labels[c.LABEL_CLAIM_UID] == claim["metadata"]["uid"]
+    wait_for(lambda: latency_count(objs.namespace) == before + 1, timeout=10, what="startup latency observed")
+    total = REGISTRY.get_sample_value(
+        "agent_sandbox_claim_startup_latency_ms_sum", {"namespace": objs.namespace, "launch_type": "cold"}
+    )
+    assert total is not None and total >= 2000  # measured from client-first-requested-at, 2 s in the past
+
+
+def test_missing_template_recovers_when_it_appears(objs: Objects) -> None:
+    objs.create(CLAIM, {"metadata": {"name": "early"}, "spec": {"sandboxTemplateRef": {"name": "later"}}})
+    claim = objs.wait_condition(CLAIM, "early", "False", c.REASON_TEMPLATE_NOT_FOUND)
+    message = next(cond["message"] for cond in claim["status"]["conditions"] if cond["type"] == "Ready")
+    assert message == "SandboxTemplate 'later' not found"
+    objs.create(TEMPLATE, template_body("later"))
+    objs.wait_condition(CLAIM, "early", "True", timeout=60)
+
+
+def test_missing_warm_pool_recovers_when_it_appears(objs: Objects) -> None:
+    objs.create(TEMPLATE, template_body("tpl"))
+    objs.create(CLAIM, {"metadata": {"name": "waiting"}, "spec": {"warmPoolRef": {"name": "pool"}}})
+    objs.wait_condition(CLAIM, "waiting", "False", c.REASON_WARM_POOL_NOT_FOUND)
+    objs.create(
+        POOL, {"metadata": {"name": "pool"}, "spec": {"replicas": 0, "sandboxTemplateRef": {"name": "tpl"}}}
+    )
+    objs.wait_condition(CLAIM, "waiting", "True", timeout=60)
+
+
+def test_env_rejected_by_template_policy(objs: Objects) -> None:
+    objs.create(TEMPLATE, template_body("strict"))
+    spec = {"sandboxTemplateRef": {"name": "strict"}, "env": [{"name": "A", "value": "1"}]}
+    objs.create(CLAIM, {"metadata": {"name": "envy"}, "spec": spec})
+    objs.wait_condition(CLAIM, "envy", "False", c.REASON_ENV_INJECTION_REJECTED)
+    assert objs.get(SANDBOX, "envy") is None
+
+
+@pytest.mark.parametrize("policy", ["Retain", "Delete"])
+def test_claim_expiry(objs: Objects, policy: str) -> None:
+    objs.create(TEMPLATE, template_body("tpl"))
+    name = f"short-{policy.lower()}"
+    soon = (datetime.now(UTC) + timedelta(seconds=4)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    spec = {
+        "sandboxTemplateRef": {"name": "tpl"},
+        "lifecycle": {"shutdownTime": soon, "shutdownPolicy": policy},
+    }
+    objs.create(CLAIM, {"metadata": {"name": name}, "spec": spec})
+    objs.wait_condition(CLAIM, name, "True")
+    if policy == "Retain":
+        objs.wait_condition(CLAIM, name, "False", c.REASON_CLAIM_EXPIRED, timeout=60)
+    else:
+        objs.wait_gone(CLAIM, name, timeout=60)
+    objs.wait_gone(SANDBOX, name, timeout=60)

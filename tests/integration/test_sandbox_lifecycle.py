@@ -1,0 +1,207 @@
+"""Sandbox controller on the real control plane (kwok nodes run the pods)."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from shadow_operator.api import constants as c
+from shadow_operator.api import naming
+
+from tests.support.controlplane import wait_for
+from tests.support.sandbox_operator import SANDBOX, Objects, in_process_operator, install_crds, sandbox_body
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def operator(k8s_api: client.ApiClient) -> Iterator[Any]:
+    install_crds(k8s_api)
+    with in_process_operator() as runner:
+        yield runner
+
+
+@pytest.fixture
+def objs(k8s_api: client.ApiClient, namespace: str, operator: Any) -> Objects:
+    return Objects(k8s_api, namespace)
+
+
+def conditions(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {cond["type"]: cond for cond in obj["status"]["conditions"]}
+
+
+def test_sandbox_becomes_ready_with_children_and_status(objs: Objects) -> None:
+    objs.create(SANDBOX, sandbox_body("box"))
+    sandbox = objs.wait_condition(SANDBOX, "box", "True", c.REASON_DEPENDENCIES_READY)
+    status = sandbox["status"]
+    ns = objs.namespace
+    assert status["service"] == "box"
+    assert status["serviceFQDN"] == f"box.{ns}.svc.cluster.local"
+    assert status["runtimeURL"] == f"http://box.{ns}.svc.cluster.local:8888"
+    assert status["runtimeTokenSecret"] == "box-runtime-token"
+    assert status["selector"] == f"{c.LABEL_SANDBOX_NAME_HASH}={naming.name_hash('box')}"
+    assert status["podIPs"] and status["nodeName"].startswith("kwok-node-")
+    ready = conditions(sandbox)["Ready"]
+    assert ready["observedGeneration"] == sandbox["metadata"]["generation"]
+    assert ready["lastTransitionTime"]
+    assert conditions(sandbox)["Suspended"]["reason"] == c.REASON_NOT_SUSPENDED
+    assert "previewURL" not in status  # no preview domain configured
+
+    pod = objs.core.read_namespaced_pod("box", ns)
+    assert pod.metadata.owner_references[0].uid == sandbox["metadata"]["uid"]
+    assert pod.metadata.labels[c.LABEL_SANDBOX_NAME_HASH] == naming.name_hash("box")
+    assert pod.spec.automount_service_account_token is False
+    runtime = pod.spec.containers[0]
+    assert any(m.mount_path == c.RUNTIME_TOKEN_DIR for m in runtime.volume_mounts)
+    assert {e.name: e.value for e in runtime.env}[c.RUNTIME_TOKEN_ENV] == c.RUNTIME_TOKEN_PATH
+    assert runtime.security_context.allow_privilege_escalation is False
+    assert runtime.security_context.capabilities.drop == ["ALL"]
+
+    service = objs.core.read_namespaced_service("box", ns)
+    assert service.spec.cluster_ip == "None"
+    assert {p.name: p.port for p in service.spec.ports} == {"runtime": 8888, "preview": 3000}
+
+    secret = objs.core.read_namespaced_secret("box-runtime-token", ns)
+    token = base64.b64decode(secret.data["token"]).decode()
+    assert len(token) >= 32
+    assert token not in str(sandbox["status"])
+    events = objs.core.list_namespaced_event(ns, field_selector="involvedObject.name=box").items
+    assert token not in " ".join(e.message or "" for e in events)
+    assert {"PodCreated", c.REASON_DEPENDENCIES_READY} <= {e.reason for e in events}
+
+
+def test_reserved_labels_are_dropped_and_hash_is_not_overridable(objs: Objects) -> None:
+    body = sandbox_body("labels")
+    body["spec"]["podTemplate"]["metadata"]["labels"] = {
+        "app": "x",
+        c.LABEL_SANDBOX_NAME_HASH: "hijacked",
+        "extensions.agents.x-k8s.io/evil": "1",
+    }
+    objs.create(SANDBOX, body)
+    objs.wait_condition(SANDBOX, "labels")
+    labels = objs.core.read_namespaced_pod("labels", objs.namespace).metadata.labels
+    assert labels["app"] == "x"
+    assert labels[c.LABEL_SANDBOX_NAME_HASH] == naming.name_hash("labels")
+    assert "extensions.agents.x-k8s.io/evil" not in labels
+
+
+def test_deleted_pod_is_recreated_exactly_once(objs: Objects) -> None:
+    objs.create(SANDBOX, sandbox_body("again"))
+    first = objs.wait_condition(SANDBOX, "again")
+    old_uid = objs.core.read_namespaced_pod("again", objs.namespace).metadata.uid
+    objs.core.delete_namespaced_pod("again", objs.namespace, grace_period_seconds=0)
+
+    def new_pod_ready() -> bool:
+        try:
+            pod = objs.core.read_namespaced_pod("again", objs.namespace)
+        except ApiException:
+            return False
+        return pod.metadata.uid != old_uid and pod.status.phase == "Running"
+
+    wait_for(new_pod_ready, timeout=60, what="a replacement pod")
+    objs.wait_condition(SANDBOX, "again")
+    owned = [p for p in objs.pods() if p.metadata.owner_references[0].uid == first["metadata"]["uid"]]
+    assert len(owned) == 1
+
+
+@pytest.mark.parametrize("policy", ["Retain", "Delete"])
+def test_shutdown_time(objs: Objects, policy: str) -> None:
+    name = f"expire-{policy.lower()}"
+    objs.create(SANDBOX, sandbox_body(name))
+    objs.wait_condition(SANDBOX, name)
+    soon = (datetime.now(UTC) + timedelta(seconds=3)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    objs.patch(SANDBOX, name, {"spec": {"shutdownTime": soon, "shutdownPolicy": policy}})
+    if policy == "Delete":
+        objs.wait_gone(SANDBOX, name, timeout=60)
+    else:
+        sandbox = objs.wait_condition(SANDBOX, name, "False", c.REASON_SANDBOX_EXPIRED, timeout=60)
+        assert "podIPs" not in sandbox["status"] and "runtimeURL" not in sandbox["status"]
+    wait_for(
+        lambda: not objs.pods(f"{c.LABEL_SANDBOX_NAME_HASH}={naming.name_hash(name)}"),
+        timeout=60,
+        what="pod gone",
+    )
+    wait_for(
+        lambda: (
+            not objs.core.list_namespaced_service(
+                objs.namespace, field_selector=f"metadata.name={name}"
+            ).items
+        ),
+        timeout=60,
+        what="service gone",
+    )
+
+
+def test_suspend_and_resume_keep_the_volumes(objs: Objects, k8s_api: client.ApiClient) -> None:
+    storage_class = f"manual-{uuid.uuid4().hex[:6]}"
+    pv_name = f"pv-{objs.namespace}"[:63]
+    objs.core.create_persistent_volume(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": pv_name},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": storage_class,
+                "hostPath": {"path": "/tmp/shadow-pv"},
+            },
+        }
+    )
+    try:
+        vct = [
+            {
+                "metadata": {"name": "work"},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": storage_class,
+                    "resources": {"requests": {"storage": "1Gi"}},
+                },
+            }
+        ]
+        objs.create(SANDBOX, sandbox_body("sleepy", volumeClaimTemplates=vct))
+        objs.wait_condition(SANDBOX, "sleepy", timeout=90)
+        pvc = objs.core.read_namespaced_persistent_volume_claim("work-sleepy", objs.namespace)
+        pod = objs.core.read_namespaced_pod("sleepy", objs.namespace)
+        assert any(
+            v.persistent_volume_claim and v.persistent_volume_claim.claim_name == "work-sleepy"
+            for v in pod.spec.volumes
+        )
+
+        objs.patch(SANDBOX, "sleepy", {"spec": {"operatingMode": "Suspended"}})
+        objs.wait_condition(SANDBOX, "sleepy", "True", c.REASON_POD_TERMINATED, type_="Suspended")
+        suspended = objs.wait_condition(SANDBOX, "sleepy", "False", c.REASON_SANDBOX_SUSPENDED)
+        assert "podIPs" not in suspended["status"]
+        assert not objs.pods(f"{c.LABEL_SANDBOX_NAME_HASH}={naming.name_hash('sleepy')}")
+        same = objs.core.read_namespaced_persistent_volume_claim("work-sleepy", objs.namespace)
+        assert same.metadata.uid == pvc.metadata.uid
+
+        objs.patch(SANDBOX, "sleepy", {"spec": {"operatingMode": "Running"}})
+        objs.wait_condition(SANDBOX, "sleepy", "True", c.REASON_DEPENDENCIES_READY, timeout=90)
+        resumed = objs.core.read_namespaced_pod("sleepy", objs.namespace)
+        assert resumed.metadata.uid != pod.metadata.uid
+        claims = [
+            v.persistent_volume_claim.claim_name for v in resumed.spec.volumes if v.persistent_volume_claim
+        ]
+        assert claims == ["work-sleepy"]
+        assert (
+            objs.core.read_namespaced_persistent_volume_claim("work-sleepy", objs.namespace).metadata.uid
+            == pvc.metadata.uid
+        )
+    finally:
+        objs.core.delete_persistent_volume(pv_name)
+
+
+def test_v1alpha1_replicas_zero_suspends(objs: Objects) -> None:
+    body = sandbox_body("legacy")
+    body["spec"]["replicas"] = 0
+    objs.create(SANDBOX, body, version="v1alpha1")
+    objs.wait_condition(
+        SANDBOX, "legacy", "True", c.REASON_POD_TERMINATED, type_="Suspended", version="v1alpha1"
+    )

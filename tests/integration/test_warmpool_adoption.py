@@ -1,0 +1,169 @@
+"""SandboxWarmPool: replicas, adoption (including racing claims), replenish, kubectl scale, Recreate."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from kubernetes import client
+from shadow_operator.api import constants as c
+from shadow_operator.api import naming
+
+from tests.support.controlplane import wait_for
+from tests.support.sandbox_operator import (
+    CLAIM,
+    POOL,
+    SANDBOX,
+    TEMPLATE,
+    Objects,
+    in_process_operator,
+    install_crds,
+    ready,
+    template_body,
+)
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def operator(k8s_api: client.ApiClient) -> Iterator[Any]:
+    install_crds(k8s_api)
+    with in_process_operator() as runner:
+        yield runner
+
+
+@pytest.fixture
+def objs(k8s_api: client.ApiClient, namespace: str, operator: Any) -> Objects:
+    return Objects(k8s_api, namespace)
+
+
+def warm(objs: Objects, pool: str) -> list[dict[str, Any]]:
+    return objs.list(SANDBOX, f"{c.LABEL_WARM_POOL}={naming.name_hash(pool)}")
+
+
+def make_pool(objs: Objects, replicas: int, template: str = "tpl", **spec: Any) -> None:
+    objs.create(TEMPLATE, template_body(template))
+    objs.create(
+        POOL,
+        {
+            "metadata": {"name": "pool"},
+            "spec": {"replicas": replicas, "sandboxTemplateRef": {"name": template}, **spec},
+        },
+    )
+    objs.wait(
+        POOL, "pool", lambda p: (p.get("status") or {}).get("readyReplicas") == replicas, what="pool ready"
+    )
+
+
+def test_pool_fills_and_reports_status(objs: Objects) -> None:
+    make_pool(objs, 2)
+    pool = objs.get(POOL, "pool")
+    assert pool is not None
+    assert pool["status"]["replicas"] == 2
+    assert pool["status"]["selector"] == f"{c.LABEL_WARM_POOL}={naming.name_hash('pool')}"
+    assert pool["status"]["observedGeneration"] == pool["metadata"]["generation"]
+    members = warm(objs, "pool")
+    assert len(members) == 2 and all(s["metadata"]["name"].startswith("pool-") for s in members)
+    assert all(s["metadata"]["ownerReferences"][0]["kind"] == "SandboxWarmPool" for s in members)
+
+
+def test_claim_adopts_a_ready_warm_sandbox_and_pool_replenishes(objs: Objects) -> None:
+    make_pool(objs, 1)
+    [candidate] = warm(objs, "pool")
+    objs.create(CLAIM, {"metadata": {"name": "fast"}, "spec": {"warmPoolRef": {"name": "pool"}}})
+    claim = objs.wait_condition(CLAIM, "fast", "True")
+    assert claim["status"]["sandbox"]["name"] == candidate["metadata"]["name"]
+    adopted = objs.get(SANDBOX, candidate["metadata"]["name"])
+    assert adopted is not None
+    owner = adopted["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["uid"]) == ("SandboxClaim", claim["metadata"]["uid"])
+    assert adopted["metadata"]["labels"][c.LABEL_LAUNCH_TYPE] == c.LAUNCH_WARM
+    assert c.LABEL_WARM_POOL not in adopted["metadata"]["labels"]
+    claim_now = objs.get(CLAIM, "fast")
+    assert claim_now is not None
+    assert (
+        claim_now["metadata"]["annotations"][c.ANNOTATION_ASSIGNED_SANDBOX] == candidate["metadata"]["name"]
+    )
+    # The pool replaces what was taken.
+    wait_for(
+        lambda: len([s for s in warm(objs, "pool") if ready(s)]) == 1, timeout=60, what="replenished pool"
+    )
+    assert warm(objs, "pool")[0]["metadata"]["name"] != candidate["metadata"]["name"]
+
+
+def test_two_concurrent_claims_never_share_a_sandbox(objs: Objects) -> None:
+    make_pool(objs, 1)
+    names = [f"race-{i}" for i in range(4)]
+    with ThreadPoolExecutor(len(names)) as pool:
+        list(
+            pool.map(
+                lambda n: objs.create(
+                    CLAIM, {"metadata": {"name": n}, "spec": {"warmPoolRef": {"name": "pool"}}}
+                ),
+                names,
+            )
+        )
+    bound = [objs.wait_condition(CLAIM, n, "True", timeout=90)["status"]["sandbox"]["name"] for n in names]
+    assert len(set(bound)) == len(names), bound
+    owners = {}
+    for sandbox in objs.list(SANDBOX):
+        controllers = [r for r in sandbox["metadata"]["ownerReferences"] if r.get("controller")]
+        assert len(controllers) == 1
+        owners[sandbox["metadata"]["name"]] = controllers[0]["name"]
+    assert sorted(owners[b] for b in bound) == sorted(names)
+    # Exactly one pod per sandbox.
+    for sandbox_name in bound:
+        assert len(objs.pods(f"{c.LABEL_SANDBOX_NAME_HASH}={naming.name_hash(sandbox_name)}")) == 1
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is needed for `kubectl scale`")
+def test_kubectl_scale_uses_the_scale_subresource(objs: Objects, kubeconfig: str) -> None:
+    make_pool(objs, 1)
+    subprocess.run(
+        ["kubectl", "scale", "sandboxwarmpool/pool", "--replicas=3", "-n", objs.namespace],
+        check=True,
+        env={**os.environ, "KUBECONFIG": kubeconfig},
+        capture_output=True,
+    )
+    objs.wait(POOL, "pool", lambda p: (p.get("status") or {}).get("readyReplicas") == 3, what="scaled up")
+    scale = client.CustomObjectsApi(objs.api).get_namespaced_custom_object_scale(
+        "extensions.agents.x-k8s.io", "v1beta1", objs.namespace, "sandboxwarmpools", "pool"
+    )
+    assert scale["spec"]["replicas"] == 3 and scale["status"]["replicas"] == 3
+    assert scale["status"]["selector"] == f"{c.LABEL_WARM_POOL}={naming.name_hash('pool')}"
+    objs.patch(POOL, "pool", {"spec": {"replicas": 1}})
+    wait_for(lambda: len(warm(objs, "pool")) == 1, timeout=60, what="scaled down to 1")
+
+
+def test_recreate_strategy_rolls_warm_sandboxes_on_template_change(objs: Objects) -> None:
+    make_pool(objs, 2, updateStrategy={"type": "Recreate"})
+    before = {s["metadata"]["name"] for s in warm(objs, "pool")}
+    objs.patch(
+        TEMPLATE,
+        "tpl",
+        {"spec": {"podTemplate": {"metadata": {"labels": {"app": "sandbox", "rev": "2"}}}}},
+    )
+
+    def rolled() -> bool:
+        members = warm(objs, "pool")
+        names = {s["metadata"]["name"] for s in members}
+        return len(members) == 2 and not names & before and all(ready(s) for s in members)
+
+    wait_for(rolled, timeout=90, what="warm sandboxes recreated from the new template")
+
+
+def test_on_replenish_keeps_stale_sandboxes_until_used(objs: Objects) -> None:
+    make_pool(objs, 1)
+    before = {s["metadata"]["name"] for s in warm(objs, "pool")}
+    objs.patch(TEMPLATE, "tpl", {"spec": {"podTemplate": {"metadata": {"labels": {"rev": "2"}}}}})
+    objs.create(CLAIM, {"metadata": {"name": "user"}, "spec": {"warmPoolRef": {"name": "pool"}}})
+    claim = objs.wait_condition(CLAIM, "user", "True")
+    assert claim["status"]["sandbox"]["name"] in before
+    wait_for(lambda: len([s for s in warm(objs, "pool") if ready(s)]) == 1, timeout=60, what="replenished")
+    [fresh] = warm(objs, "pool")
+    assert fresh["spec"]["podTemplate"]["metadata"]["labels"]["rev"] == "2"
