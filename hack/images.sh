@@ -1,0 +1,335 @@
+#!/usr/bin/env bash
+# Build every container image the project and its kind clusters need, offline: a Debian base from
+# debootstrap, images from Debian packages and from binaries built from Go modules, and the kind node
+# image. Images are cached by content (a warm run is a no-op) and pushed to the local registry
+# (hack/docker.sh), which kind nodes use as their mirror for registry.k8s.io and docker.io.
+#
+#   hack/images.sh                 # everything below, in order
+#   hack/images.sh base            # shadow-operator/debian:$DEBIAN_SUITE via debootstrap + docker import
+#   hack/images.sh apps            # operator, workspace, preview-router
+#   hack/images.sh system          # pause, etcd, coredns, kindnetd, local-path-provisioner/-helper
+#   hack/images.sh kind-base       # the kind node base image only
+#   hack/images.sh node            # kind base image, Kubernetes server tarball, kind node image
+#   hack/images.sh push            # push apps and system images to the local registry
+#   hack/images.sh env             # print the resolved image references as shell assignments
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+
+LOG_DIR="${SHADOW_CACHE}/logs"
+BUILD_DIR="${SHADOW_CACHE}/build"
+STATE_DIR="${SHADOW_CACHE}/images"
+PREFIX=shadow-operator
+DEBIAN_MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+BASE_IMAGE="${PREFIX}/debian:${DEBIAN_SUITE}"
+PUSH_REGISTRY="127.0.0.1:${SHADOW_REGISTRY_PORT:-5000}"
+# Debian's docker.io has no buildx; the classic builder handles these simple Dockerfiles.
+export DOCKER_BUILDKIT=0
+mkdir -p "${LOG_DIR}" "${BUILD_DIR}" "${STATE_DIR}"
+
+image_exists() { docker image inspect "$1" >/dev/null 2>&1; }
+image_id() { docker image inspect --format '{{.Id}}' "$1"; }
+
+# hash_inputs ITEM...: short content hash over files (under the repo) and literal strings.
+hash_inputs() {
+  local item
+  for item in "$@"; do
+    if [[ -e "${REPO_ROOT}/${item}" ]]; then
+      (cd "${REPO_ROOT}" && find "$item" -type f ! -path '*/__pycache__/*' ! -name '*.pyc' \
+        ! -path '*.egg-info/*' -print0 | sort -z | xargs -0 sha256sum)
+    else
+      printf '%s\n' "$item"
+    fi
+  done | sha256sum | cut -c1-12
+}
+
+# docker_build REF CONTEXT [docker build args...]: build unless REF exists; logs under LOG_DIR.
+docker_build() {
+  local ref=$1 ctx=$2 log
+  shift 2
+  if image_exists "$ref"; then info "$ref: cached"; return; fi
+  log="${LOG_DIR}/image-$(echo "${ref}" | tr '/:' '__').log"
+  step "building ${ref} (log: ${log})"
+  docker build --build-arg "BASE_IMAGE=${BASE_IMAGE}" "$@" -t "$ref" "$ctx" >"$log" 2>&1 \
+    || { tail -n 20 "$log" >&2; die "building ${ref} failed; full log: ${log}"; }
+}
+
+# stage NAME: a fresh build context holding images/NAME.
+stage() {
+  local dir="${BUILD_DIR}/ctx-$1"
+  rm -rf "$dir" && mkdir -p "$dir" && cp -a "${REPO_ROOT}/images/$1/." "$dir/"
+  echo "$dir"
+}
+
+tool() { # tool NAME VERSION GROUP: path of a binary from hack/build-tools.sh, building it when missing.
+  local path="${TOOLS_BIN}/$1-$2"
+  [[ -x $path ]] || "${HACK_DIR}/build-tools.sh" "$3" >&2
+  [[ -x $path ]] || die "$1 $2 was not built (hack/build-tools.sh $3)"
+  echo "$path"
+}
+
+go_binary() { # go_binary IMAGE_DIR OUT: build a small Go program kept under images/.
+  (cd "${REPO_ROOT}/images/$1" && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$2" .)
+}
+
+# ---------------------------------------------------------------------------------------------- base
+build_base() {
+  if image_exists "${BASE_IMAGE}"; then info "${BASE_IMAGE}: cached"; return; fi
+  command -v debootstrap >/dev/null || {
+    step "installing debootstrap"
+    apt-get install -y --no-install-recommends debootstrap >"${LOG_DIR}/apt.log" 2>&1 \
+      || die "apt-get install debootstrap failed; see ${LOG_DIR}/apt.log"
+  }
+  step "building ${BASE_IMAGE} with debootstrap from ${DEBIAN_MIRROR} (about a minute)"
+  "${REPO_ROOT}/images/debian/build-rootfs.sh" "${DEBIAN_SUITE}" "${DEBIAN_MIRROR}" "${BUILD_DIR}/debian" \
+    2>"${LOG_DIR}/debootstrap.log" \
+    | docker import \
+      --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8' \
+      --change 'CMD ["/bin/bash"]' - "${BASE_IMAGE}" >/dev/null \
+    || die "debootstrap or docker import failed; see ${LOG_DIR}/debootstrap.log"
+}
+
+# ---------------------------------------------------------------------------------------------- apps
+# App image tags are content hashes of their inputs, so a changed source means a new tag (pods pick it
+# up) and an unchanged one means no build.
+operator_ref() { echo "${PREFIX}/operator:$(hash_inputs images/operator pyproject.toml operator "$(image_id "${BASE_IMAGE}")")"; }
+workspace_ref() {
+  echo "${PREFIX}/workspace:$(hash_inputs images/workspace sandbox-runtime "$(image_id "${BASE_IMAGE}")" \
+    "$(sha256sum /etc/ssl/certs/ca-certificates.crt)")"
+}
+router_ref() { echo "${PREFIX}/preview-router:$(hash_inputs images/preview-router "$(image_id "${BASE_IMAGE}")")"; }
+
+wheels() { # wheels DIR PROJECT: wheels of PROJECT and its dependencies, from the host's pip.
+  local py="${REPO_ROOT}/.venv/bin/python"
+  [[ -x $py ]] || py=python3
+  "$py" -m pip wheel --quiet --wheel-dir "$1" "$2" >>"${LOG_DIR}/wheels.log" 2>&1 \
+    || die "pip wheel $2 failed; see ${LOG_DIR}/wheels.log"
+}
+
+build_apps() {
+  local ref ctx
+  ref=$(operator_ref)
+  if ! image_exists "$ref"; then
+    ctx=$(stage operator)
+    wheels "$ctx/wheels" "${REPO_ROOT}"
+    docker_build "$ref" "$ctx"
+  else info "$ref: cached"; fi
+  ref=$(workspace_ref)
+  if ! image_exists "$ref"; then
+    ctx=$(stage workspace)
+    cp /etc/ssl/certs/ca-certificates.crt "$ctx/"
+    wheels "$ctx/wheels" "${REPO_ROOT}/sandbox-runtime"
+    docker_build "$ref" "$ctx"
+  else info "$ref: cached"; fi
+  ref=$(router_ref)
+  image_exists "$ref" || docker_build "$ref" "$(stage preview-router)"
+  image_exists "$ref" && info "$ref: ready"
+}
+
+# -------------------------------------------------------------------------------------------- system
+# The images kubeadm and kind ask for, under the exact names they ask for.
+system_images() {
+  cat <<EOF
+registry.k8s.io/pause:${PAUSE_TAG}
+registry.k8s.io/etcd:${ETCD_IMAGE_TAG}
+registry.k8s.io/coredns/coredns:${COREDNS_VERSION}
+${KINDNETD_IMAGE}
+${LOCAL_PATH_PROVISIONER_IMAGE}
+${LOCAL_PATH_HELPER_IMAGE}
+EOF
+}
+
+build_system() {
+  local ctx
+  if ! image_exists "registry.k8s.io/pause:${PAUSE_TAG}"; then
+    ctx=$(stage pause); go_binary pause "$ctx/pause"
+    docker_build "registry.k8s.io/pause:${PAUSE_TAG}" "$ctx"
+  else info "pause: cached"; fi
+  if ! image_exists "registry.k8s.io/etcd:${ETCD_IMAGE_TAG}"; then
+    ctx=$(stage etcd); cp "$(tool etcd "${ETCD_VERSION}" etcd)" "$ctx/etcd"
+    # kubeadm v1.34 asks for etcd 3.6.5-0; the binary is the project's pinned etcd (same 3.6 series).
+    docker_build "registry.k8s.io/etcd:${ETCD_IMAGE_TAG}" "$ctx" --label "org.opencontainers.image.version=${ETCD_VERSION}"
+  else info "etcd: cached"; fi
+  if ! image_exists "registry.k8s.io/coredns/coredns:${COREDNS_VERSION}"; then
+    ctx=$(stage coredns); cp "$(tool coredns "${COREDNS_VERSION}" coredns)" "$ctx/coredns"
+    docker_build "registry.k8s.io/coredns/coredns:${COREDNS_VERSION}" "$ctx"
+  else info "coredns: cached"; fi
+  if ! image_exists "${KINDNETD_IMAGE}"; then
+    ctx=$(stage kindnetd); go_binary kindnetd "$ctx/kindnetd"
+    docker_build "${KINDNETD_IMAGE}" "$ctx"
+  else info "kindnetd: cached"; fi
+  if ! image_exists "${LOCAL_PATH_PROVISIONER_IMAGE}"; then
+    ctx=$(stage local-path-provisioner)
+    cp "$(tool local-path-provisioner "${LOCAL_PATH_PROVISIONER_VERSION}" local-path-provisioner)" \
+      "$ctx/local-path-provisioner"
+    docker_build "${LOCAL_PATH_PROVISIONER_IMAGE}" "$ctx"
+  else info "local-path-provisioner: cached"; fi
+  # The helper pods only run `sh` with mkdir/rm: the Debian base is enough.
+  image_exists "${LOCAL_PATH_HELPER_IMAGE}" || docker tag "${BASE_IMAGE}" "${LOCAL_PATH_HELPER_IMAGE}"
+}
+
+# ---------------------------------------------------------------------------------------------- push
+# registry_path REF: where REF lives in the local registry. Mirrored registries keep their path
+# (registry.k8s.io/pause:3.10.1 -> pause:3.10.1, docker.io/kindest/x -> kindest/x), which is what a
+# containerd mirror asks for.
+registry_path() {
+  local ref=$1
+  case $ref in
+    registry.k8s.io/*) echo "${ref#registry.k8s.io/}" ;;
+    docker.io/*) echo "${ref#docker.io/}" ;;
+    *) echo "$ref" ;;
+  esac
+}
+
+push_one() {
+  local ref=$1 target marker id
+  target="${PUSH_REGISTRY}/$(registry_path "$ref")"
+  marker="${STATE_DIR}/pushed-$(echo "$target" | tr '/:' '__')"
+  id=$(image_id "$ref")
+  if [[ -f $marker && $(<"$marker") == "$id" ]] \
+    && curl -fsS -o /dev/null -H 'Accept: application/vnd.docker.distribution.manifest.v2+json' \
+      "http://${target%%/*}/v2/$(registry_path "$ref" | sed 's#:#/manifests/#')"; then
+    return
+  fi
+  info "pushing ${target}"
+  docker tag "$ref" "$target"
+  docker push "$target" >>"${LOG_DIR}/push.log" 2>&1 || die "docker push ${target} failed; see ${LOG_DIR}/push.log"
+  echo "$id" >"$marker"
+}
+
+push_all() {
+  "${HACK_DIR}/docker.sh" registry
+  step "pushing images to the local registry (${PUSH_REGISTRY})"
+  local ref
+  while read -r ref; do push_one "$ref"; done < <(system_images)
+  push_one "$(operator_ref)"
+  push_one "$(workspace_ref)"
+  push_one "$(router_ref)"
+}
+
+# ---------------------------------------------------------------------------------------------- node
+needs_cap_workaround() { # true when the machine's capability bounding set lacks CAP_SYS_RESOURCE (24)
+  local pid status bnd
+  pid=$(pgrep -o -x dockerd || echo self)
+  status="/proc/${pid}/status"
+  [[ -r $status ]] || status=/proc/self/status
+  bnd=$(awk '/^CapBnd:/ {print $2}' "$status")
+  (((0x${bnd} >> 24 & 1) == 0))
+}
+
+kind_base_ref() {
+  echo "${PREFIX}/kind-base:$(hash_inputs images/kind-base "${KIND_VERSION}" "${PAUSE_TAG}" \
+    "$("${HACK_DIR}/docker.sh" registry-host)" "$(image_id "${BASE_IMAGE}")")"
+}
+
+build_kind_base() {
+  local ref ctx kind_dir registry host
+  ref=$(kind_base_ref)
+  if image_exists "$ref"; then info "$ref: cached"; return; fi
+  kind_dir=$(cd /tmp && go mod download -json "sigs.k8s.io/kind@${KIND_VERSION}" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')
+  [[ -d "$kind_dir/images/base/files" ]] || die "kind ${KIND_VERSION} sources not found in the Go module cache"
+  ctx=$(stage kind-base)
+  mkdir -p "$ctx/kind" "$ctx/certs.d"
+  cp -r "$kind_dir/images/base/files/." "$ctx/kind/"
+  chmod -R u+w "$ctx/kind"
+  rm -f "$ctx/kind/etc/containerd/config.toml"
+  sed -i "s/PAUSE_TAG/${PAUSE_TAG}/" "$ctx/files/etc/containerd/config.toml"
+  registry=$("${HACK_DIR}/docker.sh" registry-host)
+  for host in registry.k8s.io docker.io "$registry"; do
+    mkdir -p "$ctx/certs.d/$host"
+    {
+      case $host in
+        docker.io) echo 'server = "https://registry-1.docker.io"' ;;
+        registry.k8s.io) echo 'server = "https://registry.k8s.io"' ;;
+        *) echo "server = \"http://${registry}\"" ;;
+      esac
+      printf '\n[host."http://%s"]\n  capabilities = ["pull", "resolve"]\n' "$registry"
+    } >"$ctx/certs.d/$host/hosts.toml"
+  done
+  docker_build "$ref" "$ctx"
+}
+
+# The server tarball `kind build node-image --type file` takes: kubeadm/kubelet/kubectl, image tars for
+# the control plane and kube-proxy, and the version file.
+server_tarball() {
+  local v=${KUBERNETES_VERSION} out="${BUILD_DIR}/kubernetes-server-${KUBERNETES_VERSION}.tar.gz" c dir ctx ref
+  if [[ -f $out ]]; then echo "$out"; return; fi
+  step "assembling the Kubernetes ${v} server tarball" >&2
+  for c in kubeadm kubelet kubectl kube-proxy; do tool "$c" "$v" node >/dev/null; done
+  for c in kube-apiserver kube-controller-manager kube-scheduler; do tool "$c" "$v" control-plane >/dev/null; done
+  dir="${BUILD_DIR}/server-${v}"
+  rm -rf "$dir" && mkdir -p "$dir/kubernetes/server/bin"
+  echo "$v" >"$dir/kubernetes/version"
+  for c in kubeadm kubelet kubectl; do cp "${TOOLS_BIN}/$c-$v" "$dir/kubernetes/server/bin/$c"; done
+  for c in kube-apiserver kube-controller-manager kube-scheduler kube-proxy; do
+    ref="registry.k8s.io/$c:$v"
+    if [[ $c == kube-proxy ]]; then ctx=$(stage kube-proxy); else ctx=$(stage kubernetes); fi
+    cp "${TOOLS_BIN}/$c-$v" "$ctx/$c"
+    docker image rm "$ref" >/dev/null 2>&1 || true
+    docker_build "$ref" "$ctx" --build-arg "BINARY=$c" >&2
+    docker save "$ref" -o "$dir/kubernetes/server/bin/$c.tar"
+  done
+  tar -C "$dir" -czf "$out.tmp" kubernetes && mv "$out.tmp" "$out"
+  rm -rf "$dir"
+  echo "$out"
+}
+
+node_ref() {
+  echo "${PREFIX}/kind-node:${KUBERNETES_VERSION}-$(hash_inputs "$(kind_base_ref)" "${KUBERNETES_VERSION}" \
+    "$(sha256sum "${TOOLS_BIN}/kubelet-${KUBERNETES_VERSION}" 2>/dev/null)")"
+}
+
+# kind_cmd ARGS...: kind with the docker shim on PATH when this machine cannot run --privileged.
+kind_cmd() {
+  local kind
+  kind=$(tool kind "${KIND_VERSION}" kind)
+  if needs_cap_workaround; then
+    PATH="${HACK_DIR}/kind/docker-shim:${PATH}" SHADOW_REAL_DOCKER="$(command -v docker)" "$kind" "$@"
+  else
+    "$kind" "$@"
+  fi
+}
+
+build_node() {
+  build_kind_base
+  local ref tarball
+  ref=$(node_ref)
+  if image_exists "$ref"; then info "$ref: cached"; echo "$ref" >"${STATE_DIR}/node-image"; return; fi
+  push_system
+  tarball=$(server_tarball)
+  step "building kind node image ${ref} (log: ${LOG_DIR}/kind-node-image.log)"
+  kind_cmd build node-image --type file "$tarball" --base-image "$(kind_base_ref)" --image "$ref" \
+    >"${LOG_DIR}/kind-node-image.log" 2>&1 \
+    || { tail -n 30 "${LOG_DIR}/kind-node-image.log" >&2; die "kind build node-image failed"; }
+  echo "$ref" >"${STATE_DIR}/node-image"
+}
+
+push_system() {
+  "${HACK_DIR}/docker.sh" registry
+  local ref
+  while read -r ref; do push_one "$ref"; done < <(system_images)
+}
+
+print_env() {
+  echo "SHADOW_OPERATOR_IMAGE=$(operator_ref)"
+  echo "SHADOW_WORKSPACE_IMAGE=$(workspace_ref)"
+  echo "SHADOW_ROUTER_IMAGE=$(router_ref)"
+  echo "SHADOW_NODE_IMAGE=$(node_ref)"
+  echo "SHADOW_REGISTRY=$("${HACK_DIR}/docker.sh" registry-host)"
+}
+
+"${HACK_DIR}/docker.sh" daemon
+targets=("$@")
+((${#targets[@]})) || targets=(base system apps push node)
+for t in "${targets[@]}"; do
+  case $t in
+    base) build_base ;;
+    apps) build_base; build_apps ;;
+    system) build_base; build_system ;;
+    push) push_all ;;
+    kind-base) build_base; build_kind_base ;;
+    node) build_base; build_system; build_node ;;
+    env) print_env ;;
+    needs-cap-workaround) needs_cap_workaround ;;
+    *) die "unknown target '$t' (base, apps, system, push, node, env)" ;;
+  esac
+done

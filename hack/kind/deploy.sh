@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Install (or upgrade) charts/shadow-operator on the project's kind cluster from the locally built images,
+# served by the local registry: the air-gapped install path (global.imageRegistry) exercised for real.
+#   hack/kind/deploy.sh [extra helm args...]
+set -euo pipefail
+source "$(dirname "$0")/../lib.sh"
+
+NAMESPACE="${SHADOW_NAMESPACE:-shadow-system}"
+RELEASE="${SHADOW_RELEASE:-shadow-operator}"
+CHART="${REPO_ROOT}/charts/shadow-operator"
+KUBECONFIG_PATH=$("${HACK_DIR}/kind/cluster.sh" kubeconfig)
+export KUBECONFIG="${KUBECONFIG_PATH}"
+HELM="${TOOLS_BIN}/helm-${HELM_VERSION}"
+[[ -x $HELM ]] || "${HACK_DIR}/build-tools.sh" helm >&2
+
+eval "$("${HACK_DIR}/images.sh" env 2>/dev/null)"
+tag() { echo "${1##*:}"; }
+
+# Helm installs crds/ only on first install and never upgrades them; apply them so a changed API lands.
+step "applying the Sandbox API CRDs"
+kubectl apply --server-side --force-conflicts -f "${CHART}/crds" >/dev/null
+
+step "helm upgrade --install ${RELEASE} (namespace ${NAMESPACE}, images from ${SHADOW_REGISTRY})"
+"$HELM" upgrade --install "${RELEASE}" "${CHART}" --namespace "${NAMESPACE}" --create-namespace \
+  --set "global.imageRegistry=${SHADOW_REGISTRY}" \
+  --set "operator.image.tag=$(tag "${SHADOW_OPERATOR_IMAGE}")" \
+  --set "workspace.image.tag=$(tag "${SHADOW_WORKSPACE_IMAGE}")" \
+  --set "previewRouter.image.tag=$(tag "${SHADOW_ROUTER_IMAGE}")" \
+  --set previewRouter.enabled=true --set previewRouter.domain=preview.localhost --set previewRouter.scheme=http \
+  --wait --timeout 5m "$@" >/dev/null \
+  || {
+    kubectl -n "${NAMESPACE}" get pods -o wide >&2 || true
+    kubectl -n "${NAMESPACE}" logs deploy/"${RELEASE}" --tail 30 >&2 || true
+    die "helm install failed (pods and operator log above)"
+  }
+kubectl -n "${NAMESPACE}" rollout status deploy/"${RELEASE}" --timeout 180s >/dev/null
+info "operator ready: $(kubectl -n "${NAMESPACE}" get pods -l app.kubernetes.io/component=operator -o name)"

@@ -1,0 +1,3 @@
+module shadow-operator.local/images/kindnetd
+
+go 1.24

@@ -1,0 +1,3 @@
+module shadow-operator.local/images/pause
+
+go 1.24
