@@ -95,8 +95,16 @@ class Kube:
             )
         except ApiException as exc:
             raise _api_error(exc.status or 0, exc.reason or "", exc.body) from None
-        raw = await response.read()
-        return json.loads(raw) if raw else {}
+        # Without preloading, the transport hands back the raw aiohttp response and checks nothing.
+        try:
+            raw = await response.read()
+            status = int(response.status)
+        finally:
+            response.release()
+        if not 200 <= status <= 299:
+            raise _api_error(status, str(getattr(response, "reason", "") or ""), raw.decode(errors="replace"))
+        decoded: Body = json.loads(raw) if raw else {}
+        return decoded
 
     async def get(self, path: str) -> Body | None:
         try:
