@@ -9,10 +9,10 @@ TOOLS_BIN := $(CACHE)/bin
 export PATH := $(TOOLS_BIN):$(PATH)
 PYTEST_ARGS ?=
 
-.PHONY: help dev tools test unit integration lint fmt crds cluster-up cluster-down e2e demo clean
+.PHONY: help dev tools test unit integration lint fmt crds cluster-up cluster-down images kind-up kind-down e2e demo clean
 
 help: ## list targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 $(VENV)/.installed: pyproject.toml sandbox-runtime/pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -52,3 +52,18 @@ cluster-up: dev tools ## start a local control plane (etcd, apiserver, controlle
 
 cluster-down: dev ## stop the local control plane and every process it started
 	@$(PY) -m tests.support.controlplane down --dir $(CACHE)/cluster
+
+images: ## build every container image offline (cached) and push them to the local registry
+	hack/images.sh
+
+kind-up: images ## create (or reuse) the kind cluster `shadow` from hack/kind/config.yaml
+	hack/kind/cluster.sh up
+
+kind-down: ## delete the kind cluster
+	hack/kind/cluster.sh down
+
+e2e: dev ## dockerd, images, kind cluster, helm install, then the e2e tests on real pods
+	hack/e2e.sh
+
+demo: dev ## from a fresh machine to a sandbox running a command and serving a preview, on kind
+	hack/demo.sh

@@ -1,0 +1,170 @@
+"""Access to the kind cluster `make e2e` sets up (operator installed by Helm) for the e2e tests.
+
+SHADOW_E2E_KUBECONFIG points at the cluster (default: the kubeconfig hack/kind/cluster.sh writes);
+SHADOW_E2E_OPERATOR_NAMESPACE names the release namespace (default shadow-system).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+CACHE = Path(os.environ.get("SHADOW_CACHE", Path.home() / ".cache" / "shadow-operator"))
+KUBECONFIG = os.environ.get("SHADOW_E2E_KUBECONFIG", str(CACHE / "kind" / "kubeconfig"))
+OPERATOR_NAMESPACE = os.environ.get("SHADOW_E2E_OPERATOR_NAMESPACE", "shadow-system")
+DEFAULT_TEMPLATE = "workspace"
+EXT_GROUP, CORE_GROUP, VERSION = "extensions.agents.x-k8s.io", "agents.x-k8s.io", "v1beta1"
+READY_TIMEOUT = float(os.environ.get("SHADOW_E2E_READY_TIMEOUT", "180"))
+TIMINGS = CACHE / "e2e-timings.json"
+
+T = TypeVar("T")
+
+
+def eventually(probe: Callable[[], T | None], what: str, timeout: float = READY_TIMEOUT) -> T:
+    """Poll `probe` until it returns something truthy; fail with `what` and the last value otherwise."""
+    deadline = time.monotonic() + timeout
+    delay = 0.1
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(delay)
+        delay = min(delay * 1.5, 1.0)
+    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+def condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
+    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if cond.get("type") == kind:
+            return dict(cond)
+    return None
+
+
+def is_ready(obj: dict[str, Any] | None) -> bool:
+    cond = condition(obj, "Ready")
+    return bool(cond and cond.get("status") == "True")
+
+
+@dataclass
+class Cluster:
+    api: client.ApiClient
+    kubeconfig: str
+    core: client.CoreV1Api = field(init=False)
+    custom: client.CustomObjectsApi = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.core = client.CoreV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+
+    # -- Sandbox API objects -------------------------------------------------------------------------
+    def create(self, namespace: str, plural: str, body: dict[str, Any]) -> dict[str, Any]:
+        group = CORE_GROUP if plural == "sandboxes" else EXT_GROUP
+        body = {"apiVersion": f"{group}/{VERSION}", **body}
+        return dict(self.custom.create_namespaced_custom_object(group, VERSION, namespace, plural, body))
+
+    def get(self, namespace: str, plural: str, name: str) -> dict[str, Any] | None:
+        group = CORE_GROUP if plural == "sandboxes" else EXT_GROUP
+        try:
+            return dict(self.custom.get_namespaced_custom_object(group, VERSION, namespace, plural, name))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def list(self, namespace: str, plural: str) -> list[dict[str, Any]]:
+        group = CORE_GROUP if plural == "sandboxes" else EXT_GROUP
+        return list(self.custom.list_namespaced_custom_object(group, VERSION, namespace, plural)["items"])
+
+    def delete(self, namespace: str, plural: str, name: str) -> None:
+        group = CORE_GROUP if plural == "sandboxes" else EXT_GROUP
+        try:
+            self.custom.delete_namespaced_custom_object(group, VERSION, namespace, plural, name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def claim(self, namespace: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        return self.create(
+            namespace, "sandboxclaims", {"kind": "SandboxClaim", "metadata": {"name": name}, "spec": spec}
+        )
+
+    def wait_claim_ready(self, namespace: str, name: str, timeout: float = READY_TIMEOUT) -> dict[str, Any]:
+        def probe() -> dict[str, Any] | None:
+            claim = self.get(namespace, "sandboxclaims", name)
+            return claim if is_ready(claim) else None
+
+        return eventually(probe, f"SandboxClaim {namespace}/{name} Ready", timeout)
+
+    def sandbox_of(self, claim: dict[str, Any]) -> str:
+        return str(
+            ((claim.get("status") or {}).get("sandbox") or {}).get("name") or claim["metadata"]["name"]
+        )
+
+    # -- runtime access ------------------------------------------------------------------------------
+    def runtime_token(self, namespace: str, sandbox: str) -> str | None:
+        obj = self.get(namespace, "sandboxes", sandbox) or {}
+        secret_name = (obj.get("status") or {}).get("runtimeTokenSecret")
+        if not secret_name:
+            return None
+        secret = self.core.read_namespaced_secret(secret_name, namespace)
+        return base64.b64decode(secret.data["token"]).decode()
+
+    @contextmanager
+    def runtime(self, namespace: str, sandbox: str) -> Iterator[httpx.Client]:
+        """An HTTP client for the sandbox's runtime, through `kubectl port-forward` to its pod."""
+        proc = subprocess.Popen(
+            [
+                "kubectl",
+                "--kubeconfig",
+                self.kubeconfig,
+                "-n",
+                namespace,
+                "port-forward",
+                f"pod/{sandbox}",
+                ":8888",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            match = re.search(r"127\.0\.0\.1:(\d+)", line)
+            if not match:
+                proc.kill()
+                pytest.fail(f"kubectl port-forward failed: {line}{proc.stderr.read() if proc.stderr else ''}")
+            token = self.runtime_token(namespace, sandbox)
+            headers = {"Authorization": f"Bearer {token}"} if token else {}
+            with httpx.Client(
+                base_url=f"http://127.0.0.1:{match.group(1)}", headers=headers, timeout=60
+            ) as http:
+                yield http
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+
+    # -- operator ------------------------------------------------------------------------------------
+    def operator_pods(self) -> list[client.V1Pod]:
+        pods = self.core.list_namespaced_pod(
+            OPERATOR_NAMESPACE, label_selector="app.kubernetes.io/component=operator"
+        ).items
+        return [p for p in pods if p.metadata.deletion_timestamp is None]
+
+
+def pod_ready(pod: client.V1Pod) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or []))

@@ -1,0 +1,71 @@
+"""Fixtures for end-to-end tests against the kind cluster `make e2e` sets up (see tests/e2e/cluster.py)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client, config
+
+from tests.e2e.cluster import (
+    DEFAULT_TEMPLATE,
+    KUBECONFIG,
+    OPERATOR_NAMESPACE,
+    TIMINGS,
+    Cluster,
+    eventually,
+    pod_ready,
+)
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    if not Path(KUBECONFIG).exists():
+        pytest.fail(f"no kind cluster kubeconfig at {KUBECONFIG}: run `make e2e` (it creates the cluster)")
+    api = config.new_client_from_config(config_file=KUBECONFIG)
+    cl = Cluster(api=api, kubeconfig=KUBECONFIG)
+    eventually(lambda: [p for p in cl.operator_pods() if pod_ready(p)], "a Ready operator pod", 120)
+    try:
+        yield cl
+    finally:
+        api.close()
+
+
+@pytest.fixture(scope="module")
+def e2e_namespace(cluster: Cluster) -> Iterator[str]:
+    """A fresh namespace holding a copy of the chart's default SandboxTemplate."""
+    name = f"e2e-{uuid.uuid4().hex[:8]}"
+    cluster.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    template = cluster.get(OPERATOR_NAMESPACE, "sandboxtemplates", DEFAULT_TEMPLATE)
+    assert template is not None, (
+        f"the chart's SandboxTemplate {OPERATOR_NAMESPACE}/{DEFAULT_TEMPLATE} is missing"
+    )
+    cluster.create(
+        name,
+        "sandboxtemplates",
+        {"kind": "SandboxTemplate", "metadata": {"name": DEFAULT_TEMPLATE}, "spec": template["spec"]},
+    )
+    try:
+        yield name
+    finally:
+        _cleanup(cluster, name)
+
+
+def _cleanup(cluster: Cluster, namespace: str) -> None:
+    # Claims first, while the operator can still run its finalizers; then the namespace.
+    for claim in cluster.list(namespace, "sandboxclaims"):
+        cluster.delete(namespace, "sandboxclaims", claim["metadata"]["name"])
+    cluster.core.delete_namespace(namespace)
+
+
+@pytest.fixture(scope="session")
+def timings() -> Iterator[dict[str, float]]:
+    """Durations measured by the tests, written to ~/.cache/shadow-operator/e2e-timings.json."""
+    measured: dict[str, float] = {}
+    yield measured
+    if measured:
+        TIMINGS.parent.mkdir(parents=True, exist_ok=True)
+        TIMINGS.write_text(json.dumps(measured, indent=2, sort_keys=True) + "\n")

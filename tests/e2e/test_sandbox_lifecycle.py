@@ -1,0 +1,205 @@
+"""Real pods on a kind cluster: claims become running workspaces whose runtime executes commands and keeps
+files; warm pools hand out pre-started sandboxes; deleting a claim removes everything it created; an
+operator restart changes nothing that already exists.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from tests.e2e.cluster import DEFAULT_TEMPLATE, Cluster, eventually, is_ready
+
+pytestmark = pytest.mark.e2e
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def exec_in(cluster: Cluster, namespace: str, sandbox: str, *argv: str) -> dict[str, Any]:
+    with cluster.runtime(namespace, sandbox) as http:
+        response = http.post("/v1/exec", json={"argv": list(argv)})
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+@pytest.fixture(scope="module")
+def cold_sandbox(cluster: Cluster, e2e_namespace: str, timings: dict[str, float]) -> str:
+    name = unique("cold")
+    started = time.monotonic()
+    cluster.claim(e2e_namespace, name, {"sandboxTemplateRef": {"name": DEFAULT_TEMPLATE}})
+    claim = cluster.wait_claim_ready(e2e_namespace, name)
+    timings["cold_claim_ready_seconds"] = round(time.monotonic() - started, 2)
+    return cluster.sandbox_of(claim)
+
+
+def test_cold_claim_runs_a_command(cluster: Cluster, e2e_namespace: str, cold_sandbox: str) -> None:
+    sandbox = cluster.get(e2e_namespace, "sandboxes", cold_sandbox)
+    assert is_ready(sandbox), sandbox
+    pod = cluster.core.read_namespaced_pod(cold_sandbox, e2e_namespace)
+    assert pod.status.phase == "Running"
+
+    result = exec_in(cluster, e2e_namespace, cold_sandbox, "sh", "-c", "echo hello from $(hostname); id -u")
+    assert result["exit_code"] == 0, result
+    assert result["stdout"] == f"hello from {cold_sandbox}\n1000\n"
+
+
+def test_file_written_and_read_back(cluster: Cluster, e2e_namespace: str, cold_sandbox: str) -> None:
+    content = f"written by the e2e test {uuid.uuid4()}\n".encode()
+    with cluster.runtime(e2e_namespace, cold_sandbox) as http:
+        put = http.put("/v1/files/notes/hello.txt", content=content)
+        assert put.status_code == 204, put.text
+        got = http.get("/v1/files/notes/hello.txt")
+        assert got.status_code == 200, got.text
+        assert got.content == content
+        # The file is on the pod's filesystem, not only in the runtime's view of it.
+        shown = http.post("/v1/exec", json={"argv": ["cat", "/workspace/notes/hello.txt"]}).json()
+    assert shown["stdout"].encode() == content
+
+
+def test_warm_pool_claim_adopts_a_ready_sandbox(
+    cluster: Cluster, e2e_namespace: str, timings: dict[str, float]
+) -> None:
+    pool = unique("pool")
+    cluster.create(
+        e2e_namespace,
+        "sandboxwarmpools",
+        {
+            "kind": "SandboxWarmPool",
+            "metadata": {"name": pool},
+            "spec": {"replicas": 1, "sandboxTemplateRef": {"name": DEFAULT_TEMPLATE}},
+        },
+    )
+
+    def warm_ready() -> list[str]:
+        warm = [
+            s["metadata"]["name"]
+            for s in cluster.list(e2e_namespace, "sandboxes")
+            if is_ready(s)
+            and any(
+                o.get("kind") == "SandboxWarmPool" and o.get("name") == pool
+                for o in s["metadata"].get("ownerReferences", [])
+            )
+        ]
+        return warm
+
+    warm = eventually(warm_ready, f"a Ready sandbox in warm pool {pool}")
+
+    name = unique("warm")
+    started = time.monotonic()
+    cluster.claim(e2e_namespace, name, {"warmPoolRef": {"name": pool}})
+    claim = cluster.wait_claim_ready(e2e_namespace, name)
+    timings["warm_claim_ready_seconds"] = round(time.monotonic() - started, 2)
+
+    adopted = cluster.sandbox_of(claim)
+    assert adopted in warm, f"claim got {adopted}, not one of the warm sandboxes {warm}"
+    sandbox = cluster.get(e2e_namespace, "sandboxes", adopted)
+    assert sandbox is not None
+    controllers = [o for o in sandbox["metadata"]["ownerReferences"] if o.get("controller")]
+    assert [(o["kind"], o["name"]) for o in controllers] == [("SandboxClaim", name)]
+
+    result = exec_in(cluster, e2e_namespace, adopted, "echo", "warm")
+    assert result["stdout"] == "warm\n"
+    # The pool refills to its size with a new sandbox.
+    eventually(lambda: [s for s in warm_ready() if s != adopted], f"warm pool {pool} replenished")
+
+
+def children(cluster: Cluster, namespace: str, sandbox: str) -> dict[str, list[str]]:
+    """Every object the operator created for a sandbox, found by owner reference."""
+
+    def owned_by(obj: Any, kind: str, name: str) -> bool:
+        return any(o.kind == kind and o.name == name for o in obj.metadata.owner_references or [])
+
+    found: dict[str, list[str]] = {"sandboxes": [], "pods": [], "services": [], "secrets": [], "pvcs": []}
+    if cluster.get(namespace, "sandboxes", sandbox) is not None:
+        found["sandboxes"].append(sandbox)
+    for kind, items in (
+        ("pods", cluster.core.list_namespaced_pod(namespace).items),
+        ("services", cluster.core.list_namespaced_service(namespace).items),
+        ("secrets", cluster.core.list_namespaced_secret(namespace).items),
+        ("pvcs", cluster.core.list_namespaced_persistent_volume_claim(namespace).items),
+    ):
+        found[kind] = [o.metadata.name for o in items if owned_by(o, "Sandbox", sandbox)]
+    return found
+
+
+def test_deleting_the_claim_removes_every_child(cluster: Cluster, e2e_namespace: str) -> None:
+    name = unique("gone")
+    cluster.claim(e2e_namespace, name, {"sandboxTemplateRef": {"name": DEFAULT_TEMPLATE}})
+    sandbox = cluster.sandbox_of(cluster.wait_claim_ready(e2e_namespace, name))
+    before = children(cluster, e2e_namespace, sandbox)
+    assert before["sandboxes"] == [sandbox]
+    assert before["pods"] == [sandbox]
+    assert before["services"] == [sandbox]
+
+    cluster.delete(e2e_namespace, "sandboxclaims", name)
+
+    def all_gone() -> bool:
+        left = children(cluster, e2e_namespace, sandbox)
+        return cluster.get(e2e_namespace, "sandboxclaims", name) is None and not any(left.values())
+
+    eventually(all_gone, f"claim {name} and its children deleted ({before})")
+    for secret in before["secrets"]:
+        with pytest.raises(ApiException) as exc:
+            cluster.core.read_namespaced_secret(secret, e2e_namespace)
+        assert exc.value.status == 404
+
+
+def snapshot(cluster: Cluster, namespace: str, sandbox: str) -> dict[str, Any]:
+    obj = cluster.get(namespace, "sandboxes", sandbox)
+    assert obj is not None
+    pod = cluster.core.read_namespaced_pod(sandbox, namespace)
+    service = cluster.core.read_namespaced_service(sandbox, namespace)
+    return {
+        "sandbox_uid": obj["metadata"]["uid"],
+        "sandbox_spec": obj["spec"],
+        "pod_uid": pod.metadata.uid,
+        "pod_restarts": [c.restart_count for c in pod.status.container_statuses or []],
+        "service_uid": service.metadata.uid,
+        "ready": is_ready(obj),
+    }
+
+
+def test_operator_restart_changes_nothing(cluster: Cluster, e2e_namespace: str) -> None:
+    steady = unique("steady")
+    cluster.claim(e2e_namespace, steady, {"sandboxTemplateRef": {"name": DEFAULT_TEMPLATE}})
+    steady_sandbox = cluster.sandbox_of(cluster.wait_claim_ready(e2e_namespace, steady))
+    before = snapshot(cluster, e2e_namespace, steady_sandbox)
+
+    (old,) = cluster.operator_pods()
+    # A claim created just before the operator goes away is finished by its successor.
+    midway = unique("midway")
+    cluster.claim(e2e_namespace, midway, {"sandboxTemplateRef": {"name": DEFAULT_TEMPLATE}})
+    cluster.core.delete_namespaced_pod(old.metadata.name, old.metadata.namespace, grace_period_seconds=0)
+
+    def successor_ready() -> bool:
+        pods = cluster.operator_pods()
+        return any(
+            p.metadata.uid != old.metadata.uid
+            and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+            for p in pods
+        )
+
+    eventually(successor_ready, "a new Ready operator pod")
+    midway_sandbox = cluster.sandbox_of(cluster.wait_claim_ready(e2e_namespace, midway))
+
+    # The claim made mid-way got exactly one sandbox and one pod.
+    owned = [
+        s["metadata"]["name"]
+        for s in cluster.list(e2e_namespace, "sandboxes")
+        if any(
+            o.get("kind") == "SandboxClaim" and o.get("name") == midway
+            for o in s["metadata"]["ownerReferences"]
+        )
+    ]
+    assert owned == [midway_sandbox]
+    assert children(cluster, e2e_namespace, midway_sandbox)["pods"] == [midway_sandbox]
+
+    # The sandbox that existed before the restart was left exactly as it was.
+    assert snapshot(cluster, e2e_namespace, steady_sandbox) == before
+    assert is_ready(cluster.get(e2e_namespace, "sandboxclaims", steady))
