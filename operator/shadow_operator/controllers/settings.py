@@ -16,6 +16,14 @@ from shadow_operator.controllers.queue import WorkQueue
 _metrics_started: set[int] = set()
 
 
+@kopf.on.login()
+def login(logger: kopf.Logger, **kwargs: Any) -> kopf.ConnectionInfo | None:
+    """In-cluster service account first, else the kubeconfig: no extra client library needed for kopf."""
+    return kopf.login_with_service_account(logger=logger, **kwargs) or kopf.login_with_kubeconfig(
+        logger=logger, **kwargs
+    )
+
+
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, logger: kopf.Logger, **_: Any) -> None:
     config = runtime.Config.from_env()
