@@ -269,6 +269,9 @@ class ControlPlane:
                 "--authorization-mode=Node,RBAC",
                 "--allow-privileged=true",
                 "--enable-priority-and-fairness=false",
+                # Without the node lifecycle controller nothing would lift the not-ready taint this plugin
+                # puts on new nodes, and no pod would ever schedule on the kwok nodes.
+                "--disable-admission-plugins=TaintNodesByCondition",
                 f"--cert-dir={pki}",
                 "--profiling=false",
             ],
