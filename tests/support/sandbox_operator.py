@@ -59,12 +59,13 @@ def install_crds(api: client.ApiClient) -> None:
 
 
 @contextlib.contextmanager
-def in_process_operator() -> Iterator[Any]:
-    """Run the operator in a thread (KopfRunner); fail the test if it crashed."""
+def in_process_operator(**env: str) -> Iterator[Any]:
+    """Run the operator in a thread (KopfRunner); fail the test if it crashed. `env`: extra settings."""
     from kopf.testing import KopfRunner
 
-    saved = {k: os.environ.get(k) for k in OPERATOR_ENV}
-    os.environ.update(OPERATOR_ENV)
+    settings = {**OPERATOR_ENV, **env}
+    saved = {k: os.environ.get(k) for k in settings}
+    os.environ.update(settings)
     try:
         with KopfRunner(
             ["run", "--all-namespaces", "--standalone", "-m", "shadow_operator.controllers"], timeout=60
