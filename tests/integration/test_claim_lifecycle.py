@@ -138,3 +138,25 @@ def test_claim_expiry(objs: Objects, policy: str) -> None:
     else:
         objs.wait_gone(CLAIM, name, timeout=60)
     objs.wait_gone(SANDBOX, name, timeout=60)
+
+
+def test_finished_pod_is_mirrored_and_ttl_deletes_the_claim(objs: Objects) -> None:
+    objs.create(TEMPLATE, template_body("job"))
+    spec = {"sandboxTemplateRef": {"name": "job"}, "lifecycle": {"ttlSecondsAfterFinished": 2}}
+    objs.create(CLAIM, {"metadata": {"name": "oneshot"}, "spec": spec})
+    objs.wait_condition(CLAIM, "oneshot", "True")
+    pod_uid = objs.core.read_namespaced_pod("oneshot", objs.namespace).metadata.uid
+    # kwok keeps whatever terminal phase it is given: play the kubelet reporting a completed container.
+    objs.core.patch_namespaced_pod_status(
+        "oneshot",
+        objs.namespace,
+        {"status": {"phase": "Succeeded", "conditions": [{"type": "Ready", "status": "False"}]}},
+    )
+    sandbox = objs.wait_condition(SANDBOX, "oneshot", "True", c.REASON_POD_SUCCEEDED, type_="Finished")
+    ready = next(cond for cond in sandbox["status"]["conditions"] if cond["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", c.REASON_POD_SUCCEEDED)
+    # A finished pod is reported, not replaced behind the user's back.
+    pod = objs.core.read_namespaced_pod("oneshot", objs.namespace)
+    assert (pod.metadata.uid, pod.status.phase) == (pod_uid, "Succeeded")
+    objs.wait_condition(CLAIM, "oneshot", "True", c.REASON_POD_SUCCEEDED, type_="Finished")
+    objs.wait_gone(CLAIM, "oneshot", timeout=30)

@@ -89,17 +89,14 @@ class WorkQueue:
         started = time.monotonic()
         metrics.RECONCILES.labels(self.kind).inc()
         try:
-            again = await self._reconcile(*key)
+            again = await self._guarded(*key)
         except kopf.TemporaryError as exc:
             metrics.RECONCILE_ERRORS.labels(self.kind, "temporary").inc()
             self._log.info("%s %s/%s: retrying in %.1fs: %s", self.kind, *key, exc.delay or 1.0, exc)
             self.add(*key, delay=float(exc.delay or 1.0))
         except ApiError as exc:
             metrics.RECONCILE_ERRORS.labels(self.kind, f"http_{exc.status}").inc()
-            if exc.conflict:
-                self.add(*key, delay=CONFLICT_RETRY)
-            else:
-                self._retry(key, exc)
+            self._retry(key, exc)
         except Exception as exc:
             metrics.RECONCILE_ERRORS.labels(self.kind, type(exc).__name__).inc()
             self._retry(key, exc)
@@ -109,6 +106,15 @@ class WorkQueue:
                 self.add(*key, delay=max(again, 0.01))
         finally:
             metrics.RECONCILE_DURATION.labels(self.kind).observe(time.monotonic() - started)
+
+    async def _guarded(self, namespace: str, name: str) -> float | None:
+        """Run the reconcile; a 409 (someone changed the object since we read it) is a quick retry."""
+        try:
+            return await self._reconcile(namespace, name)
+        except ApiError as exc:
+            if exc.conflict and not exc.already_exists:
+                raise kopf.TemporaryError(f"conflict: {exc.message}", delay=CONFLICT_RETRY) from exc
+            raise
 
     def _retry(self, key: Key, exc: BaseException) -> None:
         count = self._failures.get(key, 0) + 1
