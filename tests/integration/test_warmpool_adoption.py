@@ -75,7 +75,9 @@ def test_pool_fills_and_reports_status(objs: Objects) -> None:
 def test_claim_adopts_a_ready_warm_sandbox_and_pool_replenishes(objs: Objects) -> None:
     make_pool(objs, 1)
     [candidate] = warm(objs, "pool")
-    objs.create(CLAIM, {"metadata": {"name": "fast"}, "spec": {"warmPoolRef": {"name": "pool"}}})
+    extra = {"labels": {"team": "blue", "app": "not-overriding"}, "annotations": {"note": "hi"}}
+    spec = {"warmPoolRef": {"name": "pool"}, "additionalPodMetadata": extra}
+    objs.create(CLAIM, {"metadata": {"name": "fast"}, "spec": spec})
     claim = objs.wait_condition(CLAIM, "fast", "True")
     assert claim["status"]["sandbox"]["name"] == candidate["metadata"]["name"]
     adopted = objs.get(SANDBOX, candidate["metadata"]["name"])
@@ -89,6 +91,21 @@ def test_claim_adopts_a_ready_warm_sandbox_and_pool_replenishes(objs: Objects) -
     assert (
         claim_now["metadata"]["annotations"][c.ANNOTATION_ASSIGNED_SANDBOX] == candidate["metadata"]["name"]
     )
+
+    # The claim's pod metadata reaches the running pod without overriding the template's.
+    def pod_relabelled() -> bool:
+        pod = objs.core.read_namespaced_pod(candidate["metadata"]["name"], objs.namespace)
+        labels = pod.metadata.labels
+        return (
+            labels.get("team") == "blue"
+            and labels.get(c.LABEL_CLAIM_UID) == claim["metadata"]["uid"]
+            and c.LABEL_WARM_POOL not in labels
+            and (pod.metadata.annotations or {}).get("note") == "hi"
+        )
+
+    wait_for(pod_relabelled, timeout=30, what="adopted pod carries the claim's metadata")
+    pod = objs.core.read_namespaced_pod(candidate["metadata"]["name"], objs.namespace)
+    assert pod.metadata.labels["app"] == "sandbox"
     # The pool replaces what was taken.
     wait_for(
         lambda: len([s for s in warm(objs, "pool") if ready(s)]) == 1, timeout=60, what="replenished pool"

@@ -36,6 +36,8 @@ def _post(obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None
 
 async def _send(event: dict[str, Any]) -> None:
     try:
-        await runtime.current().kube.create(resource_path("v1", "events", event["metadata"]["namespace"]), event)
+        await runtime.current().kube.create(
+            resource_path("v1", "events", event["metadata"]["namespace"]), event
+        )
     except Exception as exc:
         _log.info("could not post event %s: %s", event["reason"], exc)

@@ -175,16 +175,23 @@ async def _adopt_if_allowed(
 
 
 async def _sync_pod_metadata(kube: Kube, sandbox: dict[str, Any], pod: dict[str, Any]) -> None:
-    """Add template labels/annotations the Pod lacks (e.g. merged in by a claim on adoption); never remove."""
-    desired = res.build_pod(sandbox, token_secret=naming.token_secret_name(sandbox["metadata"]["name"]))[
-        "metadata"
-    ]
-    patch: dict[str, dict[str, str]] = {}
+    """Add template labels/annotations the Pod lacks (e.g. merged in by a claim on adoption).
+
+    User keys are never removed; of our own propagated labels, those that no longer apply (the warm-pool
+    label after adoption) are.
+    """
+    token_secret = naming.token_secret_name(sandbox["metadata"]["name"])
+    desired = res.build_pod(sandbox, token_secret=token_secret)["metadata"]
+    patch: dict[str, dict[str, str | None]] = {}
     for kind in ("labels", "annotations"):
         current = pod["metadata"].get(kind) or {}
-        missing = {k: v for k, v in desired[kind].items() if current.get(k) != v}
-        if missing:
-            patch[kind] = missing
+        changes: dict[str, str | None] = {k: v for k, v in desired[kind].items() if current.get(k) != v}
+        if kind == "labels":
+            changes.update(
+                {k: None for k in res.PROPAGATED_LABELS if k in current and k not in desired[kind]}
+            )
+        if changes:
+            patch[kind] = changes
     if patch:
         await kube.merge_patch(
             core("pods", pod["metadata"]["namespace"], pod["metadata"]["name"]), {"metadata": patch}

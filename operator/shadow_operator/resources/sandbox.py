@@ -18,6 +18,10 @@ Body = Mapping[str, Any]
 Manifest = dict[str, Any]
 
 
+# Sandbox labels copied onto its Pod so pods can be selected by claim, pool or template.
+PROPAGATED_LABELS = (c.LABEL_CLAIM_UID, c.LABEL_WARM_POOL, c.LABEL_TEMPLATE_REF_HASH)
+
+
 def is_reserved_key(key: str) -> bool:
     return key.startswith(c.RESERVED_PREFIXES)
 
@@ -150,7 +154,7 @@ def build_pod(sandbox: Body, *, token_secret: str) -> Manifest:
     inject_runtime_token(spec, token_secret)
     labels = drop_reserved(template_meta.get("labels"))
     labels[c.LABEL_SANDBOX_NAME_HASH] = naming.name_hash(meta["name"])
-    for key in (c.LABEL_CLAIM_UID, c.LABEL_WARM_POOL, c.LABEL_TEMPLATE_REF_HASH):
+    for key in PROPAGATED_LABELS:
         if meta.get("labels", {}).get(key):
             labels[key] = meta["labels"][key]
     return {
