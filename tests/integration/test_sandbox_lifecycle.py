@@ -205,3 +205,34 @@ def test_v1alpha1_replicas_zero_suspends(objs: Objects) -> None:
     objs.wait_condition(
         SANDBOX, "legacy", "True", c.REASON_POD_TERMINATED, type_="Suspended", version="v1alpha1"
     )
+
+
+def test_foreign_objects_are_not_taken_over(objs: Objects) -> None:
+    ns = objs.namespace
+    objs.core.create_namespaced_service(
+        ns, {"metadata": {"name": "taken"}, "spec": {"ports": [{"port": 80}], "selector": {"app": "other"}}}
+    )
+    objs.create(SANDBOX, sandbox_body("taken"))
+    sandbox = objs.wait_condition(SANDBOX, "taken", "False", c.REASON_RECONCILER_ERROR)
+    ready = next(cond for cond in sandbox["status"]["conditions"] if cond["type"] == "Ready")
+    assert ready["message"] == "Error seen: Service 'taken' exists and is not owned by this Sandbox"
+    assert objs.core.read_namespaced_service("taken", ns).spec.selector == {"app": "other"}
+    # Once the owner of the name removes it, the sandbox recovers by itself.
+    objs.core.delete_namespaced_service("taken", ns)
+    objs.wait_condition(SANDBOX, "taken", "True", timeout=60)
+
+
+def test_adoptable_unowned_service_is_adopted(objs: Objects) -> None:
+    ns = objs.namespace
+    objs.core.create_namespaced_service(
+        ns,
+        {
+            "metadata": {"name": "handover", "labels": {c.LABEL_ADOPTABLE: "true"}},
+            "spec": {"clusterIP": "None", "ports": [{"port": 80}], "selector": {"app": "other"}},
+        },
+    )
+    objs.create(SANDBOX, sandbox_body("handover"))
+    sandbox = objs.wait_condition(SANDBOX, "handover", "True")
+    service = objs.core.read_namespaced_service("handover", ns)
+    assert service.metadata.owner_references[0].uid == sandbox["metadata"]["uid"]
+    assert service.spec.selector == {c.LABEL_SANDBOX_NAME_HASH: naming.name_hash("handover")}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import builtins
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kubernetes_asyncio import client as k8s_client
@@ -132,7 +132,7 @@ class Kube:
     async def merge_patch(self, path: str, patch: Mapping[str, Any]) -> Body:
         return await self.request("PATCH", path, body=patch, content_type="application/merge-patch+json")
 
-    async def json_patch(self, path: str, ops: builtins.list[Mapping[str, Any]]) -> Body:
+    async def json_patch(self, path: str, ops: Sequence[Mapping[str, Any]]) -> Body:
         return await self.request("PATCH", path, body=ops, content_type="application/json-patch+json")
 
     async def replace(self, path: str, body: Mapping[str, Any]) -> Body:

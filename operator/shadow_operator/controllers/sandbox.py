@@ -17,6 +17,12 @@ from shadow_operator.resources import sandbox as res
 
 KIND = "Sandbox"
 RESYNC_SECONDS = 300.0
+# A foreign object holding a child's name may be removed by someone else; look again now and then.
+CONFLICT_RECHECK_SECONDS = 10.0
+
+
+class ChildConflict(Exception):
+    """A child's deterministic name is taken by an object this Sandbox does not own (and may not adopt)."""
 
 
 def sandboxes(namespace: str, name: str | None = None, sub: str | None = None) -> str:
@@ -77,9 +83,10 @@ async def reconcile(namespace: str, name: str) -> float | None:
 
     seen = await _reconcile_children(kube, sandbox)
     await _write_status(kube, sandbox, seen)
+    delays = [CONFLICT_RECHECK_SECONDS] if seen.error else []
     if shutdown is not None:
-        return min((shutdown - now).total_seconds(), RESYNC_SECONDS)
-    return None
+        delays.append(min((shutdown - now).total_seconds(), RESYNC_SECONDS))
+    return min(delays) if delays else None
 
 
 async def _reconcile_children(kube: Kube, sandbox: dict[str, Any]) -> res.Observed:
@@ -131,7 +138,10 @@ async def _reconcile_children(kube: Kube, sandbox: dict[str, Any]) -> res.Observ
     elif pod["metadata"].get("deletionTimestamp") is None:
         await _sync_pod_metadata(kube, sandbox, pod)
 
-    service = await _reconcile_service(kube, sandbox)
+    try:
+        service = await _reconcile_service(kube, sandbox)
+    except ChildConflict as conflict:
+        return res.Observed(pod=pod, pod_owned=pod_owned, error=str(conflict))
     return res.Observed(pod=pod, pod_owned=pod_owned, service=service)
 
 
@@ -207,9 +217,7 @@ async def _reconcile_service(kube: Kube, sandbox: dict[str, Any]) -> dict[str, A
         if wanted:
             service = await _adopt_if_allowed(kube, sandbox, service, "services")
             if service is None:
-                raise kopf.TemporaryError(
-                    f"Service {meta['name']!r} exists and is not owned by this Sandbox", delay=10
-                )
+                raise ChildConflict(f"Service {meta['name']!r} exists and is not owned by this Sandbox")
         else:
             return None
     if wanted is False:
@@ -231,12 +239,13 @@ async def _reconcile_service(kube: Kube, sandbox: dict[str, Any]) -> dict[str, A
         {k: p.get(k) for k in ("name", "port", "protocol", "targetPort")}
         for p in service["spec"].get("ports") or ()
     ]
-    if wanted and (
-        current_ports != desired["ports"] or service["spec"].get("selector") != desired["selector"]
-    ):
-        service = await kube.merge_patch(
-            path, {"spec": {"ports": desired["ports"], "selector": desired["selector"]}}
-        )
+    selector = service["spec"].get("selector")
+    if (wanted and current_ports != desired["ports"]) or selector != desired["selector"]:
+        # A JSON patch replaces the selector map whole; a merge patch would keep foreign keys in it.
+        ops: list[dict[str, Any]] = [{"op": "add", "path": "/spec/selector", "value": desired["selector"]}]
+        if wanted:
+            ops.append({"op": "add", "path": "/spec/ports", "value": desired["ports"]})
+        service = await kube.json_patch(path, ops)
     return service
 
 
