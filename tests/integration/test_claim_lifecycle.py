@@ -122,7 +122,7 @@ def test_env_rejected_by_template_policy(objs: Objects) -> None:
     assert objs.get(SANDBOX, "envy") is None
 
 
-@pytest.mark.parametrize("policy", ["Retain", "Delete"])
+@pytest.mark.parametrize("policy", ["Retain", "Delete", "DeleteForeground"])
 def test_claim_expiry(objs: Objects, policy: str) -> None:
     objs.create(TEMPLATE, template_body("tpl"))
     name = f"short-{policy.lower()}"
