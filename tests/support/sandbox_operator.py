@@ -28,7 +28,7 @@ CLAIM = ("extensions.agents.x-k8s.io", "sandboxclaims")
 TEMPLATE = ("extensions.agents.x-k8s.io", "sandboxtemplates")
 POOL = ("extensions.agents.x-k8s.io", "sandboxwarmpools")
 KINDS = {SANDBOX: "Sandbox", CLAIM: "SandboxClaim", TEMPLATE: "SandboxTemplate", POOL: "SandboxWarmPool"}
-OPERATOR_ENV = {"SHADOW_METRICS_PORT": "0", "SHADOW_WORKERS": "8"}
+OPERATOR_ENV = {"SHADOW_METRICS_PORT": "0"}
 
 
 def install_crds(api: client.ApiClient) -> None:

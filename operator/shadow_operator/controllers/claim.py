@@ -19,6 +19,7 @@ from shadow_operator.resources import sandbox as res
 KIND = "SandboxClaim"
 MISSING_REFERENT_RETRY = 30.0
 ADOPTION_ATTEMPTS = 5
+REPLENISH_DELAY = 0.5
 
 
 def claims(namespace: str, name: str | None = None, sub: str | None = None) -> str:
@@ -122,7 +123,7 @@ async def _bound_sandbox(kube: Kube, claim: dict[str, Any]) -> dict[str, Any] | 
 async def _provision(kube: Kube, claim: dict[str, Any]) -> tuple[dict[str, Any], str]:
     meta, spec = claim["metadata"], claim["spec"]
     namespace = meta["namespace"]
-    pool_names: list[str] = []
+    candidate_pools: list[dict[str, Any]] = []
     if spec.get("warmPoolRef"):
         pool = await kube.get(pools(namespace, spec["warmPoolRef"]["name"]))
         if pool is None:
@@ -130,20 +131,21 @@ async def _provision(kube: Kube, claim: dict[str, Any]) -> tuple[dict[str, Any],
                 c.REASON_WARM_POOL_NOT_FOUND, f"SandboxWarmPool {spec['warmPoolRef']['name']!r} not found"
             )
         template_name = pool["spec"]["sandboxTemplateRef"]["name"]
-        pool_names = [pool["metadata"]["name"]]
+        candidate_pools = [pool]
     else:
         template_name = spec["sandboxTemplateRef"]["name"]
         policy = spec.get("warmpool") or "none"
         if policy == "default":
-            pool_names = [
-                p["metadata"]["name"]
+            candidate_pools = [
+                p
                 for p in await kube.list(pools(namespace))
                 if p["spec"]["sandboxTemplateRef"]["name"] == template_name
             ]
         elif policy != "none":
-            if await kube.get(pools(namespace, policy)) is None:
+            named = await kube.get(pools(namespace, policy))
+            if named is None:
                 raise Blocked(c.REASON_WARM_POOL_NOT_FOUND, f"SandboxWarmPool {policy!r} not found")
-            pool_names = [policy]
+            candidate_pools = [named]
 
     template = await kube.get(templates(namespace, template_name))
     if template is None:
@@ -151,8 +153,8 @@ async def _provision(kube: Kube, claim: dict[str, Any]) -> tuple[dict[str, Any],
     try:
         blueprint.check_metadata(claim)
         wants_cold = bool(spec.get("env") or spec.get("volumeClaimTemplates"))
-        if pool_names and not wants_cold:
-            adopted = await _adopt(kube, claim, pool_names)
+        if candidate_pools and not wants_cold:
+            adopted = await _adopt(kube, claim, candidate_pools)
             if adopted is not None:
                 return adopted, c.LAUNCH_WARM
         manifest = blueprint.build_claimed_sandbox(claim, template)
@@ -180,15 +182,15 @@ async def _create_cold(kube: Kube, claim: dict[str, Any], manifest: dict[str, An
     return created
 
 
-async def _adopt(kube: Kube, claim: dict[str, Any], pool_names: list[str]) -> dict[str, Any] | None:
+async def _adopt(
+    kube: Kube, claim: dict[str, Any], candidate_pools: list[dict[str, Any]]
+) -> dict[str, Any] | None:
     """Take over a warm sandbox; the resourceVersion guard makes concurrent claims pick different ones."""
     namespace = claim["metadata"]["namespace"]
-    for pool_name in pool_names:
-        pool = await kube.get(pools(namespace, pool_name))
-        if pool is None:
-            continue
+    for pool in candidate_pools:
+        pool_name = pool["metadata"]["name"]
         for _ in range(ADOPTION_ATTEMPTS):
-            candidates = await _candidates(kube, pool)
+            candidates = await _candidates(kube, pool, claim["metadata"]["uid"])
             if not candidates:
                 break
             for candidate in candidates:
@@ -214,13 +216,16 @@ async def _adopt(kube: Kube, claim: dict[str, Any], pool_names: list[str]) -> di
                     reason="SandboxAdopted",
                     message=f"Adopted warm pool Sandbox {adopted['metadata']['name']}",
                 )
-                runtime.current().queue("SandboxWarmPool").add(namespace, pool_name)
+                # Replenish a moment later: during a burst, serving claims comes before refilling the pool.
+                runtime.current().queue("SandboxWarmPool").add(namespace, pool_name, delay=REPLENISH_DELAY)
                 runtime.current().queue("Sandbox").add(namespace, adopted["metadata"]["name"])
                 return adopted
     return None
 
 
-async def _candidates(kube: Kube, pool: dict[str, Any]) -> list[dict[str, Any]]:
+async def _candidates(kube: Kube, pool: dict[str, Any], claim_uid: str) -> list[dict[str, Any]]:
+    """Ready sandboxes first (oldest first), rotated per claim so that a burst of claims spreads over them
+    instead of all racing for the same one; then the sandboxes that are still starting."""
     meta = pool["metadata"]
     items = await kube.list(
         sandboxes(meta["namespace"]), labels=f"{c.LABEL_WARM_POOL}={naming.name_hash(meta['name'])}"
@@ -230,14 +235,13 @@ async def _candidates(kube: Kube, pool: dict[str, Any]) -> list[dict[str, Any]]:
         for s in items
         if res.controller_uid(s) == meta["uid"] and not s["metadata"].get("deletionTimestamp")
     ]
-    # Ready first, then oldest first.
-    usable.sort(
-        key=lambda s: (
-            not conds.is_true((s.get("status") or {}).get("conditions"), c.COND_READY),
-            s["metadata"]["creationTimestamp"],
-        )
-    )
-    return usable
+    usable.sort(key=lambda s: s["metadata"]["creationTimestamp"])
+    ready = [s for s in usable if conds.is_true((s.get("status") or {}).get("conditions"), c.COND_READY)]
+    starting = [s for s in usable if s not in ready]
+    if ready:
+        offset = int(naming.name_hash(claim_uid), 16) % len(ready)
+        ready = ready[offset:] + ready[:offset]
+    return ready + starting
 
 
 def _mirror_ready(claim: dict[str, Any], sandbox: dict[str, Any]) -> conds.Condition:

@@ -16,7 +16,7 @@ class Config:
     preview_scheme: str = "https"
     operator_namespace: str = "shadow-system"
     metrics_port: int = 8081
-    workers: int = 8
+    workers: int = 16
     json_logs: bool = False
 
     @classmethod
@@ -30,7 +30,7 @@ class Config:
             or env.get("POD_NAMESPACE")
             or "shadow-system",
             metrics_port=int(env.get("SHADOW_METRICS_PORT", "8081")),
-            workers=int(env.get("SHADOW_WORKERS", "8")),
+            workers=int(env.get("SHADOW_WORKERS", "16")),
             json_logs=env.get("SHADOW_LOG_FORMAT", "").lower() == "json",
         )
 

@@ -40,7 +40,11 @@ async def configure(settings: kopf.OperatorSettings, logger: kopf.Logger, **_: A
     settings.watching.client_timeout = 330
     settings.watching.connect_timeout = 10
     settings.networking.request_timeout = 60
-    settings.posting.level = logging.INFO
+    # kopf logs every handler run at INFO; posting those as Events would double the API traffic. Our own
+    # Events go through controllers/events.py.
+    settings.posting.level = logging.WARNING
+    # One "Handler succeeded" line per watch event is noise at our event rates; failures still show.
+    logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     settings.execution.max_workers = 4
 
     kube = await Kube.connect()
