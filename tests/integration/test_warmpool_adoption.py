@@ -184,3 +184,22 @@ def test_on_replenish_keeps_stale_sandboxes_until_used(objs: Objects) -> None:
     wait_for(lambda: len([s for s in warm(objs, "pool") if ready(s)]) == 1, timeout=60, what="replenished")
     [fresh] = warm(objs, "pool")
     assert fresh["spec"]["podTemplate"]["metadata"]["labels"]["rev"] == "2"
+
+
+@pytest.mark.parametrize("warmpool", ["default", "pool"])
+def test_v1alpha1_claim_adopts_when_warmpool_is_set(objs: Objects, warmpool: str) -> None:
+    make_pool(objs, 1)
+    [candidate] = warm(objs, "pool")
+    spec = {"sandboxTemplateRef": {"name": "tpl"}, "warmpool": warmpool}
+    objs.create(CLAIM, {"metadata": {"name": "legacy"}, "spec": spec}, version="v1alpha1")
+    claim = objs.wait_condition(CLAIM, "legacy", "True", version="v1alpha1")
+    assert claim["status"]["sandbox"]["name"] == candidate["metadata"]["name"]
+
+
+def test_v1alpha1_claim_with_warmpool_none_cold_starts(objs: Objects) -> None:
+    make_pool(objs, 1)
+    spec = {"sandboxTemplateRef": {"name": "tpl"}, "warmpool": "none"}
+    objs.create(CLAIM, {"metadata": {"name": "fresh"}, "spec": spec}, version="v1alpha1")
+    claim = objs.wait_condition(CLAIM, "fresh", "True", version="v1alpha1")
+    assert claim["status"]["sandbox"]["name"] == "fresh"
+    assert len(warm(objs, "pool")) == 1
