@@ -531,7 +531,7 @@ def build_router(rt: Runtime) -> APIRouter:
             await stdin.drain()
             if req.eof:
                 stdin.close()
-        except (BrokenPipeError, ConnectionResetError):
+        except (BrokenPipeError, ConnectionResetError, RuntimeError):
             raise conflict("the process closed its stdin") from None
         return p.summary()
 
@@ -653,6 +653,12 @@ def create_app(settings: Settings) -> ASGIApp:
             "errors": _jsonable(err),
         }
         return JSONResponse(body, status_code=422)
+
+    @app.exception_handler(UnicodeError)
+    async def unicode_error(_: Request, err: UnicodeError) -> JSONResponse:
+        # Lone surrogates in JSON strings cannot become argv, env or file bytes.
+        e = bad_request(f"text cannot be encoded: {err}")
+        return JSONResponse(e.body(), status_code=e.status)
 
     @app.exception_handler(OSError)
     async def os_error(_: Request, err: OSError) -> JSONResponse:

@@ -280,4 +280,6 @@ def _patch(
         line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines
     )
     budget[0] -= len(body)
-    return f"diff --git a/{rel} b/{rel}\n{body}"
+    # git needs the mode line to accept /dev/null sides (`git apply` then creates or removes the file).
+    extra = {"added": "new file mode 100644\n", "deleted": "deleted file mode 100644\n"}.get(status, "")
+    return f"diff --git a/{rel} b/{rel}\n{extra}{body}"

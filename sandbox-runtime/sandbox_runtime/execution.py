@@ -369,9 +369,11 @@ class ProcessManager:
             self.procs[p.id] = p
             self._trim()
         if spec.stdin and proc.stdin is not None:
-            proc.stdin.write(spec.stdin)
-            if not pty_stdin:
-                proc.stdin.close()
+            # The process may already be gone (bad arguments, instant exit); its stdin is then closed.
+            with contextlib.suppress(RuntimeError, BrokenPipeError, ConnectionResetError):
+                proc.stdin.write(spec.stdin)
+                if not pty_stdin:
+                    proc.stdin.close()
         task = asyncio.get_running_loop().create_task(self._pump(p, spec.timeout))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

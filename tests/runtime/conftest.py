@@ -46,7 +46,8 @@ class Server:
 
     def client(self, **kw: object) -> httpx.Client:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        c = httpx.Client(base_url=self.url, headers=headers, timeout=60, **kw)  # type: ignore[arg-type]
+        kw.setdefault("timeout", 60)
+        c = httpx.Client(base_url=self.url, headers=headers, **kw)  # type: ignore[arg-type]
         self.clients.append(c)
         return c
 
