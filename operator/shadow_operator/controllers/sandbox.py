@@ -101,11 +101,9 @@ async def _reconcile_children(kube: Kube, sandbox: dict[str, Any]) -> res.Observ
     )
     owned = [p for p in pods if res.controller_uid(p) == uid]
     if len(owned) > 1:
-        events.warn(
-            sandbox,
-            reason=c.REASON_MULTIPLE_PODS,
-            message=f"{len(owned)} Pods are controlled by this Sandbox",
-        )
+        if (_ready(sandbox) or {}).get("reason") != c.REASON_MULTIPLE_PODS:
+            message = f"{len(owned)} Pods are controlled by this Sandbox"
+            events.warn(sandbox, reason=c.REASON_MULTIPLE_PODS, message=message)
         return res.Observed(
             pod=None, multiple_pods=len(owned), service=await kube.get(core("services", namespace, name))
         )

@@ -114,12 +114,12 @@ async def _scale(
             )
     elif len(members) > desired:
         current = blueprint.template_hash(template)
-        # Shed stale, then unready, then youngest sandboxes first.
+        # Shed stale, then unready, then youngest sandboxes first (two stable sorts).
+        members.sort(key=lambda s: str(s["metadata"]["creationTimestamp"]), reverse=True)
         members.sort(
             key=lambda s: (
                 (s["metadata"].get("labels") or {}).get(c.LABEL_TEMPLATE_HASH) == current,
                 _ready(s),
-                [-ord(ch) for ch in s["metadata"]["creationTimestamp"]],
             )
         )
         for sandbox in members[: len(members) - desired]:
