@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from prometheus_client import REGISTRY
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
 
@@ -91,6 +92,11 @@ def test_claim_adopts_a_ready_warm_sandbox_and_pool_replenishes(objs: Objects) -
     assert (
         claim_now["metadata"]["annotations"][c.ANNOTATION_ASSIGNED_SANDBOX] == candidate["metadata"]["name"]
     )
+
+    warm_starts = REGISTRY.get_sample_value(
+        "agent_sandbox_claim_startup_latency_ms_count", {"namespace": objs.namespace, "launch_type": "warm"}
+    )
+    assert warm_starts == 1
 
     # The claim's pod metadata reaches the running pod without overriding the template's.
     def pod_relabelled() -> bool:

@@ -100,6 +100,8 @@ async def reconcile(namespace: str, name: str) -> float | None:
             return MISSING_REFERENT_RETRY
         return None
 
+    # The sandbox's own label is authoritative: the claim may turn Ready passes after it adopted.
+    launch = (sandbox["metadata"].get("labels") or {}).get(c.LABEL_LAUNCH_TYPE) or launch
     ready = _mirror_ready(claim, sandbox)
     await _write_status(kube, claim, sandbox, ready, launch=launch)
     delays = []
