@@ -138,7 +138,7 @@ def test_adoption_patch_is_guarded_by_resource_version() -> None:
 
 
 def test_default_network_policy() -> None:
-    policy = networkpolicy.build_network_policy(template(), "shadow-system")
+    policy = networkpolicy.build_network_policy(template(), ["shadow-system"])
     spec = policy["spec"]
     assert spec["podSelector"] == {"matchLabels": {c.LABEL_TEMPLATE_REF_HASH: naming.name_hash("tpl")}}
     assert spec["policyTypes"] == ["Ingress", "Egress"]
@@ -153,5 +153,14 @@ def test_default_network_policy() -> None:
 
 def test_custom_network_policy_rules() -> None:
     rules = {"ingress": [], "egress": [{"to": [{"ipBlock": {"cidr": "1.1.1.1/32"}}]}]}
-    spec = networkpolicy.build_network_policy(template(networkPolicy=rules), "ops")["spec"]
+    spec = networkpolicy.build_network_policy(template(networkPolicy=rules), ["ops"])["spec"]
     assert spec["ingress"] == [] and spec["egress"] == rules["egress"]
+
+
+def test_default_ingress_lists_every_allowed_namespace() -> None:
+    spec = networkpolicy.build_network_policy(template(), ["shadow-system", "preview"])["spec"]
+    peers = spec["ingress"][0]["from"]
+    assert [p["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] for p in peers] == [
+        "shadow-system",
+        "preview",
+    ]

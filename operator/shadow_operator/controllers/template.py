@@ -47,7 +47,7 @@ async def reconcile(namespace: str, name: str) -> float | None:
         if owned:
             await kube.delete(path)
         return None
-    desired = networkpolicy.build_network_policy(template, rt.config.operator_namespace)
+    desired = networkpolicy.build_network_policy(template, rt.config.ingress_namespaces)
     if existing is None:
         try:
             await kube.create(network_policies(namespace), desired)

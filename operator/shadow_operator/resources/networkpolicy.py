@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from shadow_operator.api import constants as c
@@ -15,15 +15,10 @@ PRIVATE_V4 = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16",
 PRIVATE_V6 = ["fc00::/7", "fe80::/10"]
 
 
-def default_ingress(operator_namespace: str) -> list[dict[str, Any]]:
-    """Only the operator's namespace (operator and preview router) may connect to sandboxes."""
-    return [
-        {
-            "from": [
-                {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": operator_namespace}}},
-            ]
-        }
-    ]
+def default_ingress(namespaces: Sequence[str]) -> list[dict[str, Any]]:
+    """Only the given namespaces (the operator's, where the preview router runs too) may connect."""
+    peers = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}} for ns in namespaces]
+    return [{"from": peers}] if peers else []
 
 
 def default_egress() -> list[dict[str, Any]]:
@@ -48,11 +43,11 @@ def default_egress() -> list[dict[str, Any]]:
     ]
 
 
-def build_network_policy(template: Body, operator_namespace: str) -> dict[str, Any]:
+def build_network_policy(template: Body, ingress_namespaces: Sequence[str]) -> dict[str, Any]:
     meta = template["metadata"]
     custom = template["spec"].get("networkPolicy")
     if custom is None:
-        ingress, egress = default_ingress(operator_namespace), default_egress()
+        ingress, egress = default_ingress(ingress_namespaces), default_egress()
     else:
         ingress, egress = list(custom.get("ingress") or []), list(custom.get("egress") or [])
     return {
