@@ -40,6 +40,9 @@ async def configure(settings: kopf.OperatorSettings, logger: kopf.Logger, **_: A
     settings.watching.client_timeout = 330
     settings.watching.connect_timeout = 10
     settings.networking.request_timeout = 60
+    # Watch only our pods and services (server-side), not every pod of the cluster.
+    settings.watching.label_selectors["v1", "pods"] = c.LABEL_SANDBOX_NAME_HASH
+    settings.watching.label_selectors["v1", "services"] = c.LABEL_SANDBOX_NAME_HASH
     # kopf logs every handler run at INFO; posting those as Events would double the API traffic. Our own
     # Events go through controllers/events.py.
     settings.posting.level = logging.WARNING
