@@ -126,13 +126,10 @@ def test_env_rejected_by_template_policy(objs: Objects) -> None:
 def test_claim_expiry(objs: Objects, policy: str) -> None:
     objs.create(TEMPLATE, template_body("tpl"))
     name = f"short-{policy.lower()}"
-    soon = (datetime.now(UTC) + timedelta(seconds=4)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    spec = {
-        "sandboxTemplateRef": {"name": "tpl"},
-        "lifecycle": {"shutdownTime": soon, "shutdownPolicy": policy},
-    }
-    objs.create(CLAIM, {"metadata": {"name": name}, "spec": spec})
+    objs.create(CLAIM, {"metadata": {"name": name}, "spec": {"sandboxTemplateRef": {"name": "tpl"}}})
     objs.wait_condition(CLAIM, name, "True")
+    soon = (datetime.now(UTC) + timedelta(seconds=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    objs.patch(CLAIM, name, {"spec": {"lifecycle": {"shutdownTime": soon, "shutdownPolicy": policy}}})
     if policy == "Retain":
         objs.wait_condition(CLAIM, name, "False", c.REASON_CLAIM_EXPIRED, timeout=60)
     else:
