@@ -122,7 +122,9 @@ def run_blocking(spec: ExecSpec) -> ExecResult:
             # writes before reading cannot deadlock us.
             _feed_stdin(proc.stdin, spec.stdin)
         open_pipes = len(bufs)
-        while open_pipes:
+        # Wait on the pidfd as well as the pipes: Popen.wait(timeout=...) polls with sleeps, which
+        # costs most of a millisecond on a command as short as `true`.
+        while open_pipes or exited_at is None:
             now = time.monotonic()
             wait: float | None = None
             if deadline is not None:
@@ -155,15 +157,7 @@ def run_blocking(spec: ExecSpec) -> ExecResult:
                     buf += chunk[:room]
                 if len(chunk) > room:
                     truncated = True
-        if timed_out:
-            proc.wait()
-        else:
-            try:
-                proc.wait(timeout=max(0.0, deadline - time.monotonic()) if deadline else None)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                killpg(proc.pid)
-                proc.wait()
+        proc.wait()
     finally:
         sel.close()
         os.close(pidfd)
