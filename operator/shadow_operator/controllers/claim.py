@@ -48,13 +48,13 @@ def enqueue(namespace: str, name: str, delay: float = 0.0) -> None:
 
 
 @kopf.on.event(c.EXTENSIONS_GROUP, c.STORAGE_VERSION, "sandboxclaims")
-def claim_event(namespace: str | None, name: str, **_: Any) -> None:
+async def claim_event(namespace: str | None, name: str, **_: Any) -> None:
     if namespace:
         enqueue(namespace, name)
 
 
 @kopf.on.event(c.SANDBOX_GROUP, c.STORAGE_VERSION, "sandboxes", labels={c.LABEL_CLAIM_UID: kopf.PRESENT})
-def sandbox_event(body: kopf.Body, **_: Any) -> None:
+async def sandbox_event(body: kopf.Body, **_: Any) -> None:
     for ref in body["metadata"].get("ownerReferences") or ():
         if ref.get("kind") == KIND and ref.get("controller"):
             enqueue(body["metadata"]["namespace"], ref["name"])

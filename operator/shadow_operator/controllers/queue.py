@@ -2,6 +2,8 @@
 
 kopf delivers watch events of pods, services and sandboxes separately; the queue folds them into one
 level-based reconcile per object, never runs the same key twice at once, and retries failures with backoff.
+The queue is not thread-safe: handlers that enqueue are `async def`, so kopf runs them on the event loop
+(it would run plain `def` handlers in a thread pool).
 """
 
 from __future__ import annotations

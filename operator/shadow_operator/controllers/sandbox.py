@@ -45,7 +45,7 @@ def enqueue(namespace: str, name: str, delay: float = 0.0) -> None:
 
 # ------------------------------------------------------------------------------------------- watches
 @kopf.on.event(c.SANDBOX_GROUP, c.STORAGE_VERSION, "sandboxes")
-def sandbox_event(namespace: str | None, name: str, **_: Any) -> None:
+async def sandbox_event(namespace: str | None, name: str, **_: Any) -> None:
     if namespace:
         enqueue(namespace, name)
 
@@ -57,12 +57,12 @@ def _enqueue_owner(body: kopf.Body) -> None:
 
 
 @kopf.on.event("v1", "pods", labels={c.LABEL_SANDBOX_NAME_HASH: kopf.PRESENT})
-def pod_event(body: kopf.Body, **_: Any) -> None:
+async def pod_event(body: kopf.Body, **_: Any) -> None:
     _enqueue_owner(body)
 
 
 @kopf.on.event("v1", "services", labels={c.LABEL_SANDBOX_NAME_HASH: kopf.PRESENT})
-def service_event(body: kopf.Body, **_: Any) -> None:
+async def service_event(body: kopf.Body, **_: Any) -> None:
     _enqueue_owner(body)
 
 

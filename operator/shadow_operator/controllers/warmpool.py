@@ -37,7 +37,7 @@ async def pool_event(namespace: str | None, name: str, type: str, **_: Any) -> N
 
 
 @kopf.on.event(c.SANDBOX_GROUP, c.STORAGE_VERSION, "sandboxes", labels={c.LABEL_WARM_POOL: kopf.PRESENT})
-def warm_sandbox_event(body: kopf.Body, **_: Any) -> None:
+async def warm_sandbox_event(body: kopf.Body, **_: Any) -> None:
     for ref in body["metadata"].get("ownerReferences") or ():
         if ref.get("kind") == KIND and ref.get("controller"):
             enqueue(body["metadata"]["namespace"], ref["name"])
