@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 from collections.abc import Iterator
 from typing import Any
 
@@ -84,3 +87,29 @@ def test_unknown_pod_fields_are_preserved(objs: Objects) -> None:
     created = objs.create(SANDBOX, sandbox_body("keep", operatingMode="Suspended"))
     container = created["spec"]["podTemplate"]["spec"]["containers"][0]
     assert container["readinessProbe"] == {"tcpSocket": {"port": 8888}}
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl")
+def test_kubectl_columns_short_names_and_explain(objs: Objects, kubeconfig: str) -> None:
+    objs.create(SANDBOX, sandbox_body("shown", operatingMode="Suspended"))
+    env = {**os.environ, "KUBECONFIG": kubeconfig}
+
+    def kubectl(*args: str) -> str:
+        return subprocess.run(["kubectl", *args], env=env, check=True, capture_output=True, text=True).stdout
+
+    header = kubectl("get", "sbx", "-n", objs.namespace).splitlines()[0].split()
+    assert header == ["NAME", "READY", "REASON", "AGE"]
+    assert kubectl("get", "sandbox", "-n", objs.namespace, "-o", "name").split() == [
+        "sandbox.agents.x-k8s.io/shown"
+    ]
+    explained = kubectl("explain", "sandboxclaims.spec.sandboxTemplateRef")
+    assert "v1alpha1 form" in explained
+    categories = kubectl("api-resources", "--categories=sandbox", "-o", "name").split()
+    assert sorted(categories) == sorted(
+        [
+            "sandboxes.agents.x-k8s.io",
+            "sandboxclaims.extensions.agents.x-k8s.io",
+            "sandboxtemplates.extensions.agents.x-k8s.io",
+            "sandboxwarmpools.extensions.agents.x-k8s.io",
+        ]
+    )
