@@ -236,3 +236,22 @@ def test_adoptable_unowned_service_is_adopted(objs: Objects) -> None:
     service = objs.core.read_namespaced_service("handover", ns)
     assert service.metadata.owner_references[0].uid == sandbox["metadata"]["uid"]
     assert service.spec.selector == {c.LABEL_SANDBOX_NAME_HASH: naming.name_hash("handover")}
+
+
+def test_pod_refused_by_the_api_server_is_reported_not_retried_blindly(objs: Objects) -> None:
+    body = sandbox_body("badpod")
+    body["spec"]["podTemplate"]["spec"]["containers"][0]["name"] = "Not_A_DNS_Label"
+    objs.create(SANDBOX, body)
+    sandbox = objs.wait_condition(SANDBOX, "badpod", "False", c.REASON_RECONCILER_ERROR)
+    ready = next(cond for cond in sandbox["status"]["conditions"] if cond["type"] == "Ready")
+    assert ready["message"].startswith("Error seen: Pod rejected by the API server:")
+    assert "Traceback" not in ready["message"]
+    events = objs.core.list_namespaced_event(
+        objs.namespace, field_selector="involvedObject.name=badpod"
+    ).items
+    assert [e.reason for e in events].count("InvalidPod") == 1
+    # Fixing the spec heals the sandbox.
+    fixed = body["spec"]["podTemplate"]
+    fixed["spec"]["containers"][0]["name"] = "runtime"
+    objs.patch(SANDBOX, "badpod", {"spec": {"podTemplate": fixed}})
+    objs.wait_condition(SANDBOX, "badpod", "True", timeout=60)

@@ -36,6 +36,11 @@ class ApiError(Exception):
         return self.status == 409
 
     @property
+    def invalid(self) -> bool:
+        """The request body was refused on validation (it will not pass on retry)."""
+        return self.status in (400, 422)
+
+    @property
     def already_exists(self) -> bool:
         return self.status == 409 and self.reason == "AlreadyExists"
 

@@ -171,6 +171,10 @@ async def _create_cold(kube: Kube, claim: dict[str, Any], manifest: dict[str, An
     try:
         created = await kube.create(sandboxes(meta["namespace"]), manifest)
     except ApiError as exc:
+        if exc.invalid:
+            raise Blocked(
+                c.REASON_RECONCILER_ERROR, f"Sandbox rejected by the API server: {exc.message}"
+            ) from None
         if not exc.already_exists:
             raise
         existing = await kube.get(sandboxes(meta["namespace"], meta["name"]))

@@ -131,6 +131,8 @@ async def _reconcile_children(kube: Kube, sandbox: dict[str, Any]) -> res.Observ
         except ApiError as exc:
             if exc.already_exists:
                 raise kopf.TemporaryError("Pod appeared concurrently; looking again", delay=0.2) from None
+            if exc.invalid:
+                return _rejected(sandbox, "Pod", exc)
             raise
         events.info(sandbox, reason="PodCreated", message=f"Created Pod {name}")
     elif pod["metadata"].get("deletionTimestamp") is None:
@@ -141,6 +143,14 @@ async def _reconcile_children(kube: Kube, sandbox: dict[str, Any]) -> res.Observ
     except ChildConflict as conflict:
         return res.Observed(pod=pod, pod_owned=pod_owned, error=str(conflict))
     return res.Observed(pod=pod, pod_owned=pod_owned, service=service)
+
+
+def _rejected(sandbox: dict[str, Any], what: str, exc: ApiError) -> res.Observed:
+    """The API server refused a child built from the user's spec: say why in Ready, once as an Event."""
+    message = f"{what} rejected by the API server: {exc.message}"
+    if (_ready(sandbox) or {}).get("message") != "Error seen: " + message:
+        events.warn(sandbox, reason="Invalid" + what, message=message)
+    return res.Observed(pod=None, error=message)
 
 
 async def _ensure_token_secret(kube: Kube, sandbox: dict[str, Any]) -> None:
@@ -230,6 +240,8 @@ async def _reconcile_service(kube: Kube, sandbox: dict[str, Any]) -> dict[str, A
         except ApiError as exc:
             if exc.already_exists:
                 raise kopf.TemporaryError("Service appeared concurrently; looking again", delay=0.2) from None
+            if exc.invalid:
+                raise ChildConflict(f"Service rejected by the API server: {exc.message}") from None
             raise
         return service
     desired = res.build_service(sandbox)["spec"]

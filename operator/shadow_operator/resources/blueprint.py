@@ -28,6 +28,7 @@ def template_hash(template: Body) -> str:
     """Hash of what shapes a sandbox (pod template, volumes, service): warm sandboxes carry it as a label."""
     spec = template["spec"]
     shape = {k: spec.get(k) for k in ("podTemplate", "volumeClaimTemplates", "service")}
+    shape["name"] = template["metadata"]["name"]
     return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:10]
 
 
