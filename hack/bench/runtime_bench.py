@@ -137,7 +137,7 @@ def bench_transfer(port: int, root: Path, size_mib: int, runs: int) -> dict[str,
     cp: list[float] = []
     curl = ["curl", "-sf", "-o", "/dev/null"]
     timed(f"cat {src} > /dev/null", shell=True)
-    for _ in range(runs):
+    for i in range(runs):
         cat.append(timed(f"cat {src} > /dev/null", shell=True))
         down.append(timed([*curl, f"{base}/download/bench.bin"]))
         down_v1.append(timed([*curl, f"{base}/v1/files/bench.bin"]))
@@ -149,17 +149,18 @@ def bench_transfer(port: int, root: Path, size_mib: int, runs: int) -> dict[str,
                     str(outside),
                     "-H",
                     "content-type: application/octet-stream",
-                    f"{base}/v1/files/up.bin",
+                    f"{base}/v1/files/up{i}.bin",
                 ]
             )
         )
-        up_mp.append(timed([*curl, "-F", f"file=@{outside};filename=up-mp.bin", f"{base}/upload"]))
+        up_mp.append(timed([*curl, "-F", f"file=@{outside};filename=up-mp{i}.bin", f"{base}/upload"]))
         cp.append(timed(["cp", str(outside), str(root / "cp.bin")]))
-        (root / "cp.bin").unlink()
-    assert (root / "up.bin").stat().st_size == size and (root / "up-mp.bin").stat().st_size == size
+        # Each run writes new files; removing the previous ones (freeing blocks) stays out of the timings.
+        for name in ("cp.bin", f"up{i}.bin", f"up-mp{i}.bin"):
+            assert (root / name).stat().st_size == size, name
+            (root / name).unlink()
     shutil.rmtree(outside.parent)
-    for p in ("bench.bin", "up.bin", "up-mp.bin"):
-        (root / p).unlink()
+    (root / "bench.bin").unlink()
 
     def mbs(ts: list[float]) -> float:
         return size / min(ts) / 1e6
@@ -240,6 +241,7 @@ def main() -> None:
     if not shutil.which("curl"):
         raise SystemExit("curl is needed as the HTTP client for transfer benchmarks")
     work = Path(tempfile.mkdtemp(prefix="rt-bench-", dir=a.workdir))
+    fstype = fs_of(work)
     proc, port = start(work)
     try:
         e = bench_exec(port, a.execs)
@@ -318,7 +320,7 @@ def main() -> None:
     ]
     print(
         f"Command: `.venv/bin/python {cmd}` ({os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')} UTC, "
-        f"Python {sys.version.split()[0]}, workspace on {fs_of(work)}, load average {os.getloadavg()[0]:.1f})"
+        f"Python {sys.version.split()[0]}, workspace on {fstype}, load average {os.getloadavg()[0]:.1f})"
     )
     print()
     print("| Measure | sandbox-runtime | Reference | Ratio | Target |")

@@ -32,7 +32,7 @@ from .execution import (
     ProcessManager,
     base_env,
     parse_signal,
-    run_blocking,
+    run_async,
     split_command,
 )
 from .journal import Journal
@@ -126,8 +126,7 @@ class Runtime:
         self.limiter.acquire()
         self.metrics.processes.set(self.limiter.active)
         try:
-            loop = asyncio.get_running_loop()
-            result = await loop.run_in_executor(self.pool, run_blocking, spec)
+            result = await run_async(spec)
         finally:
             self.limiter.release()
             self.metrics.processes.set(self.limiter.active)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import re
 import urllib.parse
@@ -89,14 +91,30 @@ class FileStream(Response):
             if self.head:
                 await send({"type": "http.response.body", "body": b""})
                 return
+            # Read-ahead on a worker thread: the next block comes off the disk (or page cache) while
+            # the current one is written to the socket, and a cold disk read never stalls the loop.
+            loop = asyncio.get_running_loop()
             pos = self.start
-            while pos < self.end:
-                # Page-cache reads of 1 MiB take ~100 µs; doing them inline beats a thread hop per chunk.
-                data = os.pread(self.fd, min(CHUNK, self.end - pos), pos)
+
+            def read_at(p: int) -> asyncio.Future[bytes]:
+                return loop.run_in_executor(None, os.pread, self.fd, min(CHUNK, self.end - p), p)
+
+            nxt = read_at(pos) if pos < self.end else None
+            while nxt is not None:
+                data = await nxt
+                nxt = None
                 if not data:
                     break
                 pos += len(data)
-                await send({"type": "http.response.body", "body": data, "more_body": pos < self.end})
+                if pos < self.end:
+                    nxt = read_at(pos)
+                try:
+                    await send({"type": "http.response.body", "body": data, "more_body": pos < self.end})
+                except BaseException:
+                    if nxt is not None:
+                        with contextlib.suppress(BaseException):
+                            await nxt
+                    raise
                 if self.on_bytes is not None:
                     self.on_bytes(len(data))
             if pos < self.end or self.start == self.end:
@@ -108,23 +126,40 @@ class FileStream(Response):
 async def receive_to_file(
     request: Request, writer: AtomicWriter, limit: int | None, on_bytes: Callable[[int], None] | None
 ) -> None:
-    """Stream a raw request body into an AtomicWriter, coalescing small socket reads."""
+    """Stream a raw request body into an AtomicWriter.
+
+    Socket reads are coalesced into 1 MiB blocks and each block is written on a worker thread while the
+    next one is received, so disk writes (which the kernel may throttle) overlap with the network.
+    At most two blocks are in memory.
+    """
+    loop = asyncio.get_running_loop()
+    inflight: asyncio.Future[None] | None = None
     pending = bytearray()
+    received = 0
     try:
         async for chunk in request.stream():
             pending += chunk
-            if len(pending) >= CHUNK:
-                writer.write(pending)
-                if on_bytes is not None:
-                    on_bytes(len(pending))
-                pending.clear()
-            if limit is not None and writer.size + len(pending) > limit:
+            received += len(chunk)
+            if limit is not None and received > limit:
                 raise ApiError(413, "RESOURCE_EXHAUSTED", f"upload larger than the limit of {limit} bytes")
+            if len(pending) >= CHUNK:
+                if inflight is not None:
+                    await inflight
+                block, pending = pending, bytearray()
+                inflight = loop.run_in_executor(None, writer.write, block)
+                if on_bytes is not None:
+                    on_bytes(len(block))
+        if inflight is not None:
+            await inflight
+            inflight = None
         writer.write(pending)
         if on_bytes is not None:
             on_bytes(len(pending))
         writer.commit()
     except BaseException:
+        if inflight is not None:
+            with contextlib.suppress(BaseException):
+                await inflight
         writer.abort()
         raise
 

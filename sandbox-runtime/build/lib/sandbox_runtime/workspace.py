@@ -91,7 +91,7 @@ def build_workspace_router(rt: Runtime) -> APIRouter:
         responses={400: {"model": Error}, 403: {"model": Error}},
         openapi_extra={
             "requestBody": {
-                "content": {"application/gzip": {"schema": {"type": "string", "format": "binary"}}}
+                "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
             }
         },
     )
