@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 import yaml
-
 from shadow_operator.api import crdgen
 
 pytestmark = pytest.mark.unit
