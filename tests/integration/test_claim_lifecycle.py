@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from kubernetes import client
+from kubernetes import client, watch
 from prometheus_client import REGISTRY
 from shadow_operator.api import constants as c
 
@@ -20,6 +20,7 @@ from tests.support.sandbox_operator import (
     Objects,
     in_process_operator,
     install_crds,
+    ready,
     template_body,
 )
 
@@ -53,8 +54,23 @@ def test_amicable_v1alpha1_claim_gets_a_ready_v1alpha1_sandbox_of_the_same_name(
         {"metadata": {"name": name}, "spec": {"sandboxTemplateRef": {"name": "amicable-sandbox"}}},
         version="v1alpha1",
     )
-    # What Amicable does: wait for the agents.x-k8s.io/v1alpha1 Sandbox named like the claim to be Ready.
-    sandbox = objs.wait_condition(SANDBOX, name, "True", version="v1alpha1")
+    # What Amicable does: watch the agents.x-k8s.io/v1alpha1 Sandbox named like the claim (field selector on
+    # the name) until its Ready condition is True.
+    sandbox = None
+    stream = watch.Watch()
+    for event in stream.stream(
+        objs.custom.list_namespaced_custom_object,
+        "agents.x-k8s.io",
+        "v1alpha1",
+        objs.namespace,
+        "sandboxes",
+        field_selector=f"metadata.name={name}",
+        timeout_seconds=60,
+    ):
+        if ready(event["object"]):
+            sandbox = event["object"]
+            stream.stop()
+    assert sandbox is not None, "the v1alpha1 Sandbox never became Ready"
     assert sandbox["apiVersion"] == "agents.x-k8s.io/v1alpha1"
     assert sandbox["status"]["serviceFQDN"] == f"{name}.{objs.namespace}.svc.cluster.local"
     claim = objs.wait_condition(CLAIM, name, "True", version="v1alpha1")
