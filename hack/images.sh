@@ -91,12 +91,23 @@ build_base() {
 # ---------------------------------------------------------------------------------------------- apps
 # App image tags are content hashes of their inputs, so a changed source means a new tag (pods pick it
 # up) and an unchanged one means no build.
-operator_ref() { echo "${PREFIX}/operator:$(hash_inputs images/operator pyproject.toml operator "$(image_id "${BASE_IMAGE}")")"; }
-workspace_ref() {
+compute_operator_ref() { echo "${PREFIX}/operator:$(hash_inputs images/operator pyproject.toml operator "$(image_id "${BASE_IMAGE}")")"; }
+compute_workspace_ref() {
   echo "${PREFIX}/workspace:$(hash_inputs images/workspace sandbox-runtime "$(image_id "${BASE_IMAGE}")" \
     "$(sha256sum /etc/ssl/certs/ca-certificates.crt)")"
 }
-router_ref() { echo "${PREFIX}/preview-router:$(hash_inputs images/preview-router "$(image_id "${BASE_IMAGE}")")"; }
+compute_router_ref() { echo "${PREFIX}/preview-router:$(hash_inputs images/preview-router "$(image_id "${BASE_IMAGE}")")"; }
+
+# The app references are computed once per run: sources may change while images build.
+resolve_refs() {
+  [[ -n ${OPERATOR_REF:-} ]] && return
+  OPERATOR_REF=$(compute_operator_ref)
+  WORKSPACE_REF=$(compute_workspace_ref)
+  ROUTER_REF=$(compute_router_ref)
+}
+operator_ref() { resolve_refs; echo "${OPERATOR_REF}"; }
+workspace_ref() { resolve_refs; echo "${WORKSPACE_REF}"; }
+router_ref() { resolve_refs; echo "${ROUTER_REF}"; }
 
 wheels() { # wheels DIR PROJECT: wheels of PROJECT and its dependencies, from the host's pip.
   local py="${REPO_ROOT}/.venv/bin/python"
@@ -138,33 +149,46 @@ ${LOCAL_PATH_HELPER_IMAGE}
 EOF
 }
 
+# System images keep the fixed names kind and kubeadm ask for, so they carry the hash of their inputs in
+# a label and are rebuilt when it changes.
+INPUTS_LABEL=org.shadow-operator.inputs
+current() { # current REF HASH: true when REF exists and was built from inputs with HASH.
+  [[ $(docker image inspect --format "{{index .Config.Labels \"${INPUTS_LABEL}\"}}" "$1" 2>/dev/null) == "$2" ]]
+}
+
+# system_image REF DIR HASH [docker build args...]: build images/DIR (staged by the caller's prepare_DIR)
+system_image() {
+  local ref=$1 dir=$2 hash=$3 ctx
+  shift 3
+  if current "$ref" "$hash"; then info "${ref}: cached"; return; fi
+  ctx=$(stage "$dir")
+  "prepare_${dir//-/_}" "$ctx"
+  docker image rm "$ref" >/dev/null 2>&1 || true
+  docker_build "$ref" "$ctx" --label "${INPUTS_LABEL}=${hash}" "$@"
+}
+
+prepare_pause() { go_binary pause "$1/pause"; }
+prepare_etcd() { cp "$(tool etcd "${ETCD_VERSION}" etcd)" "$1/etcd"; }
+prepare_coredns() { cp "$(tool coredns "${COREDNS_VERSION}" coredns)" "$1/coredns"; }
+prepare_kindnetd() { go_binary kindnetd "$1/kindnetd"; }
+prepare_local_path_provisioner() {
+  cp "$(tool local-path-provisioner "${LOCAL_PATH_PROVISIONER_VERSION}" local-path-provisioner)" "$1/local-path-provisioner"
+}
+
 build_system() {
-  local ctx
-  if ! image_exists "registry.k8s.io/pause:${PAUSE_TAG}"; then
-    ctx=$(stage pause); go_binary pause "$ctx/pause"
-    docker_build "registry.k8s.io/pause:${PAUSE_TAG}" "$ctx"
-  else info "pause: cached"; fi
-  if ! image_exists "registry.k8s.io/etcd:${ETCD_IMAGE_TAG}"; then
-    ctx=$(stage etcd); cp "$(tool etcd "${ETCD_VERSION}" etcd)" "$ctx/etcd"
-    # kubeadm v1.34 asks for etcd 3.6.5-0; the binary is the project's pinned etcd (same 3.6 series).
-    docker_build "registry.k8s.io/etcd:${ETCD_IMAGE_TAG}" "$ctx" --label "org.opencontainers.image.version=${ETCD_VERSION}"
-  else info "etcd: cached"; fi
-  if ! image_exists "registry.k8s.io/coredns/coredns:${COREDNS_VERSION}"; then
-    ctx=$(stage coredns); cp "$(tool coredns "${COREDNS_VERSION}" coredns)" "$ctx/coredns"
-    docker_build "registry.k8s.io/coredns/coredns:${COREDNS_VERSION}" "$ctx"
-  else info "coredns: cached"; fi
-  if ! image_exists "${KINDNETD_IMAGE}"; then
-    ctx=$(stage kindnetd); go_binary kindnetd "$ctx/kindnetd"
-    docker_build "${KINDNETD_IMAGE}" "$ctx"
-  else info "kindnetd: cached"; fi
-  if ! image_exists "${LOCAL_PATH_PROVISIONER_IMAGE}"; then
-    ctx=$(stage local-path-provisioner)
-    cp "$(tool local-path-provisioner "${LOCAL_PATH_PROVISIONER_VERSION}" local-path-provisioner)" \
-      "$ctx/local-path-provisioner"
-    docker_build "${LOCAL_PATH_PROVISIONER_IMAGE}" "$ctx"
-  else info "local-path-provisioner: cached"; fi
+  local base_id
+  base_id=$(image_id "${BASE_IMAGE}")
+  system_image "registry.k8s.io/pause:${PAUSE_TAG}" pause "$(hash_inputs images/pause)"
+  # kubeadm v1.34 asks for etcd 3.6.5-0; the binary is the project's pinned etcd (same 3.6 series).
+  system_image "registry.k8s.io/etcd:${ETCD_IMAGE_TAG}" etcd "$(hash_inputs images/etcd "${ETCD_VERSION}")" \
+    --label "org.opencontainers.image.version=${ETCD_VERSION}"
+  system_image "registry.k8s.io/coredns/coredns:${COREDNS_VERSION}" coredns \
+    "$(hash_inputs images/coredns "${COREDNS_VERSION}")"
+  system_image "${KINDNETD_IMAGE}" kindnetd "$(hash_inputs images/kindnetd "$base_id")"
+  system_image "${LOCAL_PATH_PROVISIONER_IMAGE}" local-path-provisioner \
+    "$(hash_inputs images/local-path-provisioner "${LOCAL_PATH_PROVISIONER_VERSION}")"
   # The helper pods only run `sh` with mkdir/rm: the Debian base is enough.
-  image_exists "${LOCAL_PATH_HELPER_IMAGE}" || docker tag "${BASE_IMAGE}" "${LOCAL_PATH_HELPER_IMAGE}"
+  docker tag "${BASE_IMAGE}" "${LOCAL_PATH_HELPER_IMAGE}"
 }
 
 # ---------------------------------------------------------------------------------------------- push
@@ -204,6 +228,13 @@ push_all() {
   push_one "$(operator_ref)"
   push_one "$(workspace_ref)"
   push_one "$(router_ref)"
+  # What was pushed, for hack/kind/deploy.sh (`hack/images.sh env`).
+  {
+    echo "SHADOW_OPERATOR_IMAGE=$(operator_ref)"
+    echo "SHADOW_WORKSPACE_IMAGE=$(workspace_ref)"
+    echo "SHADOW_ROUTER_IMAGE=$(router_ref)"
+    echo "SHADOW_REGISTRY=$("${HACK_DIR}/docker.sh" registry-host)"
+  } >"${STATE_DIR}/pushed.env"
 }
 
 # ---------------------------------------------------------------------------------------------- node
@@ -232,6 +263,8 @@ build_kind_base() {
   cp -r "$kind_dir/images/base/files/." "$ctx/kind/"
   chmod -R u+w "$ctx/kind"
   rm -f "$ctx/kind/etc/containerd/config.toml"
+  # images/kind-base/files/usr/local/bin/entrypoint wraps kind's entrypoint.
+  mv "$ctx/kind/usr/local/bin/entrypoint" "$ctx/kind/usr/local/bin/kind-entrypoint"
   sed -i "s/PAUSE_TAG/${PAUSE_TAG}/" "$ctx/files/etc/containerd/config.toml"
   registry=$("${HACK_DIR}/docker.sh" registry-host)
   for host in registry.k8s.io docker.io "$registry"; do
@@ -273,9 +306,12 @@ server_tarball() {
   echo "$out"
 }
 
+# The node image bakes in the system images (kind pre-pulls them), so their IDs are part of its tag.
 node_ref() {
+  local ref system_ids=()
+  while read -r ref; do system_ids+=("$(image_id "$ref" 2>/dev/null)"); done < <(system_images)
   echo "${PREFIX}/kind-node:${KUBERNETES_VERSION}-$(hash_inputs "$(kind_base_ref)" "${KUBERNETES_VERSION}" \
-    "$(sha256sum "${TOOLS_BIN}/kubelet-${KUBERNETES_VERSION}" 2>/dev/null)")"
+    "$(sha256sum "${TOOLS_BIN}/kubelet-${KUBERNETES_VERSION}" 2>/dev/null)" "${system_ids[@]}")"
 }
 
 # kind_cmd ARGS...: kind with the docker shim on PATH when this machine cannot run --privileged.
@@ -283,7 +319,9 @@ kind_cmd() {
   local kind
   kind=$(tool kind "${KIND_VERSION}" kind)
   if needs_cap_workaround; then
-    PATH="${HACK_DIR}/kind/docker-shim:${PATH}" SHADOW_REAL_DOCKER="$(command -v docker)" "$kind" "$@"
+    local real_docker
+    real_docker=$(command -v docker)
+    PATH="${HACK_DIR}/kind/docker-shim:${PATH}" SHADOW_REAL_DOCKER="${real_docker}" "$kind" "$@"
   else
     "$kind" "$@"
   fi
@@ -310,26 +348,28 @@ push_system() {
 }
 
 print_env() {
-  echo "SHADOW_OPERATOR_IMAGE=$(operator_ref)"
-  echo "SHADOW_WORKSPACE_IMAGE=$(workspace_ref)"
-  echo "SHADOW_ROUTER_IMAGE=$(router_ref)"
-  echo "SHADOW_NODE_IMAGE=$(node_ref)"
-  echo "SHADOW_REGISTRY=$("${HACK_DIR}/docker.sh" registry-host)"
+  [[ -f "${STATE_DIR}/pushed.env" ]] || die "no images pushed yet: run hack/images.sh"
+  cat "${STATE_DIR}/pushed.env"
+  echo "SHADOW_NODE_IMAGE=$(cat "${STATE_DIR}/node-image" 2>/dev/null)"
 }
 
+case "${1:-}" in
+  needs-cap-workaround) needs_cap_workaround; exit ;;
+  env) print_env; exit ;;
+esac
 "${HACK_DIR}/docker.sh" daemon
 targets=("$@")
 ((${#targets[@]})) || targets=(base system apps push node)
+build_base
+resolve_refs
 for t in "${targets[@]}"; do
   case $t in
     base) build_base ;;
     apps) build_base; build_apps ;;
     system) build_base; build_system ;;
-    push) push_all ;;
+    push) build_system; build_apps; push_all ;;
     kind-base) build_base; build_kind_base ;;
     node) build_base; build_system; build_node ;;
-    env) print_env ;;
-    needs-cap-workaround) needs_cap_workaround ;;
     *) die "unknown target '$t' (base, apps, system, push, node, env)" ;;
   esac
 done

@@ -22,6 +22,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -119,6 +120,60 @@ def timed(cmd: list[str] | str, shell: bool = False) -> float:
     return time.perf_counter() - t
 
 
+class RawServer:
+    """Loopback ceiling without any HTTP framework: a thread doing pread+sendall / recv_into+write on a
+    bare socket, one request per connection. Same client (curl), same files, same filesystem."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self) -> None:
+        buf = bytearray(1 << 20)
+        while True:
+            conn, _ = self.sock.accept()
+            with conn:
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    head += conn.recv(65536)
+                header, _, rest = head.partition(b"\r\n\r\n")
+                method, path = header.split(b" ")[:2]
+                target = self.root / path.decode().lstrip("/")
+                if method == b"GET":
+                    size = target.stat().st_size
+                    conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\nconnection: close\r\n\r\n" % size)
+                    fd = os.open(target, os.O_RDONLY)
+                    off = 0
+                    while off < size:
+                        data = os.pread(fd, 1 << 20, off)
+                        conn.sendall(data)
+                        off += len(data)
+                    os.close(fd)
+                else:
+                    length = int(
+                        next(
+                            line.split(b":")[1]
+                            for line in header.split(b"\r\n")
+                            if line.lower().startswith(b"content-length")
+                        )
+                    )
+                    with open(target, "wb") as fh:
+                        fh.write(rest)
+                        left = length - len(rest)
+                        view = memoryview(buf)
+                        while left > 0:
+                            n = conn.recv_into(view[: min(len(buf), left)])
+                            if not n:
+                                break
+                            fh.write(view[:n])
+                            left -= n
+                    conn.sendall(b"HTTP/1.1 204 No Content\r\nconnection: close\r\n\r\n")
+
+
 def bench_transfer(port: int, root: Path, size_mib: int, runs: int) -> dict[str, float]:
     src = root / "bench.bin"
     block = os.urandom(1 << 20)
@@ -135,7 +190,11 @@ def bench_transfer(port: int, root: Path, size_mib: int, runs: int) -> dict[str,
     up: list[float] = []
     up_mp: list[float] = []
     cp: list[float] = []
-    curl = ["curl", "-sf", "-o", "/dev/null"]
+    raw_down: list[float] = []
+    raw_up: list[float] = []
+    raw = RawServer(root)
+    # `Expect:` off: curl would otherwise wait for a 100-continue the bare server never sends.
+    curl = ["curl", "-sf", "-o", "/dev/null", "-H", "Expect:"]
     timed(f"cat {src} > /dev/null", shell=True)
     for i in range(runs):
         cat.append(timed(f"cat {src} > /dev/null", shell=True))
@@ -155,8 +214,10 @@ def bench_transfer(port: int, root: Path, size_mib: int, runs: int) -> dict[str,
         )
         up_mp.append(timed([*curl, "-F", f"file=@{outside};filename=up-mp{i}.bin", f"{base}/upload"]))
         cp.append(timed(["cp", str(outside), str(root / "cp.bin")]))
+        raw_down.append(timed([*curl, f"http://127.0.0.1:{raw.port}/bench.bin"]))
+        raw_up.append(timed([*curl, "-T", str(outside), f"http://127.0.0.1:{raw.port}/raw-up.bin"]))
         # Each run writes new files; removing the previous ones (freeing blocks) stays out of the timings.
-        for name in ("cp.bin", f"up{i}.bin", f"up-mp{i}.bin"):
+        for name in ("cp.bin", f"up{i}.bin", f"up-mp{i}.bin", "raw-up.bin"):
             assert (root / name).stat().st_size == size, name
             (root / name).unlink()
     shutil.rmtree(outside.parent)
@@ -172,6 +233,8 @@ def bench_transfer(port: int, root: Path, size_mib: int, runs: int) -> dict[str,
         "upload_put": mbs(up),
         "upload_multipart": mbs(up_mp),
         "cp": mbs(cp),
+        "raw_down": mbs(raw_down),
+        "raw_up": mbs(raw_up),
     }
 
 
@@ -294,6 +357,24 @@ def main() -> None:
             f"{t['cp']:.0f} MB/s",
             f"`cat` {cat:.0f} MB/s",
             f"{t['cp'] / cat:.0%}",
+            "",
+        )
+    )
+    rows.append(
+        (
+            "(loopback ceiling) bare-socket server, download, same client",
+            f"{t['raw_down']:.0f} MB/s",
+            f"`cat` {cat:.0f} MB/s",
+            f"{t['raw_down'] / cat:.0%}",
+            "",
+        )
+    )
+    rows.append(
+        (
+            "(loopback ceiling) bare-socket server, upload, same client",
+            f"{t['raw_up']:.0f} MB/s",
+            f"`cat` {cat:.0f} MB/s",
+            f"{t['raw_up'] / cat:.0%}",
             "",
         )
     )

@@ -18,7 +18,9 @@ kind_cmd() {
   local kind="${TOOLS_BIN}/kind-${KIND_VERSION}"
   [[ -x $kind ]] || "${HACK_DIR}/build-tools.sh" kind >&2
   if "${HACK_DIR}/images.sh" needs-cap-workaround 2>/dev/null; then
-    PATH="${HACK_DIR}/kind/docker-shim:${PATH}" SHADOW_REAL_DOCKER="$(command -v docker)" "$kind" "$@"
+    local real_docker
+    real_docker=$(command -v docker)
+    PATH="${HACK_DIR}/kind/docker-shim:${PATH}" SHADOW_REAL_DOCKER="${real_docker}" "$kind" "$@"
   else
     "$kind" "$@"
   fi
