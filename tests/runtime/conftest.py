@@ -69,6 +69,7 @@ def start_server(
     env: dict[str, str] | None = None,
     token: str | None = None,
     log: Path | None = None,
+    prefix: tuple[str, ...] = (),
 ) -> Server:
     port = free_port()
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("SANDBOX_RUNTIME_")}
@@ -76,6 +77,7 @@ def start_server(
     out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115 - closed with the process
     proc = subprocess.Popen(
         [
+            *prefix,
             sys.executable,
             "-m",
             "sandbox_runtime",
