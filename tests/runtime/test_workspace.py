@@ -197,6 +197,13 @@ def test_pty_requires_token_when_set(launch: Callable[..., Server]) -> None:
         out = b""
         while b"authed\r\n" not in out:
             out += ws.recv(timeout=10)  # type: ignore[operator]
+    # Browsers cannot set headers on a WebSocket: the token may come as a subprotocol.
+    with connect(url, open_timeout=5, subprotocols=["bearer.tok"]) as ws:  # type: ignore[list-item]
+        assert ws.subprotocol == "bearer.tok"
+        ws.send(b"echo viaproto\n")
+        out = b""
+        while b"viaproto\r\n" not in out:
+            out += ws.recv(timeout=10)  # type: ignore[operator]
 
 
 def test_metrics_exposed(client: httpx.Client) -> None:
