@@ -362,7 +362,7 @@ def main() -> None:
     )
     rows.append(
         (
-            "(loopback ceiling) bare-socket server, download, same client",
+            "(reference) bare-socket server, download: pread + sendall, same client",
             f"{t['raw_down']:.0f} MB/s",
             f"`cat` {cat:.0f} MB/s",
             f"{t['raw_down'] / cat:.0%}",
@@ -371,7 +371,7 @@ def main() -> None:
     )
     rows.append(
         (
-            "(loopback ceiling) bare-socket server, upload, same client",
+            "(reference) bare-socket server, upload: recv_into + write in one thread",
             f"{t['raw_up']:.0f} MB/s",
             f"`cat` {cat:.0f} MB/s",
             f"{t['raw_up'] / cat:.0%}",
