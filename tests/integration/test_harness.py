@@ -142,6 +142,12 @@ def test_kopf_handler_runs_against_the_cluster(
     registry = kopf.OperatorRegistry()
     marker = uuid.uuid4().hex
 
+    # A private registry has none of kopf's default handlers, login included. kopf's own kubeconfig reader
+    # looks at KUBECONFIG when called (the client library's reader fixed its default path at import time).
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        return kopf.login_with_kubeconfig(**kwargs)
+
     @kopf.on.create(GROUP, "v1", widgets_crd, registry=registry)
     def on_create(spec: kopf.Spec, patch: kopf.Patch, **_: Any) -> None:
         patch.status["doubled"] = spec["size"] * 2
