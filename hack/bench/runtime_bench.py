@@ -281,14 +281,14 @@ def bench_diff(port: int, root: Path, files: int, use_git: bool) -> dict[str, fl
         gdir = Path(tempfile.mkdtemp(prefix="rt-bench-git-"))
         subprocess.run(["cp", "-a", f"{tree}/.", str(gdir)], check=True)
         shutil.rmtree(gdir / ".sandbox-runtime", ignore_errors=True)
-        g = ["git", "-C", str(gdir), "-c", "user.email=b@b", "-c", "user.name=b"]
+        g = ["git", "-C", str(gdir), "-c", "user.email=b@b", "-c", "user.name=b", "-c", "gc.auto=0"]
         subprocess.run([*g, "init", "-q"], check=True)
         subprocess.run([*g, "add", "-A"], check=True)
         subprocess.run([*g, "commit", "-qm", "base"], check=True)
         for i in range(0, 1000, 10):
             (gdir / f"pkg{i // per_dir:04d}" / f"mod{i % per_dir:03d}.py").write_text("# changed again\n")
         out["git_status_s"] = min(timed([*g, "status", "--porcelain"]) for _ in range(3))
-        shutil.rmtree(gdir)
+        shutil.rmtree(gdir, ignore_errors=True)
     return out
 
 
@@ -301,6 +301,8 @@ def main() -> None:
     ap.add_argument("--no-git", action="store_true")
     ap.add_argument("--workdir", default=None, help="parent of the temporary workspace (default: $TMPDIR)")
     a = ap.parse_args()
+    if a.files < 2000 or a.files % 100:
+        ap.error("--files must be a multiple of 100 and at least 2000 (the diff edits 120 of them)")
     if not shutil.which("curl"):
         raise SystemExit("curl is needed as the HTTP client for transfer benchmarks")
     work = Path(tempfile.mkdtemp(prefix="rt-bench-", dir=a.workdir))
