@@ -163,3 +163,15 @@ def test_process_cap_answers_429(launch: object) -> None:
     assert r.status_code == 429 and r.json()["code"] == "RESOURCE_EXHAUSTED"
     c.delete(f"/v1/processes/{first['id']}")
     assert c.post("/v1/exec", json={"argv": ["true"]}).json()["exit_code"] == 0
+
+
+def test_streaming_exec_client_disconnect_kills_the_command(server: Server) -> None:
+    with (
+        httpx.Client(base_url=server.url, timeout=20) as c,
+        c.stream("POST", "/v1/exec/stream", json={"command": "echo $$ > stream.pid; exec sleep 300"}) as r,
+    ):
+        first = json.loads(next(r.iter_lines()))
+        assert first["type"] == "start"
+        pid = first["pid"]
+        wait_until(lambda: alive(pid), 5, "the streamed command to start")
+    wait_until(lambda: not alive(pid), 10, "the streamed command to be killed after the client left")
