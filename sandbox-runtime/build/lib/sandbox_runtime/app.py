@@ -85,8 +85,14 @@ class Runtime:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        os.makedirs(settings.root, exist_ok=True)
+        try:
+            os.makedirs(settings.root, exist_ok=True)
+        except OSError as err:
+            raise SystemExit(
+                f"sandbox-runtime: cannot use workspace root {settings.root}: {err.strerror}"
+            ) from None
         self.root = Root(settings.root)
+        settings.state_dir = _usable_state_dir(settings)
         self.metrics = Metrics()
         self.limiter = Limiter(settings.max_processes)
         self.pool = ThreadPoolExecutor(max_workers=settings.max_processes, thread_name_prefix="exec")
@@ -176,6 +182,24 @@ class Runtime:
             timeout=req.timeout_seconds or req.timeout or self.settings.exec_timeout,
             max_output=self.settings.max_output,
         )
+
+
+def _usable_state_dir(settings: Settings) -> str:
+    """The journal and baseline live in the workspace volume so restarts keep them; if that is not
+    writable (read-only root, foreign uid) fall back to a per-uid temp dir rather than refusing to start."""
+    wanted = settings.state
+    try:
+        os.makedirs(wanted, exist_ok=True)
+        if os.access(wanted, os.W_OK | os.X_OK):
+            return wanted
+    except OSError:
+        pass
+    import tempfile
+
+    fallback = os.path.join(tempfile.gettempdir(), f"sandbox-runtime-{os.getuid()}")
+    os.makedirs(fallback, mode=0o700, exist_ok=True)
+    log.warning("state dir %s is not writable; using %s (not kept across restarts)", wanted, fallback)
+    return fallback
 
 
 def _text(b: bytes) -> str:

@@ -125,7 +125,8 @@ class Baselines:
             os.rename(self.dir, old)
         os.rename(tmp, self.dir)
         shutil.rmtree(old, ignore_errors=True)
-        self._cache = None
+        # Keep the fresh manifest: the first diff then skips re-reading a JSON file of every path.
+        self._cache = (os.stat(os.path.join(self.dir, "manifest.json")).st_mtime, man)
         return man
 
     def _snapshot(self, path: str, s: os.stat_result, pack: Any, man: Manifest) -> list[Any]:

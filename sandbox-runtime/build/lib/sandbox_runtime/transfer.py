@@ -123,44 +123,61 @@ class FileStream(Response):
             os.close(self.fd)
 
 
+class _Pipelined:
+    """Feeds an AtomicWriter in 1 MiB blocks written on a worker thread while the next block is received,
+    so disk writes (which the kernel may throttle) overlap with the network. At most two blocks are in
+    memory per upload."""
+
+    def __init__(self, writer: AtomicWriter, on_bytes: Callable[[int], None] | None) -> None:
+        self.writer = writer
+        self.on_bytes = on_bytes
+        self.pending = bytearray()
+        self.inflight: asyncio.Future[None] | None = None
+
+    async def flush_if_full(self) -> None:
+        if len(self.pending) < CHUNK:
+            return
+        if self.inflight is not None:
+            await self.inflight
+        block, self.pending = self.pending, bytearray()
+        self.inflight = asyncio.get_running_loop().run_in_executor(None, self.writer.write, block)
+        if self.on_bytes is not None:
+            self.on_bytes(len(block))
+
+    async def finish(self) -> None:
+        if self.inflight is not None:
+            await self.inflight
+            self.inflight = None
+        self.writer.write(self.pending)
+        if self.on_bytes is not None:
+            self.on_bytes(len(self.pending))
+        self.pending = bytearray()
+        self.writer.commit()
+
+    async def abort(self) -> None:
+        if self.inflight is not None:
+            with contextlib.suppress(BaseException):
+                await self.inflight
+        self.writer.abort()
+
+
 async def receive_to_file(
     request: Request, writer: AtomicWriter, limit: int | None, on_bytes: Callable[[int], None] | None
 ) -> None:
-    """Stream a raw request body into an AtomicWriter.
-
-    Socket reads are coalesced into 1 MiB blocks and each block is written on a worker thread while the
-    next one is received, so disk writes (which the kernel may throttle) overlap with the network.
-    At most two blocks are in memory.
-    """
-    loop = asyncio.get_running_loop()
-    inflight: asyncio.Future[None] | None = None
-    pending = bytearray()
+    """Stream a raw request body into an AtomicWriter; nothing replaces the destination unless the whole
+    body arrived (a broken or oversized upload leaves the old file as it was)."""
+    pipe = _Pipelined(writer, on_bytes)
     received = 0
     try:
         async for chunk in request.stream():
-            pending += chunk
+            pipe.pending += chunk
             received += len(chunk)
             if limit is not None and received > limit:
                 raise ApiError(413, "RESOURCE_EXHAUSTED", f"upload larger than the limit of {limit} bytes")
-            if len(pending) >= CHUNK:
-                if inflight is not None:
-                    await inflight
-                block, pending = pending, bytearray()
-                inflight = loop.run_in_executor(None, writer.write, block)
-                if on_bytes is not None:
-                    on_bytes(len(block))
-        if inflight is not None:
-            await inflight
-            inflight = None
-        writer.write(pending)
-        if on_bytes is not None:
-            on_bytes(len(pending))
-        writer.commit()
+            await pipe.flush_if_full()
+        await pipe.finish()
     except BaseException:
-        if inflight is not None:
-            with contextlib.suppress(BaseException):
-                await inflight
-        writer.abort()
+        await pipe.abort()
         raise
 
 
@@ -176,14 +193,14 @@ async def receive_multipart(
     """Parse multipart/form-data as it arrives, writing each file part to its destination.
 
     The destination is `target` if given, else the part's filename (a path relative to the root), as the
-    legacy runtime does.
-    Returns (relative path, size) per stored file.
+    legacy runtime does. Returns (relative path, size) per stored file.
     """
     ctype, params = parse_options_header(request.headers.get("content-type", ""))
     if ctype != b"multipart/form-data" or b"boundary" not in params:
         raise bad_request("expected multipart/form-data with a boundary")
     st = _PartState()
-    current: list[AtomicWriter | None] = [None]
+    current: list[_Pipelined | None] = [None]
+    ended: list[_Pipelined] = []
     done: list[tuple[str, int]] = []
     errors: list[ApiError] = []
 
@@ -207,21 +224,20 @@ async def receive_multipart(
             return
         try:
             dest = target if target is not None else fname.decode("utf-8", "replace")
-            current[0] = AtomicWriter(root, dest, mode)
+            current[0] = _Pipelined(AtomicWriter(root, dest, mode), on_bytes)
         except ApiError as err:
             errors.append(err)
             current[0] = None
 
     def on_part_data(data: bytes, start: int, end: int) -> None:
-        w = current[0]
-        if w is not None:
-            w.write(memoryview(data)[start:end])
+        p = current[0]
+        if p is not None:
+            p.pending += memoryview(data)[start:end]
 
     def on_part_end() -> None:
-        w = current[0]
-        if w is not None:
-            w.commit()
-            done.append((w.res.rel, w.size))
+        p = current[0]
+        if p is not None:
+            ended.append(p)
             current[0] = None
 
     parser = MultipartParser(
@@ -235,21 +251,30 @@ async def receive_multipart(
             "on_part_end": on_part_end,
         },
     )
+
+    async def settle() -> None:
+        while ended:
+            p = ended.pop(0)
+            await p.finish()
+            done.append((p.writer.res.rel, p.writer.size))
+        if current[0] is not None:
+            await current[0].flush_if_full()
+
     try:
         async for chunk in request.stream():
             parser.write(chunk)
-            if on_bytes is not None:
-                on_bytes(len(chunk))
             if errors:
                 raise errors[0]
+            await settle()
         parser.finalize()
+        await settle()
     except ApiError:
         raise
     except Exception as err:
         raise bad_request(f"malformed multipart body: {err}") from None
     finally:
-        if current[0] is not None:
-            current[0].abort()
+        for p in [*ended, *([current[0]] if current[0] is not None else [])]:
+            await p.abort()
     if errors:
         raise errors[0]
     return done
