@@ -19,6 +19,12 @@ def parse(argv: list[str] | None = None) -> Settings:
     p.add_argument("--host", default=env("SANDBOX_RUNTIME_HOST", "0.0.0.0"))
     p.add_argument("--port", type=int, default=int(env("SANDBOX_RUNTIME_PORT", "8888")))
     p.add_argument(
+        "--grpc-port",
+        type=int,
+        default=int(env("SANDBOX_RUNTIME_GRPC_PORT", "0")),
+        help="also serve sandboxd's gRPC ProcessService on this port (needs the `grpc` extra; 0 = off)",
+    )
+    p.add_argument(
         "--token-file",
         default=env("SANDBOX_RUNTIME_TOKEN_FILE"),
         help="file holding the bearer token (env SANDBOX_RUNTIME_TOKEN_FILE; SANDBOX_RUNTIME_TOKEN wins)",
@@ -52,6 +58,7 @@ def parse(argv: list[str] | None = None) -> Settings:
         root=a.root,
         host=a.host,
         port=a.port,
+        grpc_port=a.grpc_port,
         token=read_token(env("SANDBOX_RUNTIME_TOKEN"), a.token_file),
         state_dir=a.state_dir,
         max_processes=a.max_processes,

@@ -630,9 +630,16 @@ def create_app(settings: Settings) -> ASGIApp:
                     await asyncio.sleep(settings.heartbeat_seconds)
 
             hb = asyncio.get_running_loop().create_task(beat())
+        grpc_server: Any = None
+        if settings.grpc_port:
+            from .grpc_process import serve
+
+            grpc_server = await serve(rt, settings.host, settings.grpc_port)
         try:
             yield
         finally:
+            if grpc_server is not None:
+                await grpc_server.stop(grace=1)
             if hb is not None:
                 hb.cancel()
             await rt.processes.shutdown()

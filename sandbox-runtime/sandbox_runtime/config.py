@@ -11,6 +11,7 @@ class Settings:
     root: str = "/workspace"
     host: str = "0.0.0.0"
     port: int = 8888
+    grpc_port: int = 0  # sandboxd's gRPC ProcessService (9090 upstream); 0 = off
     token: str | None = None
     state_dir: str | None = None  # default: <root>/.sandbox-runtime (a volume, so restarts keep it)
     max_processes: int = 64

@@ -290,7 +290,16 @@ class Process:
         async with self.changed:
             self.changed.notify_all()
 
+    async def follow_raw(self) -> AsyncIterator[tuple[str, bytes] | None]:
+        """(stream, bytes) for every output chunk from the start, then None once the process exited."""
+        async for ev in self._events(0, follow=True, raw=True):
+            yield None if ev["type"] == "exit" else (ev["type"], ev["data"])
+
     async def follow(self, since: int = 0, follow: bool = True) -> AsyncIterator[dict[str, Any]]:
+        async for ev in self._events(since, follow=follow, raw=False):
+            yield ev
+
+    async def _events(self, since: int, *, follow: bool, raw: bool) -> AsyncIterator[dict[str, Any]]:
         """Yield output events from sequence number `since`, then the exit event."""
         next_seq = since
         while True:
@@ -302,7 +311,7 @@ class Process:
                 yield {
                     "type": chunk.stream,
                     "offset": chunk.offset,
-                    "data": chunk.data.decode("utf-8", "replace"),
+                    "data": chunk.data if raw else chunk.data.decode("utf-8", "replace"),
                 }
                 next_seq += 1
             if not self.running:
