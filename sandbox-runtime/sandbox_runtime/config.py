@@ -53,9 +53,12 @@ def read_token(token: str | None, token_file: str | None) -> str | None:
     if token:
         return token.strip() or None
     if token_file:
-        with open(token_file, encoding="utf-8") as fh:
-            value = fh.read().strip()
+        try:
+            with open(token_file, encoding="utf-8") as fh:
+                value = fh.read().strip()
+        except OSError as err:
+            raise SystemExit(f"sandbox-runtime: cannot read token file {token_file}: {err.strerror}") from None
         if not value:
-            raise SystemExit(f"token file {token_file} is empty")
+            raise SystemExit(f"sandbox-runtime: token file {token_file} is empty")
         return value
     return None

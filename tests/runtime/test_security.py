@@ -235,3 +235,24 @@ def test_malformed_requests_get_json_errors(server: Server) -> None:
         status, data, headers = raw(server, method, path, body, {"content-type": "application/json"})
         assert 400 <= status < 500 and headers["content-type"] == "application/json", (path, status, data)
         assert json.loads(data)["message"]
+
+
+@pytest.mark.parametrize("content", [None, ""])
+def test_unreadable_or_empty_token_file_fails_clearly(tmp_path: Path, content: str | None) -> None:
+    import subprocess
+    import sys
+
+    token = tmp_path / "token"
+    if content is not None:
+        token.write_text(content)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SANDBOX_RUNTIME_")}
+    env["SANDBOX_RUNTIME_TOKEN_FILE"] = str(token)
+    r = subprocess.run(
+        [sys.executable, "-m", "sandbox_runtime", "--root", str(tmp_path / "ws"), "--port", "1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode != 0
+    assert "token file" in r.stderr and "Traceback" not in r.stderr
