@@ -75,8 +75,32 @@ def parse(argv: list[str] | None = None) -> Settings:
     return s
 
 
+def tune_malloc() -> None:
+    """Keep transfer-sized buffers (up to a few MiB) in the heap.
+
+    glibc serves allocations above its mmap threshold with fresh mmaps, so every 256 KiB-1 MiB body chunk
+    costs page faults and zeroing; on loopback uploads that was ~30% of the time. Freed memory beyond
+    32 MiB is still returned to the OS. No-op on libcs without mallopt.
+    """
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    if not name:
+        return
+    try:
+        libc = ctypes.CDLL(name)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    mallopt(m_mmap_threshold, 4 << 20)
+    mallopt(m_trim_threshold, 32 << 20)
+
+
 def main(argv: list[str] | None = None) -> None:
     settings = parse(argv)
+    tune_malloc()
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )

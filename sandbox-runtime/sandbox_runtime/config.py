@@ -57,7 +57,9 @@ def read_token(token: str | None, token_file: str | None) -> str | None:
             with open(token_file, encoding="utf-8") as fh:
                 value = fh.read().strip()
         except OSError as err:
-            raise SystemExit(f"sandbox-runtime: cannot read token file {token_file}: {err.strerror}") from None
+            raise SystemExit(
+                f"sandbox-runtime: cannot read token file {token_file}: {err.strerror}"
+            ) from None
         if not value:
             raise SystemExit(f"sandbox-runtime: token file {token_file} is empty")
         return value
