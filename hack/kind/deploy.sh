@@ -27,7 +27,7 @@ step "helm upgrade --install ${RELEASE} (namespace ${NAMESPACE}, images from ${S
   --set "workspace.image.tag=$(tag "${SHADOW_WORKSPACE_IMAGE}")" \
   --set "previewRouter.image.tag=$(tag "${SHADOW_ROUTER_IMAGE}")" \
   --set previewRouter.enabled=true --set previewRouter.domain=preview.localhost --set previewRouter.scheme=http \
-  --wait --timeout 5m "$@" >/dev/null \
+  --wait --timeout 3m "$@" >/dev/null \
   || {
     kubectl -n "${NAMESPACE}" get pods -o wide >&2 || true
     kubectl -n "${NAMESPACE}" logs deploy/"${RELEASE}" --tail 30 >&2 || true

@@ -278,7 +278,7 @@ def test_preview_router_routes_sandbox_subdomains(helm: str) -> None:
     )
     (config,) = [d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"].endswith("preview-router")]
     conf = config["data"]["router.conf"]
-    assert r"\.preview\.dev\.test$;" in conf
+    assert r'\.preview\.dev\.test$";' in conf
     assert "proxy_pass http://$sandbox.shadow-system.svc.cluster.local:3000;" in conf
     assert "proxy_set_header Upgrade $http_upgrade;" in conf
     (deployment,) = [

@@ -6,8 +6,8 @@ map $http_upgrade $connection_upgrade {
 }
 server {
   listen 8080;
-  # <sandbox>.<domain>: the sandbox name is a DNS label, so the slug is one too.
-  server_name ~^(?<sandbox>[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)\.{{ .Values.previewRouter.domain | replace "." "\\." }}$;
+  # <sandbox>.<domain>: the sandbox name is a DNS label, so the slug is one too. Quoted: the regex has braces.
+  server_name "~^(?<sandbox>[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)\.{{ .Values.previewRouter.domain | replace "." "\\." }}$";
   # Re-resolve often: sandboxes come and go, and their pod IPs with them.
   resolver {{ .Values.previewRouter.resolver }} valid=5s ipv6=off;
   resolver_timeout 2s;
