@@ -35,6 +35,8 @@ class Excluder:
         self.globs = [p for p in patterns if not p.endswith("/")]
 
     def _match(self, pats: list[str], rel: str) -> bool:
+        if not pats:  # the common case (only directory excludes) costs nothing per file
+            return False
         name = rel.rsplit("/", 1)[-1]
         return any(fnmatch.fnmatchcase(rel, p) or fnmatch.fnmatchcase(name, p) for p in pats)
 
