@@ -31,6 +31,7 @@ from .execution import (
     Process,
     ProcessManager,
     base_env,
+    killpg,
     parse_signal,
     run_async,
     split_command,
@@ -503,8 +504,6 @@ def build_router(rt: Runtime) -> APIRouter:
                     yield ev
             finally:
                 if p.running:  # the client went away: do not leave its command running unattended
-                    from .execution import killpg
-
                     killpg(p.pid)
 
         return StreamingResponse(_ndjson(events()), media_type=NDJSON)
@@ -517,7 +516,7 @@ def build_router(rt: Runtime) -> APIRouter:
         spec = rt.spec_from(req)
         if req.timeout_seconds is None:
             spec.timeout = None  # background work (dev servers) runs until stopped
-        p = await rt.processes.start(spec, tag=req.tag, pty_stdin=True)
+        p = await rt.processes.start(spec, tag=req.tag, keep_stdin=True)
         rt.metrics.processes.set(rt.limiter.active)
         return p.summary()
 
@@ -573,8 +572,6 @@ def build_router(rt: Runtime) -> APIRouter:
         """Kill (if running) and forget a process."""
         p = rt.processes.get(pid)
         if p.running:
-            from .execution import killpg
-
             killpg(p.pid)
             await p.done.wait()
         rt.processes.procs.pop(pid, None)

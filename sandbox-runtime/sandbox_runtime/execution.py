@@ -345,7 +345,7 @@ class ProcessManager:
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(
-        self, spec: ExecSpec, *, tag: str | None = None, background: bool = True, pty_stdin: bool = False
+        self, spec: ExecSpec, *, tag: str | None = None, background: bool = True, keep_stdin: bool = False
     ) -> Process:
         self.limiter.acquire()
         try:
@@ -353,7 +353,7 @@ class ProcessManager:
                 *spec.argv,
                 cwd=spec.cwd,
                 env=spec.env,
-                stdin=subprocess.PIPE if (pty_stdin or spec.stdin is not None) else subprocess.DEVNULL,
+                stdin=subprocess.PIPE if (keep_stdin or spec.stdin is not None) else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
@@ -383,7 +383,7 @@ class ProcessManager:
             # The process may already be gone (bad arguments, instant exit); its stdin is then closed.
             with contextlib.suppress(RuntimeError, BrokenPipeError, ConnectionResetError):
                 proc.stdin.write(spec.stdin)
-                if not pty_stdin:
+                if not keep_stdin:
                     proc.stdin.close()
         task = asyncio.get_running_loop().create_task(self._pump(p, spec.timeout))
         self._tasks.add(task)

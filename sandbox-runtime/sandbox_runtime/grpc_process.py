@@ -214,7 +214,7 @@ class ProcessService:
         if request.HasField("pty"):
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, "PTY over gRPC is not supported; use /v1/pty")
         try:
-            p = await self.rt.processes.start(self._spec(request.config, None), pty_stdin=True)
+            p = await self.rt.processes.start(self._spec(request.config, None), keep_stdin=True)
         except ApiError as err:
             await self._abort(context, err)
             raise
