@@ -2,7 +2,7 @@
 # `make demo`: from a fresh machine to a running sandbox. Sets everything up (dockerd, tools, offline
 # images, the kind cluster, the operator via Helm), claims a workspace, runs a command in it, serves a
 # preview from it through the preview router, and prints how to use and clean up what it made.
-set -euo pipefail
+set -Eeuo pipefail
 source "$(dirname "$0")/lib.sh"
 
 NAMESPACE="${SHADOW_NAMESPACE:-shadow-system}"
@@ -13,7 +13,12 @@ CURRENT=
 PIDS=()
 cleanup() { local p; for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
-trap '[[ -n $CURRENT ]] && printf "\033[1;31merror:\033[0m make demo failed during: %s\n       logs: %s/logs; rerun `make demo` (finished steps are cached)\n" "$CURRENT" "$SHADOW_CACHE" >&2' ERR
+on_error() {
+  [[ -n $CURRENT && $BASH_SUBSHELL -eq 0 ]] || return 0
+  printf '\033[1;31merror:\033[0m make demo failed during: %s\n       logs: %s/logs; rerun make demo: finished steps are cached\n' "$CURRENT" "$SHADOW_CACHE" >&2
+  CURRENT=
+}
+trap on_error ERR
 
 run_step() {
   local t0=$SECONDS
@@ -35,7 +40,7 @@ KUBECONFIG=$("${HACK_DIR}/kind/cluster.sh" kubeconfig)
 run_step "operator (helm upgrade --install)" "${HACK_DIR}/kind/deploy.sh"
 
 claim_ready() {
-  kubectl -n "$NAMESPACE" get sandboxclaim "$CLAIM" \
+  kubectl -n "$NAMESPACE" get sandboxclaims.extensions.agents.x-k8s.io "$CLAIM" \
     -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null | grep -qx True
 }
 
@@ -52,7 +57,7 @@ YAML
   local t0=$SECONDS
   until claim_ready; do
     ((SECONDS - t0 < 240)) || {
-      kubectl -n "$NAMESPACE" describe sandboxclaim "$CLAIM" >&2 || true
+      kubectl -n "$NAMESPACE" describe sandboxclaims.extensions.agents.x-k8s.io "$CLAIM" >&2 || true
       die "the claim did not become Ready in 240s (operator log: kubectl -n $NAMESPACE logs deploy/$RELEASE)"
     }
     printf '\r    waiting for sandbox Ready... %ss' "$((SECONDS - t0))" >&2
@@ -62,9 +67,9 @@ YAML
 }
 run_step "claim a workspace (SandboxClaim ${NAMESPACE}/${CLAIM})" create_claim
 
-SANDBOX=$(kubectl -n "$NAMESPACE" get sandboxclaim "$CLAIM" -o jsonpath='{.status.sandbox.name}')
+SANDBOX=$(kubectl -n "$NAMESPACE" get sandboxclaims.extensions.agents.x-k8s.io "$CLAIM" -o jsonpath='{.status.sandbox.name}')
 SANDBOX=${SANDBOX:-$CLAIM}
-TOKEN_SECRET=$(kubectl -n "$NAMESPACE" get sandbox "$SANDBOX" -o jsonpath='{.status.runtimeTokenSecret}')
+TOKEN_SECRET=$(kubectl -n "$NAMESPACE" get sandboxes.agents.x-k8s.io "$SANDBOX" -o jsonpath='{.status.runtimeTokenSecret}')
 TOKEN=
 [[ -z $TOKEN_SECRET ]] || TOKEN=$(kubectl -n "$NAMESPACE" get secret "$TOKEN_SECRET" -o jsonpath='{.data.token}' | base64 -d)
 
@@ -98,7 +103,7 @@ run_command() {
 }
 run_step "run a command in the sandbox (through its runtime API)" run_command
 
-PREVIEW_URL=$(kubectl -n "$NAMESPACE" get sandbox "$SANDBOX" -o jsonpath='{.status.previewURL}')
+PREVIEW_URL=$(kubectl -n "$NAMESPACE" get sandboxes.agents.x-k8s.io "$SANDBOX" -o jsonpath='{.status.previewURL}')
 serve_preview() {
   runtime_call POST /v1/processes '{"argv": ["sh", "-c", "echo \"<h1>preview of $(hostname)</h1>\" > index.html && exec python3 -m http.server 3000"]}' >/dev/null
   ROUTER_PORT=$(port_forward "svc/${RELEASE}-preview-router" 80)
@@ -126,6 +131,6 @@ cat <<EOF
   Cluster:      export KUBECONFIG=${KUBECONFIG}
                 kubectl get pods -A
 
-  Clean up:     kubectl -n ${NAMESPACE} delete sandboxclaim ${CLAIM}   # the sandbox and everything it owns
+  Clean up:     kubectl -n ${NAMESPACE} delete sandboxclaims.extensions.agents.x-k8s.io ${CLAIM}  # the sandbox and everything it owns
                 make kind-down                                        # the whole cluster
 EOF

@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # `make e2e`: dockerd, offline images, the kind cluster (reused when present), the Helm install, then the
 # e2e tests against real pods. Every step is cached, so a second run only re-runs the tests.
-set -euo pipefail
+set -Eeuo pipefail
 source "$(dirname "$0")/lib.sh"
 
 PY="${REPO_ROOT}/.venv/bin/python"
 STARTED=$SECONDS
 CURRENT=
-trap '[[ -n $CURRENT ]] && printf "\033[1;31merror:\033[0m make e2e failed during: %s (logs: %s/logs)\n" "$CURRENT" "$SHADOW_CACHE" >&2' ERR
+on_error() {
+  [[ -n $CURRENT && $BASH_SUBSHELL -eq 0 ]] || return 0
+  printf '\033[1;31merror:\033[0m make e2e failed during: %s\n       logs: %s/logs; rerun make e2e: finished steps are cached\n' "$CURRENT" "$SHADOW_CACHE" >&2
+  CURRENT=
+}
+trap on_error ERR
 
 run_step() { # run_step NAME COMMAND...: run and time one step.
   local t0=$SECONDS
