@@ -56,7 +56,7 @@ def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         os.environ["KUBECONFIG"] = reuse
         yield reuse
         return
-    cp = ControlPlane(directory=tmp_path_factory.mktemp("controlplane"))
+    cp = ControlPlane(directory=tmp_path_factory.mktemp("controlplane"), die_with_parent=True)
     cp.start()
     os.environ["KUBECONFIG"] = str(cp.kubeconfig)
     try:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import json
 import os
 import shutil
@@ -27,7 +28,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,6 +70,8 @@ class ControlPlane:
     directory: Path
     bin_dir: Path = DEFAULT_BIN_DIR
     nodes: int = 3
+    # Tie every component to this process's lifetime (pytest sessions) instead of detaching it (`up`).
+    die_with_parent: bool = False
     ports: dict[str, int] = field(default_factory=dict)
     pids: dict[str, int] = field(default_factory=dict)
 
@@ -165,6 +168,7 @@ class ControlPlane:
             stdin=subprocess.DEVNULL,
             start_new_session=True,
             cwd=self.directory,
+            preexec_fn=_die_with_parent if self.die_with_parent else None,
         )
         log.close()
         self.pids[name] = proc.pid
@@ -403,6 +407,15 @@ class ControlPlane:
             return result
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: ask the kernel for SIGKILL when the parent dies, even by SIGKILL itself.
+
+    A test run that is killed (timeout, Ctrl-C twice) then leaves no etcd or apiserver behind.
+    """
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -437,16 +450,6 @@ def _terminate(pid: int, timeout: float = 15.0) -> None:
             return
         except TimeoutError:
             continue
-
-
-@contextlib.contextmanager
-def running_control_plane(directory: Path, nodes: int = 3) -> Iterator[ControlPlane]:
-    cp = ControlPlane(directory=directory, nodes=nodes)
-    cp.start()
-    try:
-        yield cp
-    finally:
-        cp.stop()
 
 
 def main(argv: list[str] | None = None) -> int:

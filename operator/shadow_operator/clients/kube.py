@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -72,7 +73,8 @@ class Kube:
         try:
             k8s_config.load_incluster_config()  # type: ignore[no-untyped-call]
         except k8s_config.ConfigException:
-            await k8s_config.load_kube_config()
+            # Read KUBECONFIG now: the library's default path was fixed when it was imported.
+            await k8s_config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
         return cls(k8s_client.ApiClient())
 
     async def close(self) -> None:
