@@ -124,19 +124,10 @@ class Cluster:
         return base64.b64decode(secret.data["token"]).decode()
 
     @contextmanager
-    def runtime(self, namespace: str, sandbox: str) -> Iterator[httpx.Client]:
-        """An HTTP client for the sandbox's runtime, through `kubectl port-forward` to its pod."""
+    def port_forward(self, namespace: str, target: str, port: int) -> Iterator[str]:
+        """`kubectl port-forward` TARGET (pod/x, svc/y) to a free local port; yields its base URL."""
         proc = subprocess.Popen(
-            [
-                "kubectl",
-                "--kubeconfig",
-                self.kubeconfig,
-                "-n",
-                namespace,
-                "port-forward",
-                f"pod/{sandbox}",
-                ":8888",
-            ],
+            ["kubectl", "--kubeconfig", self.kubeconfig, "-n", namespace, "port-forward", target, f":{port}"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -147,16 +138,22 @@ class Cluster:
             match = re.search(r"127\.0\.0\.1:(\d+)", line)
             if not match:
                 proc.kill()
-                pytest.fail(f"kubectl port-forward failed: {line}{proc.stderr.read() if proc.stderr else ''}")
-            token = self.runtime_token(namespace, sandbox)
-            headers = {"Authorization": f"Bearer {token}"} if token else {}
-            with httpx.Client(
-                base_url=f"http://127.0.0.1:{match.group(1)}", headers=headers, timeout=60
-            ) as http:
-                yield http
+                pytest.fail(
+                    f"kubectl port-forward {target} failed: {line}{proc.stderr.read() if proc.stderr else ''}"
+                )
+            yield f"http://127.0.0.1:{match.group(1)}"
         finally:
             proc.terminate()
             proc.wait(timeout=10)
+
+    @contextmanager
+    def runtime(self, namespace: str, sandbox: str) -> Iterator[httpx.Client]:
+        """An HTTP client for the sandbox's runtime, through `kubectl port-forward` to its pod."""
+        with self.port_forward(namespace, f"pod/{sandbox}", 8888) as url:
+            token = self.runtime_token(namespace, sandbox)
+            headers = {"Authorization": f"Bearer {token}"} if token else {}
+            with httpx.Client(base_url=url, headers=headers, timeout=60) as http:
+                yield http
 
     # -- operator ------------------------------------------------------------------------------------
     def operator_pods(self) -> list[client.V1Pod]:

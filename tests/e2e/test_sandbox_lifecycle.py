@@ -9,12 +9,17 @@ import time
 import uuid
 from typing import Any
 
+import httpx
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from tests.e2e.cluster import DEFAULT_TEMPLATE, Cluster, eventually, is_ready
+from tests.e2e.cluster import DEFAULT_TEMPLATE, OPERATOR_NAMESPACE, Cluster, eventually, is_ready
 
 pytestmark = pytest.mark.e2e
+
+# hack/kind/deploy.sh installs the chart as release shadow-operator with this preview domain.
+PREVIEW_DOMAIN = "preview.localhost"
+ROUTER_SERVICE = "shadow-operator-preview-router"
 
 
 def unique(prefix: str) -> str:
@@ -203,3 +208,40 @@ def test_operator_restart_changes_nothing(cluster: Cluster, e2e_namespace: str) 
     # The sandbox that existed before the restart was left exactly as it was.
     assert snapshot(cluster, e2e_namespace, steady_sandbox) == before
     assert is_ready(cluster.get(e2e_namespace, "sandboxclaims", steady))
+
+
+def test_preview_router_serves_the_sandbox_dev_server(cluster: Cluster) -> None:
+    # The chart's router maps <sandbox>.<domain> to sandboxes of the default template's namespace.
+    namespace, name = OPERATOR_NAMESPACE, unique("preview")
+    cluster.claim(namespace, name, {"sandboxTemplateRef": {"name": DEFAULT_TEMPLATE}})
+    try:
+        sandbox = cluster.sandbox_of(cluster.wait_claim_ready(namespace, name))
+        marker = f"preview of {sandbox} {uuid.uuid4().hex}"
+        with cluster.runtime(namespace, sandbox) as http:
+            put = http.put("/v1/files/site/index.html", content=marker.encode())
+            assert put.status_code == 204, put.text
+            started = http.post(
+                "/v1/processes", json={"argv": ["python3", "-m", "http.server", "3000"], "cwd": "site"}
+            )
+            assert started.status_code == 201, started.text
+        status = cluster.get(namespace, "sandboxes", sandbox) or {}
+        preview_url = (status.get("status") or {}).get("previewURL")
+        assert preview_url == f"http://{sandbox}.{PREVIEW_DOMAIN}/"
+
+        with (
+            cluster.port_forward(namespace, f"svc/{ROUTER_SERVICE}", 80) as router,
+            httpx.Client(base_url=router, timeout=10) as http,
+        ):
+
+            def routed() -> str | None:
+                try:
+                    response = http.get("/", headers={"Host": f"{sandbox}.{PREVIEW_DOMAIN}"})
+                except httpx.HTTPError:
+                    return None
+                return response.text if response.status_code == 200 else None
+
+            assert eventually(routed, f"the router serving {sandbox}.{PREVIEW_DOMAIN}", 60) == marker
+            unknown = http.get("/", headers={"Host": "not-a-route.example"})
+            assert unknown.status_code == 404
+    finally:
+        cluster.delete(namespace, "sandboxclaims", name)
