@@ -347,6 +347,24 @@ push_system() {
   while read -r ref; do push_one "$ref"; done < <(system_images)
 }
 
+# prune_old REPO KEEP: untag REPO's other tags (and their registry-push twins) so rebuilds after source
+# changes do not pile up. Images a container still uses are kept by Docker.
+prune_old() {
+  local repo=$1 keep=$2 ref
+  while read -r ref; do
+    [[ $ref == "$keep" || $ref == "${PUSH_REGISTRY}/$keep" ]] || docker rmi "$ref" >/dev/null 2>&1 || true
+  done < <(docker images --format '{{.Repository}}:{{.Tag}}' "$repo"; docker images --format '{{.Repository}}:{{.Tag}}' "${PUSH_REGISTRY}/$repo")
+}
+
+prune_all() {
+  prune_old "${PREFIX}/operator" "$(operator_ref)"
+  prune_old "${PREFIX}/workspace" "$(workspace_ref)"
+  prune_old "${PREFIX}/preview-router" "$(router_ref)"
+  prune_old "${PREFIX}/kind-base" "$(kind_base_ref)"
+  [[ -f "${STATE_DIR}/node-image" ]] && prune_old "${PREFIX}/kind-node" "$(<"${STATE_DIR}/node-image")"
+  return 0
+}
+
 print_env() {
   [[ -f "${STATE_DIR}/pushed.env" ]] || die "no images pushed yet: run hack/images.sh"
   cat "${STATE_DIR}/pushed.env"
@@ -373,3 +391,4 @@ for t in "${targets[@]}"; do
     *) die "unknown target '$t' (base, apps, system, push, node, env)" ;;
   esac
 done
+prune_all
