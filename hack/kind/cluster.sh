@@ -55,6 +55,12 @@ up() {
       info "starting its stopped node container"
       docker start "$(node_container)" >/dev/null
     fi
+    local running wanted
+    running=$(docker inspect -f '{{.Config.Image}}' "$(node_container)" 2>/dev/null || true)
+    wanted=$(cat "${SHADOW_CACHE}/images/node-image" 2>/dev/null || true)
+    if [[ -n $wanted && $running != "$wanted" ]]; then
+      info "note: the cluster runs ${running}; ${wanted} is newer (make kind-down to recreate with it)"
+    fi
     kind_cmd get kubeconfig --name "${CLUSTER_NAME}" >"${KUBECONFIG_PATH}"
     wait_api || die "the API server of kind cluster '${CLUSTER_NAME}' is not ready; try: $0 down && $0 up"
   else
