@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from typing import Any
 
@@ -155,7 +156,12 @@ def test_kopf_handler_runs_against_the_cluster(
 
     custom = client.CustomObjectsApi(k8s_api)
     args = ["run", "--standalone", "--namespace", namespace, "--verbose"]
-    with KopfRunner(args, registry=registry, timeout=60) as runner:
+    # `kopf run` with an explicit registry makes it the process-wide default; give the default back so the
+    # operator's own handlers (registered at import) are what later in-process runs see.
+    previous_default = kopf.get_default_registry()
+    with contextlib.ExitStack() as restore:
+        restore.callback(kopf.set_default_registry, previous_default)
+        runner = restore.enter_context(KopfRunner(args, registry=registry, timeout=60))
         body = {"apiVersion": f"{GROUP}/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"size": 4}}
         custom.create_namespaced_custom_object(GROUP, "v1", namespace, widgets_crd, body)
 
@@ -167,5 +173,6 @@ def test_kopf_handler_runs_against_the_cluster(
         obj = custom.get_namespaced_custom_object(GROUP, "v1", namespace, widgets_crd, "w")
         assert obj["status"]["doubled"] == 8
         custom.delete_namespaced_custom_object(GROUP, "v1", namespace, widgets_crd, "w")
+    assert kopf.get_default_registry() is previous_default
     assert runner.exit_code == 0, runner.output
     assert runner.exception is None
