@@ -102,9 +102,12 @@ def test_kubectl_columns_short_names_and_explain(objs: Objects, kubeconfig: str)
     assert kubectl("get", "sandbox", "-n", objs.namespace, "-o", "name").split() == [
         "sandbox.agents.x-k8s.io/shown"
     ]
+    assert kubectl("get", "sandbox", "shown", "-n", objs.namespace, "-o", "name").strip() == (
+        "sandbox.agents.x-k8s.io/shown"
+    )
     explained = kubectl("explain", "sandboxclaims.spec.sandboxTemplateRef")
     assert "v1alpha1 form" in explained
-    categories = kubectl("api-resources", "--categories=sandbox", "-o", "name").split()
+    categories = kubectl("api-resources", "--categories=agent-sandbox", "-o", "name").split()
     assert sorted(categories) == sorted(
         [
             "sandboxes.agents.x-k8s.io",

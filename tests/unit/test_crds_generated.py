@@ -72,10 +72,14 @@ def test_versions_share_one_schema_and_v1beta1_is_storage() -> None:
 def test_names_columns_and_subresources() -> None:
     crds = {k.kind: crdgen.build_crd(k) for k in crdgen.KINDS}
     for crd in crds.values():
-        assert crd["spec"]["names"]["categories"] == ["sandbox"]
+        assert crd["spec"]["names"]["categories"] == ["agent-sandbox"]
         assert crd["spec"]["conversion"] == {"strategy": "None"}
     sandbox = crds["Sandbox"]["spec"]
-    assert sandbox["names"]["shortNames"][0] == "sandbox"
+    assert sandbox["names"]["shortNames"] == ["sbx"]
+    for crd in crds.values():
+        names = crd["spec"]["names"]
+        # kubectl resolves a category before a resource name: none may equal a singular or short name.
+        assert not set(names["categories"]) & {names["singular"], *names.get("shortNames", [])}
     columns = [col["name"] for col in sandbox["versions"][0]["additionalPrinterColumns"]]
     assert columns[:2] == ["Ready", "Reason"] and columns[-1] == "Age"
     pool = crds["SandboxWarmPool"]["spec"]["versions"][0]["subresources"]

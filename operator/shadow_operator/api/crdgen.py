@@ -70,7 +70,7 @@ KINDS: tuple[Kind, ...] = (
         c.SANDBOX_GROUP,
         "Sandbox",
         "sandboxes",
-        ["sandbox", "sbx"],
+        ["sbx"],
         [
             *READY_COLUMNS,
             {"name": "Service", "type": "string", "jsonPath": ".status.service", "priority": 1},
@@ -83,7 +83,7 @@ KINDS: tuple[Kind, ...] = (
         c.EXTENSIONS_GROUP,
         "SandboxClaim",
         "sandboxclaims",
-        ["sandboxclaim", "sbc"],
+        ["sbc"],
         [
             *READY_COLUMNS,
             {"name": "Sandbox", "type": "string", "jsonPath": ".status.sandbox.name"},
@@ -95,7 +95,7 @@ KINDS: tuple[Kind, ...] = (
         c.EXTENSIONS_GROUP,
         "SandboxTemplate",
         "sandboxtemplates",
-        ["sandboxtemplate", "sbt"],
+        ["sbt"],
         [
             {"name": "Network", "type": "string", "jsonPath": ".spec.networkPolicyManagement"},
             AGE_COLUMN,
@@ -236,7 +236,9 @@ def build_crd(kind: Kind) -> dict[str, Any]:
                 "plural": kind.plural,
                 "singular": kind.kind.lower(),
                 "shortNames": list(kind.short_names),
-                "categories": ["sandbox"],
+                # Not "sandbox": a category named like a kind's singular shadows it, and `kubectl get sandbox NAME`
+                # would expand to all four kinds and fail.
+                "categories": ["agent-sandbox"],
             },
             "scope": "Namespaced",
             "conversion": {"strategy": "None"},
