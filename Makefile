@@ -4,8 +4,9 @@ SHELL := /bin/bash
 
 VENV ?= .venv
 PY := $(VENV)/bin/python
-CACHE ?= $(HOME)/.cache/shadow-operator
+CACHE ?= $(or $(SHADOW_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/shadow-operator)
 TOOLS_BIN := $(CACHE)/bin
+export SHADOW_CACHE := $(CACHE)
 export PATH := $(TOOLS_BIN):$(PATH)
 PYTEST_ARGS ?=
 

@@ -36,7 +36,10 @@ import yaml
 
 from tests.support.pki import CertificateAuthority, write_service_account_keys
 
-DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "shadow-operator"
+DEFAULT_CACHE = Path(
+    os.environ.get("SHADOW_CACHE")
+    or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "shadow-operator"
+)
 DEFAULT_BIN_DIR = Path(os.environ.get("SHADOW_TOOLS_BIN", DEFAULT_CACHE / "bin"))
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 SERVICE_CIDR = "10.96.0.0/16"
