@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
-from kubernetes import client, watch
+from kubernetes import watch
 from prometheus_client import REGISTRY
 from shadow_operator.api import constants as c
 
@@ -18,25 +16,11 @@ from tests.support.sandbox_operator import (
     SANDBOX,
     TEMPLATE,
     Objects,
-    in_process_operator,
-    install_crds,
     ready,
     template_body,
 )
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def operator(k8s_api: client.ApiClient) -> Iterator[Any]:
-    install_crds(k8s_api)
-    with in_process_operator() as runner:
-        yield runner
-
-
-@pytest.fixture
-def objs(k8s_api: client.ApiClient, namespace: str, operator: Any) -> Objects:
-    return Objects(k8s_api, namespace)
 
 
 def latency_count(namespace: str) -> float:

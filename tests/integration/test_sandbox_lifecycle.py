@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,21 +14,9 @@ from shadow_operator.api import constants as c
 from shadow_operator.api import naming
 
 from tests.support.controlplane import wait_for
-from tests.support.sandbox_operator import SANDBOX, Objects, in_process_operator, install_crds, sandbox_body
+from tests.support.sandbox_operator import SANDBOX, Objects, sandbox_body
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def operator(k8s_api: client.ApiClient) -> Iterator[Any]:
-    install_crds(k8s_api)
-    with in_process_operator() as runner:
-        yield runner
-
-
-@pytest.fixture
-def objs(k8s_api: client.ApiClient, namespace: str, operator: Any) -> Objects:
-    return Objects(k8s_api, namespace)
 
 
 def conditions(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -36,11 +36,6 @@ def operator(k8s_api: client.ApiClient) -> Iterator[Any]:
         yield runner
 
 
-@pytest.fixture
-def objs(k8s_api: client.ApiClient, namespace: str, operator: Any) -> Objects:
-    return Objects(k8s_api, namespace)
-
-
 def read_policy(objs: Objects, name: str) -> Any:
     try:
         return client.NetworkingV1Api(objs.api).read_namespaced_network_policy(name, objs.namespace)

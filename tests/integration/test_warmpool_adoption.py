@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -22,25 +21,11 @@ from tests.support.sandbox_operator import (
     SANDBOX,
     TEMPLATE,
     Objects,
-    in_process_operator,
-    install_crds,
     ready,
     template_body,
 )
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def operator(k8s_api: client.ApiClient) -> Iterator[Any]:
-    install_crds(k8s_api)
-    with in_process_operator() as runner:
-        yield runner
-
-
-@pytest.fixture
-def objs(k8s_api: client.ApiClient, namespace: str, operator: Any) -> Objects:
-    return Objects(k8s_api, namespace)
 
 
 def warm(objs: Objects, pool: str) -> list[dict[str, Any]]:
