@@ -48,6 +48,8 @@ async def configure(settings: kopf.OperatorSettings, logger: kopf.Logger, **_: A
     settings.posting.level = logging.WARNING
     # One "Handler succeeded" line per watch event is noise at our event rates; failures still show.
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    # The liveness endpoint is probed every few seconds; its access lines would drown the log.
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     settings.execution.max_workers = 4
 
     kube = await Kube.connect()
