@@ -170,7 +170,10 @@ def test_streaming_exec_client_disconnect_kills_the_command(server: Server) -> N
         httpx.Client(base_url=server.url, timeout=20) as c,
         c.stream("POST", "/v1/exec/stream", json={"command": "echo $$ > stream.pid; exec sleep 300"}) as r,
     ):
-        first = json.loads(next(r.iter_lines()))
+        # Keep the line iterator referenced: dropping it after one line finalizes httpx's stream
+        # generators, which closes the connection, i.e. the client leaves before the first check.
+        lines = r.iter_lines()
+        first = json.loads(next(lines))
         assert first["type"] == "start"
         pid = first["pid"]
         wait_until(lambda: alive(pid), 5, "the streamed command to start")
