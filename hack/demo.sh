@@ -9,27 +9,11 @@ NAMESPACE="${SHADOW_NAMESPACE:-shadow-system}"
 RELEASE="${SHADOW_RELEASE:-shadow-operator}"
 CLAIM="${SHADOW_DEMO_CLAIM:-demo}"
 STARTED=$SECONDS
-CURRENT=
 PIDS=()
 cleanup() { local p; for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
-on_error() {
-  [[ -n $CURRENT && $BASH_SUBSHELL -eq 0 ]] || return 0
-  printf '\033[1;31merror:\033[0m make demo failed during: %s\n       logs: %s/logs; rerun make demo: finished steps are cached\n' "$CURRENT" "$SHADOW_CACHE" >&2
-  CURRENT=
-}
-trap on_error ERR
+steps_begin "make demo"
 
-run_step() {
-  local t0=$SECONDS
-  CURRENT=$1
-  shift
-  step "$CURRENT"
-  "$@"
-  info "done in $((SECONDS - t0))s"
-}
-
-mkdir -p "${SHADOW_CACHE}/logs"
 run_step "docker daemon and local registry" "${HACK_DIR}/docker.sh"
 run_step "tools: kind, helm and Kubernetes built from Go modules (cold: ~30 min on 2 cores)" \
   "${HACK_DIR}/build-tools.sh" kind helm node control-plane coredns local-path-provisioner
@@ -117,7 +101,7 @@ serve_preview() {
   echo "    router answered: ${body}"
 }
 run_step "serve a preview (python http.server on port 3000) through the nginx preview router" serve_preview
-CURRENT=
+steps_end
 
 cat <<EOF
 

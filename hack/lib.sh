@@ -11,3 +11,29 @@ mkdir -p "${TOOLS_BIN}"
 step() { printf '\033[1;34m==>\033[0m %s\n' "$*" >&2; }
 info() { printf '    %s\n' "$*" >&2; }
 die() { printf '\033[1;31merror:\033[0m %s\n' "$*" >&2; exit 1; }
+
+# Named, timed steps for long scripts (`make demo`, `make e2e`): a failure names the step that failed and
+# where the logs are. `steps_begin "make demo"` once, then `run_step NAME COMMAND...`; `steps_end` clears
+# the current step. With STEPS_RECORD set to a file, each finished step appends "NAME=SECONDS" to it.
+CURRENT_STEP=
+steps_begin() {
+  STEPS_TITLE=$1
+  mkdir -p "${SHADOW_CACHE}/logs"
+  trap _step_failed ERR
+}
+_step_failed() {
+  [[ -n $CURRENT_STEP && $BASH_SUBSHELL -eq 0 ]] || return 0
+  printf '\033[1;31merror:\033[0m %s failed during: %s\n       logs: %s/logs; rerun %s: finished steps are cached\n' \
+    "$STEPS_TITLE" "$CURRENT_STEP" "$SHADOW_CACHE" "$STEPS_TITLE" >&2
+  CURRENT_STEP=
+}
+run_step() {
+  local t0=$SECONDS
+  CURRENT_STEP=$1
+  shift
+  step "$CURRENT_STEP"
+  "$@"
+  info "done in $((SECONDS - t0))s"
+  if [[ -n ${STEPS_RECORD:-} ]]; then echo "$CURRENT_STEP=$((SECONDS - t0))" >>"$STEPS_RECORD"; fi
+}
+steps_end() { CURRENT_STEP=; }
