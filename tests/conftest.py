@@ -44,7 +44,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     elif not passed:
         problem = "no integration test passed (none collected?)"
     if problem:
-        reporter.ensure_newline()
+        reporter.write_line("")
         reporter.write_line(f"ERROR: {problem}; `make test` requires the integration tier to run.", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
