@@ -289,6 +289,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.claims < 1 or args.rate <= 0 or args.pool < args.claims:
         parser.error("need --claims >= 1, --rate > 0 and --pool >= --claims (every warm claim adopts)")
+    # Pool, its refill after the warm phase and the cold claims all hold pods; kwok nodes take 110 each.
+    if args.pool + 2 * args.claims > 110 * args.nodes:
+        parser.error(
+            f"--pool + 2 x --claims pods do not fit on {args.nodes} nodes of 110 pods: raise --nodes"
+        )
 
     # SIGTERM/SIGHUP unwind through the finally blocks that stop the operator and the control plane.
     def interrupted(signum: int, _frame: FrameType | None) -> None:
