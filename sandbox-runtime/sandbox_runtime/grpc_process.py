@@ -230,6 +230,15 @@ class ProcessService:
             if p.running:  # the caller cancelled the stream
                 killpg(p.pid)
 
+    async def _process(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        """The authorised request's process, or an aborted call (NOT_FOUND) when there is none."""
+        await self._check(context)
+        try:
+            return self._by_pid(request.process_id)
+        except ApiError as err:
+            await self._abort(context, err)
+            raise
+
     def _by_pid(self, pid: int) -> Any:
         for p in self.rt.processes.procs.values():
             if p.pid == pid:
@@ -237,12 +246,7 @@ class ProcessService:
         raise ApiError(404, "NOT_FOUND", f"no process with id {pid}")
 
     async def write_stdin(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        await self._check(context)
-        try:
-            p = self._by_pid(request.process_id)
-        except ApiError as err:
-            await self._abort(context, err)
-            raise
+        p = await self._process(request, context)
         stdin = p.proc.stdin
         if stdin is not None and not stdin.is_closing():
             with contextlib.suppress(BrokenPipeError, ConnectionResetError, RuntimeError):
@@ -254,12 +258,7 @@ class ProcessService:
         return self.m.WriteStdinResponse()
 
     async def send_signal(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        await self._check(context)
-        try:
-            p = self._by_pid(request.process_id)
-        except ApiError as err:
-            await self._abort(context, err)
-            raise
+        p = await self._process(request, context)
         sig = request.signal or signal.SIGTERM
         if p.running:
             with contextlib.suppress(ProcessLookupError, PermissionError):

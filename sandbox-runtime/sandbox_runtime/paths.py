@@ -7,6 +7,7 @@ already exist, including ones a command created) lands outside the root.
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass
 
@@ -81,23 +82,22 @@ class Root:
         return self.contains(os.path.realpath(abspath))
 
 
-def map_os_error(err: OSError, what: str) -> ApiError:
-    import errno
+# errno → (HTTP status, error code, message suffix); anything else is a 400 with the system's message.
+_OS_ERRORS: dict[int, tuple[int, str, str]] = {
+    errno.ENOENT: (404, "NOT_FOUND", "no such file or directory"),
+    errno.EACCES: (403, "PERMISSION_DENIED", "permission denied"),
+    errno.EPERM: (403, "PERMISSION_DENIED", "permission denied"),
+    errno.ENOTEMPTY: (409, "CONFLICT", "directory not empty"),
+    errno.EISDIR: (409, "CONFLICT", "is a directory"),
+    errno.ENOTDIR: (409, "CONFLICT", "not a directory"),
+    errno.EEXIST: (409, "CONFLICT", "already exists"),
+    errno.ENOSPC: (507, "RESOURCE_EXHAUSTED", "no space left on device"),
+    errno.ENAMETOOLONG: (400, "INVALID_ARGUMENT", "name too long"),
+}
 
-    if err.errno == errno.ENOENT:
-        return ApiError(404, "NOT_FOUND", f"{what}: no such file or directory")
-    if err.errno in (errno.EACCES, errno.EPERM):
-        return ApiError(403, "PERMISSION_DENIED", f"{what}: permission denied")
-    if err.errno == errno.ENOTEMPTY:
-        return ApiError(409, "CONFLICT", f"{what}: directory not empty")
-    if err.errno == errno.EISDIR:
-        return ApiError(409, "CONFLICT", f"{what}: is a directory")
-    if err.errno == errno.ENOTDIR:
-        return ApiError(409, "CONFLICT", f"{what}: not a directory")
-    if err.errno == errno.EEXIST:
-        return ApiError(409, "CONFLICT", f"{what}: already exists")
-    if err.errno == errno.ENOSPC:
-        return ApiError(507, "RESOURCE_EXHAUSTED", f"{what}: no space left on device")
-    if err.errno == errno.ENAMETOOLONG:
-        return ApiError(400, "INVALID_ARGUMENT", f"{what}: name too long")
-    return ApiError(400, "FAILED_PRECONDITION", f"{what}: {os.strerror(err.errno or 0)}")
+
+def map_os_error(err: OSError, what: str) -> ApiError:
+    status, code, text = _OS_ERRORS.get(
+        err.errno or 0, (400, "FAILED_PRECONDITION", os.strerror(err.errno or 0))
+    )
+    return ApiError(status, code, f"{what}: {text}")
