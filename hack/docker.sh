@@ -6,30 +6,19 @@
 #   hack/docker.sh daemon          # install Debian's docker.io if missing, start dockerd if not running
 #   hack/docker.sh registry        # start Debian's docker-registry (storage under the cache)
 #   hack/docker.sh registry-host   # print HOST:PORT of the registry as kind nodes reach it
-#   hack/docker.sh stop-registry   # stop the registry this script started
+#   hack/docker.sh stop-registry   # stop the registry (and its loopback forward) this script started
+#
+# The registry listens on the Docker bridge gateway only, the address kind nodes use. This host pushes to
+# 127.0.0.1:PORT, which Docker trusts as an insecure registry without daemon configuration; a socat forward
+# bound to loopback carries those connections to the registry. distribution's `http.addr` takes a single
+# address, hence the forward. Nothing listens on the wildcard address.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
 LOG_DIR="${SHADOW_CACHE}/logs"
 REGISTRY_DIR="${SHADOW_CACHE}/registry"
 REGISTRY_PORT="${SHADOW_REGISTRY_PORT:-5000}"
-# Listening on every address lets `docker push 127.0.0.1:PORT/...` work without an insecure-registries
-# entry in the daemon (Docker trusts loopback) while kind nodes reach the same process through the
-# bridge gateway. Set SHADOW_REGISTRY_LISTEN to narrow it.
-REGISTRY_LISTEN="${SHADOW_REGISTRY_LISTEN:-0.0.0.0:${REGISTRY_PORT}}"
 mkdir -p "${LOG_DIR}"
-
-as_root() { if ((EUID == 0)); then "$@"; else sudo "$@"; fi; }
-
-apt_install() {
-  step "installing Debian packages: $*"
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@" \
-    >"${LOG_DIR}/apt.log" 2>&1 || {
-    as_root apt-get update >>"${LOG_DIR}/apt.log" 2>&1
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@" \
-      >>"${LOG_DIR}/apt.log" 2>&1
-  } || die "apt-get install $* failed; see ${LOG_DIR}/apt.log"
-}
 
 wait_for() { # wait_for SECONDS DESCRIPTION COMMAND...
   local seconds=$1 what=$2 i
@@ -66,13 +55,27 @@ bridge_gateway() {
   echo "$gw"
 }
 
-registry_up() { curl -fsS "http://127.0.0.1:${REGISTRY_PORT}/v2/" >/dev/null 2>&1; }
+# url_up URL: the registry answers its API root there.
+url_up() { curl -fsS -m 5 "$1/v2/" >/dev/null 2>&1; }
+# registry_up: reachable both where kind nodes pull (bridge gateway) and where this host pushes (loopback).
+registry_up() { url_up "http://$(bridge_gateway):${REGISTRY_PORT}" && url_up "http://127.0.0.1:${REGISTRY_PORT}"; }
 
-ensure_registry() {
-  if registry_up; then info "registry: serving on port ${REGISTRY_PORT}"; return; fi
-  command -v docker-registry >/dev/null || apt_install docker-registry
-  mkdir -p "${REGISTRY_DIR}/data"
-  cat >"${REGISTRY_DIR}/config.yml" <<YAML
+# ours NAME PIDFILE: the process recorded in PIDFILE is alive and is NAME.
+ours() { [[ -f $2 ]] && kill -0 "$(<"$2")" 2>/dev/null && grep -q "$1" "/proc/$(<"$2")/cmdline" 2>/dev/null; }
+
+stop_pid() { # stop_pid NAME PIDFILE: stop that process if it is still NAME; wait for it to exit.
+  local pid i
+  if ours "$1" "$2"; then
+    pid=$(<"$2")
+    kill "$pid" 2>/dev/null || true
+    for ((i = 0; i < 40; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+    kill -0 "$pid" 2>/dev/null && kill -9 "$pid" 2>/dev/null || true
+  fi
+  rm -f "$2"
+}
+
+registry_config() { # registry_config ADDR
+  cat <<YAML
 version: 0.1
 log:
   level: warn
@@ -82,22 +85,49 @@ storage:
   delete:
     enabled: true
 http:
-  addr: ${REGISTRY_LISTEN}
+  addr: $1
 YAML
-  step "starting docker-registry on ${REGISTRY_LISTEN} (log: ${LOG_DIR}/registry.log)"
+}
+
+port_listeners() { ss -Hltn "sport = :${REGISTRY_PORT}" 2>/dev/null | awk '{print $4}'; }
+
+ensure_registry() {
+  local gw config
+  command -v curl >/dev/null || apt_install curl
+  command -v ss >/dev/null || apt_install iproute2
+  gw=$(bridge_gateway)
+  config=$(registry_config "${gw}:${REGISTRY_PORT}")
+  # Reuse a registry and forward this script started with the same configuration (same gateway); anything
+  # else of ours (older configuration, e.g. a wildcard listener, or a half-dead pair) is restarted.
+  if ours docker-registry "${REGISTRY_DIR}/pid" && ours socat "${REGISTRY_DIR}/forward.pid" \
+    && [[ -f "${REGISTRY_DIR}/config.yml" && $(<"${REGISTRY_DIR}/config.yml") == "$config" ]] && registry_up; then
+    info "registry: serving on ${gw}:${REGISTRY_PORT} (forwarded from 127.0.0.1:${REGISTRY_PORT})"
+    return
+  fi
+  stop_registry
+  if [[ -n $(port_listeners) ]]; then
+    die "port ${REGISTRY_PORT} is taken by a process this script did not start ($(port_listeners | xargs)); stop it or set SHADOW_REGISTRY_PORT"
+  fi
+  command -v docker-registry >/dev/null || apt_install docker-registry
+  command -v socat >/dev/null || apt_install socat
+  mkdir -p "${REGISTRY_DIR}/data"
+  echo "$config" >"${REGISTRY_DIR}/config.yml"
+  step "starting docker-registry on ${gw}:${REGISTRY_PORT}, forwarded from 127.0.0.1 (log: ${LOG_DIR}/registry.log)"
+  # setsid: both outlive this script and the make invocation that started it.
   setsid nohup docker-registry serve "${REGISTRY_DIR}/config.yml" >>"${LOG_DIR}/registry.log" 2>&1 </dev/null &
   echo $! >"${REGISTRY_DIR}/pid"
-  wait_for 20 registry registry_up || die "docker-registry did not start; see ${LOG_DIR}/registry.log"
+  wait_for 20 registry url_up "http://${gw}:${REGISTRY_PORT}" \
+    || die "docker-registry did not start on ${gw}:${REGISTRY_PORT}; see ${LOG_DIR}/registry.log"
+  setsid nohup socat "TCP-LISTEN:${REGISTRY_PORT},bind=127.0.0.1,reuseaddr,fork,backlog=128" "TCP:${gw}:${REGISTRY_PORT}" \
+    >>"${LOG_DIR}/registry-forward.log" 2>&1 </dev/null &
+  echo $! >"${REGISTRY_DIR}/forward.pid"
+  wait_for 20 forward url_up "http://127.0.0.1:${REGISTRY_PORT}" \
+    || die "the loopback forward to the registry did not start; see ${LOG_DIR}/registry-forward.log"
 }
 
 stop_registry() {
-  local pid
-  [[ -f "${REGISTRY_DIR}/pid" ]] || return 0
-  pid=$(<"${REGISTRY_DIR}/pid")
-  if kill -0 "$pid" 2>/dev/null && grep -q docker-registry "/proc/$pid/cmdline" 2>/dev/null; then
-    kill "$pid"
-  fi
-  rm -f "${REGISTRY_DIR}/pid"
+  stop_pid socat "${REGISTRY_DIR}/forward.pid"
+  stop_pid docker-registry "${REGISTRY_DIR}/pid"
 }
 
 case "${1:-all}" in

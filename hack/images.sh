@@ -74,11 +74,7 @@ go_binary() { # go_binary IMAGE_DIR OUT: build a small Go program kept under ima
 # ---------------------------------------------------------------------------------------------- base
 build_base() {
   if image_exists "${BASE_IMAGE}"; then info "${BASE_IMAGE}: cached"; return; fi
-  command -v debootstrap >/dev/null || {
-    step "installing debootstrap"
-    apt-get install -y --no-install-recommends debootstrap >"${LOG_DIR}/apt.log" 2>&1 \
-      || die "apt-get install debootstrap failed; see ${LOG_DIR}/apt.log"
-  }
+  command -v debootstrap >/dev/null || apt_install debootstrap
   step "building ${BASE_IMAGE} with debootstrap from ${DEBIAN_MIRROR} (about a minute)"
   "${REPO_ROOT}/images/debian/build-rootfs.sh" "${DEBIAN_SUITE}" "${DEBIAN_MIRROR}" "${BUILD_DIR}/debian" \
     2>"${LOG_DIR}/debootstrap.log" \

@@ -12,6 +12,20 @@ step() { printf '\033[1;34m==>\033[0m %s\n' "$*" >&2; }
 info() { printf '    %s\n' "$*" >&2; }
 die() { printf '\033[1;31merror:\033[0m %s\n' "$*" >&2; exit 1; }
 
+as_root() { if ((EUID == 0)); then "$@"; else sudo "$@"; fi; }
+
+# apt_install PACKAGE...: install Debian packages, refreshing the package lists once if the install fails
+# (a clean machine may have none). Output goes to the cache's logs/apt.log.
+apt_install() {
+  local log="${SHADOW_CACHE}/logs/apt.log"
+  mkdir -p "${SHADOW_CACHE}/logs"
+  step "installing Debian packages: $*"
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@" >"$log" 2>&1 || {
+    as_root apt-get update >>"$log" 2>&1
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@" >>"$log" 2>&1
+  } || die "apt-get install $* failed; see $log"
+}
+
 # Named, timed steps for long scripts (`make demo`, `make e2e`): a failure names the step that failed and
 # where the logs are. `steps_begin "make demo"` once, then `run_step NAME COMMAND...`; `steps_end` clears
 # the current step. With STEPS_RECORD set to a file, each finished step appends "NAME=SECONDS" to it.
