@@ -1,34 +1,86 @@
 #!/usr/bin/env python3
-"""SandboxClaim startup latency: warm-pool adoption vs cold start, measured side by side in one run.
+"""SandboxClaim startup latency, controller CPU, memory and API traffic, one controller or several side by side.
 
-Starts a local control plane (etcd, kube-apiserver, controller-manager, scheduler and kwok playing the
-kubelets; tests/support/controlplane.py) in a temporary directory, installs the CRDs, runs the operator as
-a subprocess, fills a SandboxWarmPool and then creates claims at a fixed rate:
+Each run starts its own local control plane (etcd, kube-apiserver, controller-manager, scheduler and kwok
+playing the kubelets; tests/support/controlplane.py) in a temporary directory, installs the CRDs, starts one
+controller as a subprocess and drives one scenario against it:
 
-  warm: v1beta1 claims with `warmPoolRef` to the ready pool (adoption of a warm sandbox)
-  cold: v1alpha1 claims with `sandboxTemplateRef` (a Sandbox created from the template)
+  default      fill a SandboxWarmPool of --pool, then two phases of --claims claims at --rate per second:
+               warm: v1beta1 claims with `warmPoolRef` to the Ready pool (adoption of a warm sandbox);
+               the pool is refilled to Ready; then
+               cold: v1beta1 claims with `warmPoolRef` to a second pool `cold` with 0 replicas and the same
+               template, so every claim needs a new Sandbox from the template. This is how the yardstick in
+               REFERENCE.md measured cold starts for both controllers, and it is the only cold form
+               upstream's controller can serve here (its CRDs convert v1alpha1 through a webhook that a
+               local control plane cannot reach). `--cold-form v1alpha1` measures the older form instead:
+               v1alpha1 claims with `sandboxTemplateRef` (what this script measured before).
+               `--cold-only` / `--warm-only` run one phase; `--duration S` makes claims = rate x S.
+  --burst N    fill the pool, then create N warm claims as fast as --clients threads can; latency and the
+               time from the first create until all N are Ready.
+  --idle N     create N Sandboxes directly, wait until all are Ready, then measure the controller over a
+               quiet window (--idle-window, 60 s): CPU seconds, RSS, API requests.
 
 Latency of one claim = from just before its create request to the moment a watch on sandboxclaims delivers
-the claim with condition Ready=True (the same span as upstream's `agent_sandbox_claim_startup_latency_ms`,
-seen from the client). Upstream's kwok scale check (pool 1050, 75 claims/s for 10 s) passes with
+the claim with condition Ready=True (the span of upstream's `agent_sandbox_claim_startup_latency_ms`, seen
+from the client). Percentiles are nearest-rank. Upstream's kwok scale check (pool 1050, 75 claims/s for
+10 s, 100 nodes: `--nodes 100 --pool 1050 --rate 75 --duration 10 --warm-only`) passes with
 P50 <= 300 ms, P90 <= 300 ms, P99 <= 500 ms.
 
+Besides latency, every run reports, for the controller's process tree (read from /proc): CPU seconds
+(utime + stime, whole run and per phase) and peak RSS (VmHWM); and the API requests the controller sent,
+by verb. The controller authenticates with a client certificate of its own (user `bench-controller`, group
+system:masters) and the API server writes an audit log of that user's requests only (Metadata level, one
+event per request; watches counted once), so the count excludes the benchmark client, kwok and the
+kube-* components. The API server's `apiserver_request_total` cannot tell clients apart (no user label);
+its total over all clients is printed for context. The API server gets upstream's kwok settings for
+in-flight requests (2000 / 1000 mutating).
+
+Controllers (`--controller`, repeatable; `--repeat K` alternates them K times, each run on a fresh control
+plane; a side-by-side table with ratios against the first one ends the output):
+
+  shadow              this checkout (`python -m shadow_operator run --standalone`)
+  NAME=/path/checkout another checkout of this project: the same command with PYTHONPATH=<checkout>/operator,
+                      against the CRDs of THIS checkout (e.g. `before=/work/before`, a `git worktree`)
+  NAME=/path/binary   the Go controller of kubernetes-sigs/agent-sandbox, with its own CRDs from
+                      --upstream-crds, started with the flags of upstream's kwok scalability presubmit
+                      (dev/ci/presubmits/test-e2e-scalability-kwok): extensions on, leader election in
+                      agent-sandbox-system, client QPS 1000 / burst 2000, 50 sandbox and 50 claim workers,
+                      1 warm-pool and 1 template worker, refill batch 300 (webhook left on, as there).
+                      `--upstream-flag=--x=y` appends a flag.
+
+Building upstream's controller by hand (outside this repository; nothing of it is committed here): take a
+checkout of github.com/kubernetes-sigs/agent-sandbox (the yardstick used main as of August 2026, commit
+2fd412d), e.g. in ~/.cache/shadow-operator/upstream/agent-sandbox, then from its root
+`GOFLAGS=-mod=mod go build -o ~/.cache/shadow-operator/upstream/bin/agent-sandbox-controller
+./cmd/agent-sandbox-controller`. Its CRDs are the YAML files in its k8s/crds/ (the default of
+--upstream-crds when that checkout exists).
+
 Usage: .venv/bin/python hack/bench/claims_bench.py [--pool 60] [--claims 40] [--rate 10] [--nodes 3]
-Prints the command line, the figures and a Markdown section for BENCHMARKS.md.
+       [--controller shadow --controller before=/work/before --controller upstream=/path/bin --repeat 3]
+Prints the command line, each run's figures (Markdown) and, for several runs, the side-by-side table.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import contextlib
+import ctypes
 import datetime as dt
+import json
 import os
 import shlex
 import signal
+import ssl
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -37,53 +89,377 @@ from typing import Any, cast
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+import yaml  # noqa: E402
+from cryptography import x509  # noqa: E402
+from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
+from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID  # noqa: E402
 from kubernetes import client, config, watch  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
 
-from tests.support.controlplane import ControlPlane  # noqa: E402
+from tests.support.controlplane import ControlPlane, free_port, wait_for  # noqa: E402
 from tests.support.sandbox_operator import (  # noqa: E402
     CLAIM,
+    CRD_DIR,
+    OPERATOR_ENV,
     POOL,
+    SANDBOX,
     TEMPLATE,
     Objects,
-    OperatorProcess,
-    install_crds,
     ready,
+    sandbox_body,
     template_body,
 )
 
 NAMESPACE = "default"
 PHASE_LABEL = "bench.shadow.dev/phase"
 UPSTREAM = {"P50": 300.0, "P90": 300.0, "P99": 500.0}
+PODS_PER_NODE = 110
+BENCH_USER = "bench-controller"
+UPSTREAM_CHECKOUT = Path.home() / ".cache/shadow-operator/upstream/agent-sandbox"
+UPSTREAM_NAMESPACE = "agent-sandbox-system"
+# The flags upstream's kwok scalability presubmit starts its controller with (ports are added per run).
+UPSTREAM_FLAGS = [
+    "--extensions=true",
+    f"--leader-election-namespace={UPSTREAM_NAMESPACE}",
+    "--kube-api-qps=1000",
+    "--kube-api-burst=2000",
+    "--sandbox-concurrent-workers=50",
+    "--sandbox-claim-concurrent-workers=50",
+    "--sandbox-warm-pool-concurrent-workers=1",
+    "--sandbox-template-concurrent-workers=1",
+    "--sandbox-warm-pool-max-batch-size=300",
+]
+AUDIT_POLICY = f"""apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+  users: ["{BENCH_USER}"]
+- level: None
+"""
+WRITE_VERBS = ("create", "update", "patch", "delete", "deletecollection")
+CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
+# ---- controllers ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Controller:
+    label: str
+    kind: str  # "python": a checkout of this project; "go": upstream's controller binary
+    path: Path
+
+
+def parse_controller(spec: str) -> Controller:
+    label, sep, raw = spec.partition("=")
+    if not sep:
+        if spec != "shadow":
+            raise ValueError(f"--controller {spec!r}: use `shadow`, NAME=/checkout or NAME=/binary")
+        return Controller("shadow", "python", ROOT)
+    path = Path(raw).expanduser().resolve()
+    if path.is_dir():
+        if not (path / "operator" / "shadow_operator").is_dir():
+            raise ValueError(f"--controller {spec!r}: {path} has no operator/shadow_operator")
+        return Controller(label, "python", path)
+    if path.is_file() and os.access(path, os.X_OK):
+        return Controller(label, "go", path)
+    raise ValueError(f"--controller {spec!r}: {path} is neither a checkout nor an executable")
+
+
+@dataclass
+class Usage:
+    cpu_s: float
+    hwm_kib: int
+    rss_kib: int
+
+
+def _children() -> dict[int, list[int]]:
+    tree: dict[int, list[int]] = collections.defaultdict(list)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            tree[int(stat.rsplit(")", 1)[1].split()[1])].append(int(entry))
+    return tree
+
+
+def tree_usage(root: int) -> Usage:
+    """CPU seconds and memory of `root` and its descendants. CPU of reaped children is counted through the
+    root's cutime/cstime; peak RSS is the sum of each live process's VmHWM (exact for one process)."""
+    tree = _children()
+    pids, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        pids.append(pid)
+        todo.extend(tree.get(pid, []))
+    cpu, hwm, rss = 0.0, 0, 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        # After the command: state ppid ... utime(14) stime(15) cutime(16) cstime(17), 1-based in stat(5).
+        ticks = int(fields[11]) + int(fields[12])
+        if pid == root:
+            ticks += int(fields[13]) + int(fields[14])
+        cpu += ticks / CLK_TCK
+        for line in status.splitlines():
+            if line.startswith("VmHWM:"):
+                hwm += int(line.split()[1])
+            elif line.startswith("VmRSS:"):
+                rss += int(line.split()[1])
+    return Usage(cpu, hwm, rss)
+
+
+def _die_with_parent() -> None:
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
+class ControllerProcess:
+    """One controller as a subprocess, with a health URL to wait on."""
+
+    def __init__(self, controller: Controller, kubeconfig: Path, work: Path, extra_flags: list[str]) -> None:
+        self.controller = controller
+        self.kubeconfig = kubeconfig
+        self.log = work / f"controller-{controller.label}.log"
+        self.work = work
+        self.extra_flags = extra_flags
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.health_url = ""
+
+    def start(self) -> None:
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+        if self.controller.kind == "python":
+            self.health_url = f"http://127.0.0.1:{free_port()}/healthz"
+            operator_dir = str(self.controller.path / "operator")
+            env.update(OPERATOR_ENV)
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (operator_dir, env.get("PYTHONPATH")) if p)
+            argv = [
+                sys.executable,
+                "-m",
+                "shadow_operator",
+                "run",
+                "--standalone",
+                f"--liveness={self.health_url}",
+            ]
+            cwd = self.controller.path
+        else:
+            probe = free_port()
+            self.health_url = f"http://127.0.0.1:{probe}/readyz"
+            argv = [
+                str(self.controller.path),
+                *UPSTREAM_FLAGS,
+                f"--metrics-bind-address=127.0.0.1:{free_port()}",
+                f"--health-probe-bind-address=127.0.0.1:{probe}",
+                f"--webhook-port={free_port()}",
+                f"--webhook-cert-dir={self.work / 'webhook-certs'}",
+                *self.extra_flags,
+            ]
+            cwd = self.work
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                argv,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=cwd,
+                preexec_fn=_die_with_parent,
+            )
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def wait_healthy(self, timeout: float) -> None:
+        def healthy() -> bool:
+            if self.proc is None or self.proc.poll() is not None:
+                raise RuntimeError(f"the controller exited during start-up; log tail:\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(self.health_url, timeout=1) as r:
+                    return bool(r.status == 200)
+            except (OSError, urllib.error.URLError):
+                return False
+
+        wait_for(healthy, timeout=timeout, what=f"{self.controller.label} at {self.health_url}", interval=0.1)
+
+    def usage(self) -> Usage:
+        if self.proc is None or self.proc.poll() is not None:
+            raise RuntimeError(f"the controller is not running; log tail:\n{self.log_tail()}")
+        return tree_usage(self.proc.pid)
+
+    def log_tail(self, lines: int = 25) -> str:
+        with contextlib.suppress(OSError):
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        return "(no log)"
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+# ---- control plane with a per-user audit log -----------------------------------------------------------
+class BenchControlPlane(ControlPlane):
+    """The test control plane, plus an audit log of the controller's requests and upstream's in-flight limits."""
+
+    @property
+    def audit_log(self) -> Path:
+        return self.directory / "audit.log"
+
+    @property
+    def controller_kubeconfig(self) -> Path:
+        return self.pki / "bench-controller.kubeconfig"
+
+    def _spawn(self, name: str, args: list[str]) -> None:
+        if name == "kube-apiserver":
+            policy = self.directory / "audit-policy.yaml"
+            policy.write_text(AUDIT_POLICY)
+            args = [
+                *args,
+                f"--audit-policy-file={policy}",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-format=json",
+                "--audit-log-maxsize=100000",
+                "--max-requests-inflight=2000",
+                "--max-mutating-requests-inflight=1000",
+            ]
+        super()._spawn(name, args)
+
+    def issue_controller_kubeconfig(self) -> Path:
+        """A client certificate for the controller (its own user name, so the audit policy can pick it)."""
+        ca_key = serialization.load_pem_private_key((self.pki / "ca.key").read_bytes(), password=None)
+        ca_cert = x509.load_pem_x509_certificate((self.pki / "ca.crt").read_bytes())
+        assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+        key = ec.generate_private_key(ec.SECP256R1())
+        now = dt.datetime.now(dt.UTC)
+        subject = x509.Name(
+            [
+                x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
+                x509.NameAttribute(NameOID.COMMON_NAME, BENCH_USER),
+            ]
+        )
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(subject)
+            .issuer_name(ca_cert.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + dt.timedelta(days=1))
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .sign(ca_key, hashes.SHA256())
+        )
+        base = self.pki / "bench-controller"
+        base.with_suffix(".key").write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            )
+        )
+        base.with_suffix(".crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        self._write_kubeconfig(self.controller_kubeconfig, base.with_suffix(".crt"), base.with_suffix(".key"))
+        return self.controller_kubeconfig
+
+    def request_totals(self) -> collections.Counter[str]:
+        """apiserver_request_total summed by verb (all clients)."""
+        ctx = ssl.create_default_context(cafile=str(self.pki / "ca.crt"))
+        ctx.load_cert_chain(str(self.pki / "admin.crt"), str(self.pki / "admin.key"))
+        totals: collections.Counter[str] = collections.Counter()
+        with urllib.request.urlopen(self.server + "/metrics", context=ctx, timeout=30) as r:
+            for raw in r:
+                line = raw.decode()
+                if not line.startswith("apiserver_request_total{"):
+                    continue
+                labels, value = line.rsplit(" ", 1)
+                verb = labels.split('verb="', 1)[1].split('"', 1)[0] if 'verb="' in labels else "?"
+                totals[verb] += int(float(value))
+        return totals
+
+
+def audit_requests(path: Path, start: int, end: int) -> collections.Counter[str]:
+    """Requests by verb in the audit log between two byte offsets; a watch counts once (ResponseStarted)."""
+    counts: collections.Counter[str] = collections.Counter()
+    with path.open("rb") as f:
+        f.seek(start)
+        data = f.read(max(0, end - start))
+    for line in data.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        stage, verb = event.get("stage"), event.get("verb", "?")
+        if stage == "ResponseStarted" or (stage == "ResponseComplete" and verb != "watch"):
+            counts[verb] += 1
+    return counts
+
+
+@dataclass
+class Mark:
+    """The controller's CPU time and the audit log's length at one moment."""
+
+    at: float
+    cpu_s: float
+    audit: int
+
+
+@dataclass
+class Window:
+    name: str
+    start: Mark
+    end: Mark
+
+    @property
+    def cpu_s(self) -> float:
+        return self.end.cpu_s - self.start.cpu_s
+
+    @property
+    def seconds(self) -> float:
+        return self.end.at - self.start.at
+
+
+# ---- load --------------------------------------------------------------------------------------------
 @dataclass
 class Phase:
     name: str
     created: dict[str, float] = field(default_factory=dict)
     ready_at: dict[str, float] = field(default_factory=dict)
     sandbox: dict[str, str] = field(default_factory=dict)
+    expected: int = 0
+    achieved_rate: float = 0.0
     all_ready: threading.Event = field(default_factory=threading.Event)
 
     def latencies_ms(self) -> list[float]:
         return sorted((self.ready_at[n] - self.created[n]) * 1000 for n in self.created if n in self.ready_at)
 
+    def all_ready_s(self) -> float:
+        """From the first create request until the last object was seen Ready."""
+        return max(self.ready_at.values()) - min(self.created.values())
 
-class ClaimWatcher:
-    """Records, in a thread, the first moment each claim is seen Ready=True on a watch (no polling)."""
 
-    def __init__(self, api: client.ApiClient, phases: dict[str, Phase], expected: int) -> None:
+class ReadyWatcher:
+    """Records, in a thread, the first moment each labelled object is seen Ready=True on a watch (no polling)."""
+
+    def __init__(self, api: client.ApiClient, kind: tuple[str, str], phases: dict[str, Phase]) -> None:
         self.custom = client.CustomObjectsApi(api)
+        self.kind = kind
         self.phases = phases
-        self.expected = expected
         self.stopping = threading.Event()
         self.error: BaseException | None = None
-        group, plural = CLAIM
+        group, plural = kind
         listing = cast(
             dict[str, Any], self.custom.list_namespaced_custom_object(group, "v1beta1", NAMESPACE, plural)
         )
         self.resource_version: str = listing["metadata"]["resourceVersion"]
-        self.thread = threading.Thread(target=self._run, name="claim-watch", daemon=True)
+        self.thread = threading.Thread(target=self._run, name="ready-watch", daemon=True)
 
     def start(self) -> None:
         self.thread.start()
@@ -92,7 +468,7 @@ class ClaimWatcher:
         self.stopping.set()
 
     def _run(self) -> None:
-        group, plural = CLAIM
+        group, plural = self.kind
         try:
             while not self.stopping.is_set():
                 stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
@@ -117,7 +493,7 @@ class ClaimWatcher:
                     if name not in phase.ready_at:
                         phase.ready_at[name] = seen
                         phase.sandbox[name] = ((obj.get("status") or {}).get("sandbox") or {}).get("name", "")
-                        if len(phase.ready_at) == self.expected:
+                        if len(phase.ready_at) == phase.expected:
                             phase.all_ready.set()
                     if self.stopping.is_set():
                         break
@@ -126,6 +502,14 @@ class ClaimWatcher:
             for phase in self.phases.values():
                 phase.all_ready.set()
 
+    def wait(self, phase: Phase, timeout: float) -> None:
+        if not phase.all_ready.wait(timeout):
+            raise TimeoutError(
+                f"{phase.name}: only {len(phase.ready_at)}/{phase.expected} Ready after {timeout:.0f} s"
+            )
+        if self.error is not None:
+            raise RuntimeError("the Ready watch failed") from self.error
+
 
 def percentile(sorted_values: list[float], q: float) -> float:
     """Nearest-rank percentile (q in 0..100), the convention of most load-test reports."""
@@ -133,93 +517,266 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[int(rank) - 1]
 
 
-def create_at_rate(
-    objs: Objects, phase: Phase, spec: dict[str, Any], version: str, n: int, rate: float
-) -> float:
-    """Create `n` claims, one every 1/rate s on a fixed schedule; return the achieved rate."""
-    start = time.monotonic()
-    for i in range(n):
-        due = start + i / rate
-        delay = due - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-        name = f"{phase.name}-{i:04d}"
-        body = {"metadata": {"name": name, "labels": {PHASE_LABEL: phase.name}}, "spec": spec}
-        phase.created[name] = time.monotonic()
-        objs.create(CLAIM, body, version)
-    elapsed = time.monotonic() - start
-    return n / elapsed if elapsed > 0 and n > 1 else float(n)
+def create_all(
+    kubeconfig: Path,
+    kind: tuple[str, str],
+    version: str,
+    phase: Phase,
+    n: int,
+    spec: dict[str, Any],
+    rate: float | None,
+    clients: int,
+) -> None:
+    """Create `n` objects named <phase>-NNNNN, the i-th due at start + i/rate (all at once without a rate),
+    from `clients` threads with a connection each, so a slow create does not delay the schedule."""
+    phase.expected = n
+    counter = iter(range(n))
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+    start = time.monotonic() + 0.05
+
+    def worker() -> None:
+        api = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
+        objs = Objects(api, NAMESPACE)
+        try:
+            while not errors:
+                with lock:
+                    i = next(counter, None)
+                if i is None:
+                    return
+                if rate is not None:
+                    delay = start + i / rate - time.monotonic()
+                    if delay > 0:
+                        time.sleep(delay)
+                name = f"{phase.name}-{i:05d}"
+                body = {"metadata": {"name": name, "labels": {PHASE_LABEL: phase.name}}, "spec": spec}
+                phase.created[name] = time.monotonic()
+                objs.create(kind, body, version)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            api.close()
+
+    threads = [threading.Thread(target=worker, name=f"create-{k}") for k in range(max(1, min(clients, n)))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise RuntimeError(f"{phase.name}: creating objects failed: {errors[0]}") from errors[0]
+    elapsed = max(phase.created.values()) - min(phase.created.values())
+    phase.achieved_rate = (n - 1) / elapsed if n > 1 and elapsed > 0 else float(n)
 
 
-def wait_pool(objs: Objects, size: int, timeout: float) -> float:
+def wait_pool(objs: Objects, name: str, size: int, timeout: float) -> float:
     started = time.monotonic()
     objs.wait(
         POOL,
-        "bench",
+        name,
         lambda p: (p.get("status") or {}).get("readyReplicas") == size,
-        what=f"warm pool of {size} Ready",
+        what=f"warm pool {name} of {size} Ready",
         timeout=timeout,
     )
     return time.monotonic() - started
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    result: dict[str, Any] = {"load_before": os.getloadavg()}
-    with tempfile.TemporaryDirectory(prefix="claims-bench-") as tmp:
-        work = Path(tmp)
-        cp = ControlPlane(directory=work / "controlplane", nodes=args.nodes, die_with_parent=True)
-        operator: OperatorProcess | None = None
-        watcher: ClaimWatcher | None = None
-        try:
-            say("starting the control plane")
-            cp.start()
-            api = config.new_client_from_config(config_file=str(cp.kubeconfig))  # type: ignore[no-untyped-call]
-            install_crds(api)
-            operator = OperatorProcess(str(cp.kubeconfig), work / "operator.log")
-            say("starting the operator")
-            operator.start()
-            objs = Objects(api, NAMESPACE)
-            objs.create(TEMPLATE, template_body("bench"))
-            objs.create(
-                POOL,
-                {
-                    "metadata": {"name": "bench"},
-                    "spec": {"replicas": args.pool, "sandboxTemplateRef": {"name": "bench"}},
-                },
-            )
-            result["pool_fill_s"] = wait_pool(objs, args.pool, args.timeout)
-            say(f"warm pool of {args.pool} Ready after {result['pool_fill_s']:.1f} s")
+def install_crds(api: client.ApiClient, directory: Path) -> None:
+    """Create every CRD in `directory` and wait until the API server serves them."""
+    ext = client.ApiextensionsV1Api(api)
+    names = []
+    for path in sorted(directory.glob("*.yaml")):
+        for crd in yaml.safe_load_all(path.read_text()):
+            if not crd or crd.get("kind") != "CustomResourceDefinition":
+                continue
+            names.append(crd["metadata"]["name"])
+            ext.create_custom_resource_definition(crd)
+    if not names:
+        raise RuntimeError(f"no CustomResourceDefinition in {directory}")
 
-            phases = {"warm": Phase("warm"), "cold": Phase("cold")}
-            watcher = ClaimWatcher(api, phases, args.claims)
-            watcher.start()
-            plan = [
-                ("warm", {"warmPoolRef": {"name": "bench"}}, "v1beta1"),
-                ("cold", {"sandboxTemplateRef": {"name": "bench"}}, "v1alpha1"),
-            ]
-            for name, spec, version in plan:
-                phase = phases[name]
-                say(f"{name}: {args.claims} claims at {args.rate}/s")
-                result[f"{name}_rate"] = create_at_rate(objs, phase, spec, version, args.claims, args.rate)
-                if not phase.all_ready.wait(args.timeout):
-                    raise TimeoutError(
-                        f"{name}: only {len(phase.ready_at)}/{args.claims} claims Ready after {args.timeout:.0f} s"
-                    )
-                if watcher.error is not None:
-                    raise RuntimeError("the claim watch failed") from watcher.error
-                # Let the pool refill before the next phase so phases do not share a background load.
-                result[f"{name}_refill_s"] = wait_pool(objs, args.pool, args.timeout)
-            result["phases"] = phases
-        finally:
-            if watcher is not None:
-                watcher.stop()
-            if operator is not None:
-                operator.stop()
-            cp.stop()
-    result["load_after"] = os.getloadavg()
+    def established() -> bool:
+        for name in names:
+            status = ext.read_custom_resource_definition(name).status
+            conditions = (status.conditions if status else None) or []
+            if not any(c.type == "Established" and c.status == "True" for c in conditions):
+                return False
+        return True
+
+    wait_for(established, timeout=60, what="CRDs to be established")
+
+
+# ---- one run -----------------------------------------------------------------------------------------
+@dataclass
+class RunResult:
+    controller: Controller
+    scenario: str
+    phases: dict[str, Phase] = field(default_factory=dict)
+    windows: list[Window] = field(default_factory=list)
+    info: dict[str, float] = field(default_factory=dict)
+    usage: Usage | None = None
+    audit_log: Path | None = None
+    apiserver_total: collections.Counter[str] = field(default_factory=collections.Counter)
+    load_before: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    load_after: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    error: str = ""
+    by_verb: dict[str, collections.Counter[str]] = field(default_factory=dict)
+    cp_hwm_mib: float = 0.0
+
+
+def scenario_name(args: argparse.Namespace) -> str:
+    if args.idle:
+        return "idle"
+    if args.burst:
+        return "burst"
+    return "claims"
+
+
+def run_once(args: argparse.Namespace, controller: Controller, workdir: Path) -> RunResult:
+    result = RunResult(controller, scenario_name(args), load_before=os.getloadavg())
+    cp = BenchControlPlane(directory=workdir / "controlplane", nodes=args.nodes, die_with_parent=True)
+    proc: ControllerProcess | None = None
+    try:
+        say(f"[{controller.label}] starting the control plane ({args.nodes} kwok nodes)")
+        cp.start()
+        api = config.new_client_from_config(config_file=str(cp.kubeconfig))  # type: ignore[no-untyped-call]
+        crds = args.upstream_crds if controller.kind == "go" else CRD_DIR
+        install_crds(api, crds)
+        if controller.kind == "go":
+            client.CoreV1Api(api).create_namespace(
+                client.V1Namespace(metadata=client.V1ObjectMeta(name=UPSTREAM_NAMESPACE))
+            )
+        metrics_before = cp.request_totals()
+        kubeconfig = cp.issue_controller_kubeconfig()
+        proc = ControllerProcess(controller, kubeconfig, workdir, args.upstream_flag)
+        say(f"[{controller.label}] starting the controller ({controller.path})")
+        started = time.monotonic()
+        proc.start()
+        first = Mark(started, 0.0, 0)
+        proc.wait_healthy(args.timeout)
+        result.info["controller healthy s"] = time.monotonic() - started
+
+        def mark() -> Mark:
+            audit = cp.audit_log.stat().st_size if cp.audit_log.exists() else 0
+            return Mark(time.monotonic(), proc.usage().cpu_s, audit)
+
+        objs = Objects(api, NAMESPACE)
+        if args.idle:
+            run_idle(args, cp, objs, api, result, mark)
+        else:
+            run_claims(args, cp, objs, api, result, mark)
+        last = mark()
+        result.windows.insert(0, Window("whole run", first, last))
+        result.usage = proc.usage()
+        result.apiserver_total = cp.request_totals() - metrics_before
+        result.cp_hwm_mib = sum(tree_usage(pid).hwm_kib for pid in cp.pids.values()) / 1024
+        for w in result.windows:
+            result.by_verb[w.name] = audit_requests(cp.audit_log, w.start.audit, w.end.audit)
+    except (TimeoutError, RuntimeError, ApiException, AssertionError, OSError) as exc:
+        result.error = f"{type(exc).__name__}: {exc}"
+        if proc is not None:
+            result.error += f"\ncontroller log tail ({proc.log}):\n{proc.log_tail()}"
+    finally:
+        if proc is not None:
+            proc.stop()
+        cp.stop()
+    result.load_after = os.getloadavg()
     return result
 
 
+def run_claims(
+    args: argparse.Namespace,
+    cp: BenchControlPlane,
+    objs: Objects,
+    api: client.ApiClient,
+    result: RunResult,
+    mark: Callable[[], Mark],
+) -> None:
+    objs.create(TEMPLATE, template_body("bench"))
+    pool_size = 0 if args.cold_only else args.pool
+    if not args.cold_only:
+        objs.create(
+            POOL,
+            {
+                "metadata": {"name": "bench"},
+                "spec": {"replicas": pool_size, "sandboxTemplateRef": {"name": "bench"}},
+            },
+        )
+    if not args.burst and not args.warm_only and args.cold_form == "v1beta1":
+        objs.create(
+            POOL,
+            {"metadata": {"name": "cold"}, "spec": {"replicas": 0, "sandboxTemplateRef": {"name": "bench"}}},
+        )
+    if pool_size:
+        a = mark()
+        result.info["pool fill s"] = wait_pool(objs, "bench", pool_size, args.timeout)
+        result.windows.append(Window("pool fill", a, mark()))
+        say(
+            f"[{result.controller.label}] warm pool of {pool_size} Ready after {result.info['pool fill s']:.1f} s"
+        )
+
+    if args.burst:
+        plan = [("burst", {"warmPoolRef": {"name": "bench"}}, "v1beta1", args.burst, None)]
+    else:
+        cold = (
+            ({"warmPoolRef": {"name": "cold"}}, "v1beta1")
+            if args.cold_form == "v1beta1"
+            else ({"sandboxTemplateRef": {"name": "bench"}}, "v1alpha1")
+        )
+        plan = []
+        if not args.cold_only:
+            plan.append(("warm", {"warmPoolRef": {"name": "bench"}}, "v1beta1", args.claims, args.rate))
+        if not args.warm_only:
+            plan.append(("cold", cold[0], cold[1], args.claims, args.rate))
+    result.phases = {name: Phase(name) for name, *_ in plan}
+    watcher = ReadyWatcher(api, CLAIM, result.phases)
+    watcher.start()
+    try:
+        for name, spec, version, n, rate in plan:
+            phase = result.phases[name]
+            pace = f"at {rate:g}/s" if rate else f"as fast as {args.clients} clients can"
+            say(f"[{result.controller.label}] {name}: {n} claims {pace}")
+            a = mark()
+            create_all(cp.kubeconfig, CLAIM, version, phase, n, spec, rate, args.clients)
+            watcher.wait(phase, args.timeout)
+            result.windows.append(Window(name, a, mark()))
+            if pool_size and (name == "warm" and "cold" in result.phases):
+                # Let the pool refill before the next phase so phases do not share a background load.
+                b = mark()
+                result.info["refill s"] = wait_pool(objs, "bench", pool_size, args.timeout)
+                result.windows.append(Window("refill", b, mark()))
+    finally:
+        watcher.stop()
+
+
+def run_idle(
+    args: argparse.Namespace,
+    cp: BenchControlPlane,
+    objs: Objects,
+    api: client.ApiClient,
+    result: RunResult,
+    mark: Callable[[], Mark],
+) -> None:
+    phase = Phase("idle")
+    result.phases = {"idle": phase}
+    watcher = ReadyWatcher(api, SANDBOX, result.phases)
+    watcher.start()
+    try:
+        say(f"[{result.controller.label}] creating {args.idle} Sandboxes")
+        a = mark()
+        create_all(
+            cp.kubeconfig, SANDBOX, "v1beta1", phase, args.idle, sandbox_body("x")["spec"], None, args.clients
+        )
+        watcher.wait(phase, args.timeout)
+        result.windows.append(Window("create until all Ready", a, mark()))
+    finally:
+        watcher.stop()
+    time.sleep(args.idle_settle)
+    say(f"[{result.controller.label}] all Ready; quiet window of {args.idle_window:g} s")
+    b = mark()
+    time.sleep(args.idle_window)
+    result.windows.append(Window("quiet window", b, mark()))
+
+
+# ---- reporting ---------------------------------------------------------------------------------------
 def say(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
@@ -228,53 +785,201 @@ def ratio_cell(value: float, limit: float) -> str:
     return f"{value / limit:.2f}x ({'meets' if value <= limit else 'misses'})"
 
 
-def report(args: argparse.Namespace, command: str, started: str, result: dict[str, Any]) -> str:
-    phases: dict[str, Phase] = result["phases"]
-    stats: dict[str, dict[str, float]] = {}
-    for name, phase in phases.items():
-        lat = phase.latencies_ms()
-        stats[name] = {
-            "P50": percentile(lat, 50),
-            "P90": percentile(lat, 90),
-            "P99": percentile(lat, 99),
-            "mean": statistics.fmean(lat),
-            "max": lat[-1],
-        }
-    adopted = sum(1 for s in phases["warm"].sandbox.values() if s.startswith("bench-"))
-    cold_named = sum(1 for n, s in phases["cold"].sandbox.items() if s == n)
-    la_before = " / ".join(f"{x:.2f}" for x in result["load_before"])
-    la_after = " / ".join(f"{x:.2f}" for x in result["load_after"])
-    rows = [
-        "| Claims | P50 | P90 | P99 | Mean | Max | Achieved rate |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for name in ("warm", "cold"):
-        s = stats[name]
-        label = (
-            f"warm (`warmPoolRef`, {adopted}/{args.claims} adopted)"
-            if name == "warm"
-            else f"cold (v1alpha1 `sandboxTemplateRef`, {cold_named}/{args.claims} created)"
-        )
-        rows.append(
-            f"| {label} | {s['P50']:.0f} ms | {s['P90']:.0f} ms | {s['P99']:.0f} ms | {s['mean']:.0f} ms "
-            f"| {s['max']:.0f} ms | {result[name + '_rate']:.1f}/s |"
-        )
-    ratios = " | ".join(f"{stats['warm'][q] / stats['cold'][q]:.2f}" for q in ("P50", "P90", "P99"))
-    rows.append(f"| warm / cold | {ratios} | | | |")
-    for name in ("warm", "cold"):
-        cells = " | ".join(ratio_cell(stats[name][q], UPSTREAM[q]) for q in ("P50", "P90", "P99"))
-        rows.append(f"| {name} / upstream threshold (300 / 300 / 500 ms) | {cells} | | | |")
-    return "\n".join(
-        [
-            f"Command: `{command}` ({started}; load average 1/5/15 min {la_before} before, {la_after} after;"
-            f" {os.cpu_count()} cores shared with other sessions).",
-            f"Warm pool of {args.pool} filled in {result['pool_fill_s']:.1f} s; {args.claims} claims per phase at"
-            f" {args.rate:g}/s, warm phase first, the pool refilled ({result['warm_refill_s']:.1f} s) before the"
-            f" cold phase; {args.nodes} kwok nodes.",
+def phase_stats(phase: Phase) -> dict[str, float]:
+    lat = phase.latencies_ms()
+    return {
+        "P50": percentile(lat, 50),
+        "P90": percentile(lat, 90),
+        "P99": percentile(lat, 99),
+        "mean": statistics.fmean(lat),
+        "max": lat[-1],
+    }
+
+
+def verbs_cell(counts: collections.Counter[str]) -> str:
+    return ", ".join(f"{verb} {n}" for verb, n in counts.most_common()) or "none"
+
+
+def metrics(result: RunResult) -> dict[str, tuple[float, str]]:
+    """The run's figures for the side-by-side table: name -> (value, unit)."""
+    out: dict[str, tuple[float, str]] = {}
+    for name, phase in result.phases.items():
+        s = phase_stats(phase)
+        for q in ("P50", "P90", "P99"):
+            out[f"{name} {q}"] = (s[q], "ms")
+        out[f"{name} all Ready after first create"] = (phase.all_ready_s(), "s")
+    for key in ("pool fill s", "refill s", "controller healthy s"):
+        if key in result.info:
+            out[key.removesuffix(" s")] = (result.info[key], "s")
+    for w in result.windows:
+        out[f"CPU, {w.name}"] = (w.cpu_s, "s")
+    for w in result.windows:
+        counts = result.by_verb.get(w.name, collections.Counter())
+        out[f"API requests, {w.name}"] = (float(sum(counts.values())), "")
+        if w.name == "whole run":
+            out["API writes, whole run"] = (float(sum(counts[v] for v in WRITE_VERBS)), "")
+    assert result.usage is not None
+    out["peak RSS (VmHWM)"] = (result.usage.hwm_kib / 1024, "MiB")
+    out["RSS at the end"] = (result.usage.rss_kib / 1024, "MiB")
+    return out
+
+
+def fmt(value: float, unit: str) -> str:
+    if unit == "ms":
+        return f"{value:.0f} ms"
+    if unit == "s":
+        return f"{value:.2f} s" if value < 10 else f"{value:.1f} s"
+    if unit == "MiB":
+        return f"{value:.0f} MiB"
+    return f"{value:.0f}"
+
+
+def run_report(args: argparse.Namespace, result: RunResult) -> str:
+    c = result.controller
+    la = " / ".join(f"{x:.2f}" for x in result.load_before), " / ".join(f"{x:.2f}" for x in result.load_after)
+    head = f"### {c.label} ({c.kind}: {c.path})"
+    if result.error:
+        return f"{head}\n\nFAILED: {result.error}"
+    lines = [head, "", f"Load average 1/5/15 min {la[0]} before, {la[1]} after."]
+    if result.phases and result.scenario != "idle":
+        lines += [
             "",
-            *rows,
+            "| Claims | P50 | P90 | P99 | Mean | Max | Achieved rate | All Ready after |",
+            "|---|---|---|---|---|---|---|---|",
         ]
+        stats = {name: phase_stats(p) for name, p in result.phases.items()}
+        for name, phase in result.phases.items():
+            s = stats[name]
+            from_pool = sum(1 for sb in phase.sandbox.values() if sb.startswith("bench-"))
+            if name == "cold":
+                how = (
+                    "v1beta1 `warmPoolRef` to an empty pool"
+                    if args.cold_form == "v1beta1"
+                    else "v1alpha1 `sandboxTemplateRef`"
+                )
+                label = f"cold ({how}, {phase.expected - from_pool}/{phase.expected} new)"
+            else:
+                label = f"{name} (`warmPoolRef`, {from_pool}/{phase.expected} adopted)"
+            lines.append(
+                f"| {label} | {s['P50']:.0f} ms | {s['P90']:.0f} ms | {s['P99']:.0f} ms | {s['mean']:.0f} ms "
+                f"| {s['max']:.0f} ms | {phase.achieved_rate:.1f}/s | {phase.all_ready_s():.2f} s |"
+            )
+        if "warm" in stats and "cold" in stats:
+            ratios = " | ".join(f"{stats['warm'][q] / stats['cold'][q]:.2f}" for q in ("P50", "P90", "P99"))
+            lines.append(f"| warm / cold | {ratios} | | | | |")
+        for name in stats:
+            cells = " | ".join(ratio_cell(stats[name][q], UPSTREAM[q]) for q in ("P50", "P90", "P99"))
+            lines.append(f"| {name} / upstream threshold (300 / 300 / 500 ms) | {cells} | | | | |")
+    elif result.scenario == "idle":
+        p = result.phases["idle"]
+        lines.append(f"{p.expected} Sandboxes all Ready {p.all_ready_s():.1f} s after the first create.")
+    lines += [
+        "",
+        "| Controller window | Seconds | CPU | CPU share of one core | API requests by verb |",
+        "|---|---|---|---|---|",
+    ]
+    for w in result.windows:
+        share = w.cpu_s / w.seconds if w.seconds > 0 else 0.0
+        lines.append(
+            f"| {w.name} | {w.seconds:.1f} s | {w.cpu_s:.2f} s | {share:.0%} | {verbs_cell(result.by_verb.get(w.name, collections.Counter()))} |"
+        )
+    assert result.usage is not None
+    total = sum(result.apiserver_total.values())
+    lines += [
+        "",
+        f"Controller peak RSS (VmHWM) {result.usage.hwm_kib / 1024:.0f} MiB, RSS at the end "
+        f"{result.usage.rss_kib / 1024:.0f} MiB; healthy {result.info['controller healthy s']:.1f} s after start. "
+        f"Control plane (etcd, apiserver, controller-manager, scheduler, kwok) peak RSS {result.cp_hwm_mib:.0f} MiB. "
+        f"API server, all clients, during the run: {total} requests ({verbs_cell(result.apiserver_total)}).",
+    ]
+    return "\n".join(lines)
+
+
+def side_by_side(results: list[RunResult], controllers: list[Controller]) -> str:
+    """Median (and range) of every figure per controller, with ratios against the first controller."""
+    ok = [r for r in results if not r.error]
+    per: dict[str, list[dict[str, tuple[float, str]]]] = {c.label: [] for c in controllers}
+    for r in ok:
+        per[r.controller.label].append(metrics(r))
+    names: list[str] = []
+    for r in ok:
+        for name in metrics(r):
+            if name not in names:
+                names.append(name)
+    labels = [c.label for c in controllers]
+    first = labels[0]
+    header = [
+        "Figure",
+        *[f"{lb} (n={len(per[lb])})" for lb in labels],
+        *[f"{lb} / {first}" for lb in labels[1:]],
+    ]
+    rows = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for name in names:
+        cells: list[str] = []
+        medians: list[float | None] = []
+        for lb in labels:
+            values = [m[name][0] for m in per[lb] if name in m]
+            unit = next((m[name][1] for m in per[lb] if name in m), "")
+            if not values:
+                cells.append("-")
+                medians.append(None)
+                continue
+            med = statistics.median(values)
+            medians.append(med)
+            spread = f" ({fmt(min(values), unit)} to {fmt(max(values), unit)})" if len(values) > 1 else ""
+            cells.append(fmt(med, unit) + spread)
+        base = medians[0]
+        for other in medians[1:]:
+            cells.append(f"{other / base:.2f}" if base and other is not None else "-")
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
+    failed = [r for r in results if r.error]
+    if failed:
+        rows.append("")
+        rows.append(f"{len(failed)} run(s) failed: " + ", ".join(r.controller.label for r in failed))
+    return "\n".join(rows)
+
+
+def describe(args: argparse.Namespace) -> str:
+    if args.idle:
+        return (
+            f"{args.idle} Sandboxes created directly ({args.clients} clients), then a quiet window of "
+            f"{args.idle_window:g} s after {args.idle_settle:g} s of settling; {args.nodes} kwok nodes."
+        )
+    if args.burst:
+        return (
+            f"Warm pool of {args.pool}, then {args.burst} `warmPoolRef` claims created as fast as "
+            f"{args.clients} client threads can; {args.nodes} kwok nodes."
+        )
+    phases = (
+        "cold phase only"
+        if args.cold_only
+        else "warm phase only"
+        if args.warm_only
+        else ("warm phase first, the pool refilled to Ready before the cold phase")
     )
+    return (
+        f"Warm pool of {0 if args.cold_only else args.pool}; {args.claims} claims per phase at {args.rate:g}/s "
+        f"({args.clients} client threads on a fixed schedule), {phases}; cold claims: "
+        + (
+            "v1beta1 `warmPoolRef` to an empty pool with the same template"
+            if args.cold_form == "v1beta1"
+            else "v1alpha1 `sandboxTemplateRef`"
+        )
+        + f"; {args.nodes} kwok nodes."
+    )
+
+
+def pods_needed(args: argparse.Namespace) -> int:
+    """Pods held at the end: the pool (refilled), every claimed or directly created sandbox."""
+    if args.idle:
+        return int(args.idle)
+    if args.burst:
+        return int(args.pool + args.burst)
+    if args.cold_only:
+        return int(args.claims)
+    if args.warm_only:
+        return int(args.pool + args.claims)
+    return int(args.pool + 2 * args.claims)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -284,18 +989,78 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pool", type=int, default=60, help="warm pool replicas (default 60)")
     parser.add_argument("--claims", type=int, default=40, help="claims per phase, warm and cold (default 40)")
     parser.add_argument("--rate", type=float, default=10.0, help="claims created per second (default 10)")
+    parser.add_argument(
+        "--duration", type=float, help="seconds of claims at --rate: claims = rate x duration"
+    )
     parser.add_argument("--nodes", type=int, default=3, help="kwok fake nodes (110 pods each; default 3)")
-    parser.add_argument("--timeout", type=float, default=180.0, help="per-wait timeout in seconds")
+    parser.add_argument(
+        "--timeout", type=float, default=180.0, help="per-wait timeout in seconds (default 180)"
+    )
+    parser.add_argument("--cold-only", action="store_true", help="only the cold phase (no warm pool)")
+    parser.add_argument(
+        "--warm-only", action="store_true", help="only the warm phase (upstream's scale check)"
+    )
+    parser.add_argument(
+        "--cold-form",
+        choices=("v1beta1", "v1alpha1"),
+        default="v1beta1",
+        help="cold claims: v1beta1 warmPoolRef to an empty pool (default) or v1alpha1 sandboxTemplateRef",
+    )
+    parser.add_argument("--burst", type=int, default=0, metavar="N", help="N warm claims as fast as possible")
+    parser.add_argument("--idle", type=int, default=0, metavar="N", help="N Sandboxes, then a quiet window")
+    parser.add_argument(
+        "--idle-window", type=float, default=60.0, help="quiet window in seconds (default 60)"
+    )
+    parser.add_argument("--idle-settle", type=float, default=5.0, help="seconds before the quiet window (5)")
+    parser.add_argument("--clients", type=int, default=8, help="client threads creating objects (default 8)")
+    parser.add_argument(
+        "--controller",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="shadow | NAME=/path/checkout | NAME=/path/binary (repeatable; default shadow)",
+    )
+    parser.add_argument("--repeat", type=int, default=1, help="runs per controller, alternating (default 1)")
+    parser.add_argument(
+        "--upstream-crds",
+        type=Path,
+        default=UPSTREAM_CHECKOUT / "k8s" / "crds",
+        help="CRD directory for Go controllers (default ~/.cache/shadow-operator/upstream/agent-sandbox/k8s/crds)",
+    )
+    parser.add_argument("--upstream-flag", action="append", default=[], help="extra flag for Go controllers")
+    parser.add_argument("--workdir", type=Path, help="keep each run's control plane, logs and audit log here")
     args = parser.parse_args(argv)
-    if args.claims < 1 or args.rate <= 0 or args.pool < args.claims:
-        parser.error("need --claims >= 1, --rate > 0 and --pool >= --claims (every warm claim adopts)")
-    # Pool, its refill after the warm phase and the cold claims all hold pods; kwok nodes take 110 each.
-    if args.pool + 2 * args.claims > 110 * args.nodes:
-        parser.error(
-            f"--pool + 2 x --claims pods do not fit on {args.nodes} nodes of 110 pods: raise --nodes"
-        )
 
-    # SIGTERM/SIGHUP unwind through the finally blocks that stop the operator and the control plane.
+    if args.duration is not None:
+        if args.duration <= 0:
+            parser.error("--duration must be > 0")
+        args.claims = max(1, round(args.rate * args.duration))
+    if sum(bool(x) for x in (args.burst, args.idle, args.cold_only or args.warm_only)) > 1:
+        parser.error("--burst, --idle and --cold-only/--warm-only are separate scenarios")
+    if args.cold_only and args.warm_only:
+        parser.error("--cold-only and --warm-only exclude each other")
+    if args.claims < 1 or args.rate <= 0 or args.clients < 1 or args.repeat < 1:
+        parser.error("need --claims >= 1, --rate > 0, --clients >= 1, --repeat >= 1")
+    if not args.idle and not args.burst and not args.cold_only and args.pool < args.claims:
+        parser.error("need --pool >= --claims (every warm claim adopts)")
+    # Pool, its refill after the warm phase and the cold claims all hold pods; kwok nodes take 110 each.
+    if pods_needed(args) > PODS_PER_NODE * args.nodes:
+        parser.error(
+            f"{pods_needed(args)} pods do not fit on {args.nodes} nodes of {PODS_PER_NODE}: raise --nodes"
+        )
+    try:
+        controllers = [parse_controller(s) for s in args.controller or ["shadow"]]
+    except ValueError as exc:
+        parser.error(str(exc))
+    if len({c.label for c in controllers}) != len(controllers):
+        parser.error("controller names must differ")
+    if any(c.kind == "go" for c in controllers):
+        if not list(args.upstream_crds.glob("*.yaml")):
+            parser.error(f"--upstream-crds {args.upstream_crds}: no YAML files")
+        if args.cold_form == "v1alpha1" and not (args.burst or args.idle or args.warm_only):
+            parser.error("--cold-form v1alpha1 needs upstream's conversion webhook: not with a Go controller")
+
+    # SIGTERM/SIGHUP unwind through the finally blocks that stop the controller and the control plane.
     def interrupted(signum: int, _frame: FrameType | None) -> None:
         raise SystemExit(128 + signum)
 
@@ -305,13 +1070,35 @@ def main(argv: list[str] | None = None) -> int:
     command = shlex.join([".venv/bin/python", "hack/bench/claims_bench.py", *(argv or sys.argv[1:])])
     started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     print(f"$ {command}", flush=True)
-    try:
-        result = run(args)
-    except (TimeoutError, RuntimeError, ApiException, AssertionError) as exc:
-        print(f"benchmark failed: {exc}", file=sys.stderr)
-        return 1
-    print(report(args, command, started, result))
-    return 0
+    print(
+        f"\nCommand: `{command}` ({started}; {os.cpu_count()} cores shared with other sessions). "
+        f"{describe(args)}\n",
+        flush=True,
+    )
+    results: list[RunResult] = []
+    with workdirs(args.workdir) as make_dir:
+        for k in range(args.repeat):
+            for controller in controllers:
+                result = run_once(args, controller, make_dir(f"{controller.label}-{k + 1}"))
+                results.append(result)
+                print(run_report(args, result) + "\n", flush=True)
+    if len(results) > 1:
+        print("### Side by side (medians; range over runs in brackets)\n")
+        print(side_by_side(results, controllers), flush=True)
+    return 1 if any(r.error for r in results) else 0
+
+
+@contextlib.contextmanager
+def workdirs(keep: Path | None) -> Iterator[Callable[[str], Path]]:
+    with tempfile.TemporaryDirectory(prefix="claims-bench-") as tmp:
+        base = keep or Path(tmp)
+
+        def make(name: str) -> Path:
+            path = base / name
+            path.mkdir(parents=True, exist_ok=True)
+            return path
+
+        yield make
 
 
 if __name__ == "__main__":
