@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import random
+import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -100,4 +103,103 @@ def test_kill_mid_burst_then_restart(
     owners = Counter(p.metadata.owner_references[0].uid for p in pods if p.metadata.owner_references)
     assert set(owners) == uids, "every pod belongs to a live sandbox and every sandbox has a pod"
     assert max(owners.values()) == 1, owners
+    assert len(pods) == len(sandboxes)
+
+
+CHAOS_CLAIMS = 200
+CHAOS_KILLS = 20
+CHAOS_POOL = 40
+
+
+def test_chaos_twenty_kills_during_a_200_claim_burst(
+    operator_process: OperatorProcess, k8s_api: client.ApiClient, namespace: str
+) -> None:
+    """SIGKILL the operator 20 times while 200 claims arrive (warm and cold): all end Ready, nothing doubled."""
+    objs = Objects(k8s_api, namespace)
+    objs.create(TEMPLATE, template_body("tpl"))
+    objs.create(
+        POOL,
+        {
+            "metadata": {"name": "pool"},
+            "spec": {"replicas": CHAOS_POOL, "sandboxTemplateRef": {"name": "tpl"}},
+        },
+    )
+    operator_process.start()
+    objs.wait(
+        POOL,
+        "pool",
+        lambda p: (p.get("status") or {}).get("readyReplicas") == CHAOS_POOL,
+        what="warm pool",
+        timeout=120,
+    )
+
+    stop = threading.Event()
+    created: list[str] = []
+    errors: list[BaseException] = []
+
+    def burst() -> None:
+        # 200 claims over the whole chaos period: every third one cold (v1alpha1 form), the rest warm.
+        try:
+            for i in range(CHAOS_CLAIMS):
+                if stop.is_set():
+                    return
+                spec = (
+                    {"sandboxTemplateRef": {"name": "tpl"}}
+                    if i % 3 == 0
+                    else {"warmPoolRef": {"name": "pool"}}
+                )
+                objs.create(CLAIM, {"metadata": {"name": f"chaos-{i}"}, "spec": spec})
+                created.append(f"chaos-{i}")
+                time.sleep(0.12)
+        except BaseException as exc:
+            errors.append(exc)
+
+    producer = threading.Thread(target=burst, daemon=True)
+    producer.start()
+    rng = random.Random(8)
+    kills = 0
+    try:
+        while kills < CHAOS_KILLS:
+            # Long enough for the operator to start and act, short enough to die mid-burst.
+            time.sleep(rng.uniform(0.8, 2.0))
+            operator_process.kill()
+            kills += 1
+            operator_process.start()
+    finally:
+        producer.join(timeout=120)
+        stop.set()
+    assert not errors, errors
+    assert len(created) == CHAOS_CLAIMS
+
+    bound = [
+        objs.wait_condition(CLAIM, name, "True", timeout=180)["status"]["sandbox"]["name"] for name in created
+    ]
+    assert len(set(bound)) == CHAOS_CLAIMS, [n for n, k in Counter(bound).items() if k > 1]
+    objs.wait(
+        POOL,
+        "pool",
+        lambda p: (p.get("status") or {}).get("readyReplicas") == CHAOS_POOL,
+        what="refilled pool",
+        timeout=180,
+    )
+
+    def settled() -> bool:
+        sandboxes = objs.list(SANDBOX)
+        return len(sandboxes) == CHAOS_CLAIMS + CHAOS_POOL and all(ready(s) for s in sandboxes)
+
+    wait_for(settled, timeout=180, what="every sandbox Ready, none extra")
+    sandboxes = objs.list(SANDBOX)
+    claims = {cl["metadata"]["uid"]: cl["metadata"]["name"] for cl in objs.list(CLAIM)}
+    controlled_by_claim: Counter[str] = Counter()
+    for sandbox in sandboxes:
+        controllers = [r for r in sandbox["metadata"].get("ownerReferences", []) if r.get("controller")]
+        assert len(controllers) == 1, sandbox["metadata"]
+        if controllers[0]["kind"] == "SandboxClaim":
+            assert controllers[0]["uid"] in claims, f"orphan: {sandbox['metadata']['name']}"
+            controlled_by_claim[controllers[0]["uid"]] += 1
+    assert len(controlled_by_claim) == CHAOS_CLAIMS and max(controlled_by_claim.values()) == 1
+    pods = objs.pods()
+    owners = Counter(p.metadata.owner_references[0].uid for p in pods if p.metadata.owner_references)
+    assert set(owners) == {s["metadata"]["uid"] for s in sandboxes}, "every pod belongs to a live sandbox"
+    assert max(owners.values()) == 1, "no sandbox has two pods"
     assert len(pods) == len(sandboxes)

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import yaml
 from shadow_operator.api import crdgen
+from shadow_operator.api.kinds import CUSTOM_KINDS, ResourceKind
 
 pytestmark = pytest.mark.unit
 
@@ -49,8 +50,8 @@ def _walk(node: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]:
     return found
 
 
-@pytest.mark.parametrize("kind", crdgen.KINDS, ids=lambda k: k.kind)
-def test_schemas_are_structural(kind: crdgen.Kind) -> None:
+@pytest.mark.parametrize("kind", CUSTOM_KINDS, ids=lambda k: k.kind)
+def test_schemas_are_structural(kind: ResourceKind) -> None:
     crd = crdgen.build_crd(kind)
     for version in crd["spec"]["versions"]:
         schema = version["schema"]["openAPIV3Schema"]
@@ -61,16 +62,35 @@ def test_schemas_are_structural(kind: crdgen.Kind) -> None:
             assert node.get("additionalProperties") is not True, path
 
 
+def _without_defaults(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: _without_defaults(v) for k, v in node.items() if k != "default"}
+    if isinstance(node, list):
+        return [_without_defaults(v) for v in node]
+    return node
+
+
 def test_versions_share_one_schema_and_v1beta1_is_storage() -> None:
-    for kind in crdgen.KINDS:
+    """One schema for all versions (no conversion webhook needed); only defaults may differ per version."""
+    for kind in CUSTOM_KINDS:
         versions = crdgen.build_crd(kind)["spec"]["versions"]
         assert [v["name"] for v in versions] == ["v1beta1", "v1alpha1"]
         assert [v["storage"] for v in versions] == [True, False]
-        assert versions[0]["schema"] == versions[1]["schema"], kind.kind
+        assert _without_defaults(versions[0]["schema"]) == _without_defaults(versions[1]["schema"]), kind.kind
+
+
+def test_v1alpha1_templates_default_to_a_headless_service_and_v1beta1_ones_do_not() -> None:
+    crd = crdgen.build_crd(next(k for k in CUSTOM_KINDS if k.kind == "SandboxTemplate"))
+    service = {
+        v["name"]: v["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["service"]
+        for v in crd["spec"]["versions"]
+    }
+    assert service["v1alpha1"].get("default") is True
+    assert "default" not in service["v1beta1"]
 
 
 def test_names_columns_and_subresources() -> None:
-    crds = {k.kind: crdgen.build_crd(k) for k in crdgen.KINDS}
+    crds = {k.kind: crdgen.build_crd(k) for k in CUSTOM_KINDS}
     for crd in crds.values():
         assert crd["spec"]["names"]["categories"] == ["agent-sandbox"]
         assert crd["spec"]["conversion"] == {"strategy": "None"}
@@ -92,7 +112,7 @@ def test_names_columns_and_subresources() -> None:
 
 
 def test_claim_schema_keeps_both_reference_forms() -> None:
-    crd = next(crdgen.build_crd(k) for k in crdgen.KINDS if k.kind == "SandboxClaim")
+    crd = next(crdgen.build_crd(k) for k in CUSTOM_KINDS if k.kind == "SandboxClaim")
     spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     assert {"warmPoolRef", "sandboxTemplateRef", "warmpool"} <= set(spec["properties"])
     assert "required" not in spec

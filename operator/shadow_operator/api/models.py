@@ -9,9 +9,9 @@ Descriptions written here become `kubectl explain` text.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, PrivateAttr
 from pydantic.alias_generators import to_camel
 
 PRESERVE: dict[str, Any] = {"x-kubernetes-preserve-unknown-fields": True}
@@ -134,6 +134,71 @@ class Condition(ApiModel):
     observed_generation: int | None = Field(default=None, description="The .metadata.generation it reflects.")
 
 
+class OwnerReference(ApiModel):
+    """metav1.OwnerReference."""
+
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+    controller: bool | None = None
+    block_owner_deletion: bool | None = None
+
+
+class ObjectMeta(ApiModel):
+    """The part of metav1.ObjectMeta the operator reads (never part of a CRD schema)."""
+
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    resource_version: str = ""
+    generation: int | None = None
+    creation_timestamp: datetime | None = None
+    deletion_timestamp: datetime | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    owner_references: list[OwnerReference] = Field(default_factory=list)
+
+    def controller_uid(self) -> str | None:
+        return next((ref.uid for ref in self.owner_references if ref.controller), None)
+
+
+class Resource(ApiModel):
+    """Base of every top-level kind: validated once at the boundary, with the raw body kept beside it.
+
+    Reconcilers read the typed fields; the pure manifest builders of `resources/` take `body` (dict in,
+    dict out). `metadata`, `apiVersion` and `kind` are not part of the generated CRD schema.
+    """
+
+    api_version: str = ""
+    kind: str = ""
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    _body: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> Self:
+        obj = cls.model_validate(body)
+        obj._body = body
+        return obj
+
+    @property
+    def body(self) -> dict[str, Any]:
+        """The object as the API server sent it (read-only by convention)."""
+        return self._body
+
+    @property
+    def namespace(self) -> str:
+        return self.metadata.namespace
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def deleting(self) -> bool:
+        return self.metadata.deletion_timestamp is not None
+
+
 CONDITIONS_FIELD: Any = Field(
     default=None,
     description="Observations of the object's state; `Ready` is the one to wait for.",
@@ -215,7 +280,7 @@ class SandboxStatus(ApiModel):
     )
 
 
-class Sandbox(ApiModel):
+class Sandbox(Resource):
     """An isolated, disposable workspace: one Pod, optional headless Service and PVCs."""
 
     spec: SandboxSpec
@@ -248,7 +313,11 @@ class SandboxTemplateSpec(ApiModel):
         max_length=MAX_VOLUME_CLAIM_TEMPLATES,
         json_schema_extra={"x-kubernetes-list-type": "atomic", "x-kubernetes-validations": [VCT_NAMED]},
     )
-    service: bool | None = Field(default=None, description="Create a headless Service per sandbox.")
+    service: bool | None = Field(
+        default=None,
+        description="Create a headless Service named like each sandbox. Unset in v1beta1 means no Service; "
+        "in v1alpha1 it defaults to true, as v1alpha1 sandboxes always had one.",
+    )
     network_policy: NetworkPolicySpec | None = Field(
         default=None,
         description="Custom rules for the managed NetworkPolicy. When omitted the secure default applies: "
@@ -269,7 +338,7 @@ class SandboxTemplateSpec(ApiModel):
     )
 
 
-class SandboxTemplate(ApiModel):
+class SandboxTemplate(Resource):
     """A sandbox blueprint referenced by SandboxClaims and SandboxWarmPools."""
 
     spec: SandboxTemplateSpec
@@ -380,7 +449,7 @@ class SandboxClaimStatus(ApiModel):
     sandbox: ClaimSandboxStatus | None = Field(default=None, description="The bound sandbox.")
 
 
-class SandboxClaim(ApiModel):
+class SandboxClaim(Resource):
     """A request for a sandbox: adopted from a warm pool when one is ready, else created from the template."""
 
     spec: SandboxClaimSpec
@@ -416,7 +485,7 @@ class SandboxWarmPoolStatus(ApiModel):
     observed_generation: int | None = Field(default=None, description="Generation last acted upon.")
 
 
-class SandboxWarmPool(ApiModel):
+class SandboxWarmPool(Resource):
     """Keeps `replicas` ready sandboxes of a template for claims to adopt."""
 
     spec: SandboxWarmPoolSpec

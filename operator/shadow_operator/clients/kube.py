@@ -1,4 +1,4 @@
-"""A small JSON-in, JSON-out Kubernetes client over kubernetes_asyncio's authenticated transport.
+"""A small JSON-in, JSON-out Kubernetes client on aiohttp.
 
 Controllers work with plain dicts (the same shapes kopf hands them), so the generated model classes of
 kubernetes_asyncio are bypassed: every call returns the decoded JSON body.
@@ -9,14 +9,19 @@ from __future__ import annotations
 import builtins
 import json
 import os
+import ssl
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import aiohttp
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
-from kubernetes_asyncio.client.exceptions import ApiException
+
+from shadow_operator import __version__
 
 Body = dict[str, Any]
+USER_AGENT = f"shadow-operator/{__version__}"
 
 
 class ApiError(Exception):
@@ -63,22 +68,53 @@ def resource_path(
 
 
 class Kube:
-    """Async JSON client. Create with `await Kube.connect()`; close with `await kube.close()`."""
+    """Async JSON client. Create with `await Kube.connect()`; close with `await kube.close()`.
 
-    def __init__(self, api: k8s_client.ApiClient) -> None:
-        self._api = api
+    Credentials and TLS settings come from kubernetes_asyncio's config loaders (in-cluster service account,
+    else the kubeconfig); requests go through one aiohttp session of our own. Unlike the generated client's
+    session it does not trust the environment, so no request re-reads ~/.netrc or the proxy variables, and
+    no per-request model machinery runs: bodies are plain JSON.
+    """
+
+    def __init__(self, session: aiohttp.ClientSession, host: str, config: k8s_client.Configuration) -> None:
+        self._session = session
+        self._host = host.rstrip("/")
+        self._config = config
+        self.requests: Counter[str] = Counter()
 
     @classmethod
-    async def connect(cls) -> Kube:
+    async def connect(cls, *, max_connections: int = 32) -> Kube:
+        config = k8s_client.Configuration()
         try:
-            k8s_config.load_incluster_config()  # type: ignore[no-untyped-call]
+            k8s_config.load_incluster_config(client_configuration=config)  # type: ignore[no-untyped-call]
         except k8s_config.ConfigException:
             # Read KUBECONFIG now: the library's default path was fixed when it was imported.
-            await k8s_config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))
-        return cls(k8s_client.ApiClient())
+            await k8s_config.load_kube_config(
+                config_file=os.environ.get("KUBECONFIG"), client_configuration=config
+            )
+        ssl_context = ssl.create_default_context(cafile=config.ssl_ca_cert)
+        if config.cert_file:
+            ssl_context.load_cert_chain(config.cert_file, keyfile=config.key_file)
+        if not config.verify_ssl:
+            ssl_context.check_hostname = False
+            ssl_context.verify_mode = ssl.CERT_NONE
+        session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=max_connections, ssl=ssl_context),
+            trust_env=False,
+            timeout=aiohttp.ClientTimeout(total=60, connect=10),
+            read_bufsize=2**21,
+        )
+        return cls(session, str(config.host), config)
 
     async def close(self) -> None:
-        await self._api.close()
+        await self._session.close()
+
+    async def _headers(self, content_type: str) -> dict[str, str]:
+        headers = {"Accept": "application/json", "Content-Type": content_type, "User-Agent": USER_AGENT}
+        token = await self._config.get_api_key_with_prefix("BearerToken")
+        if token:
+            headers["Authorization"] = token
+        return headers
 
     async def request(
         self,
@@ -89,27 +125,20 @@ class Kube:
         query: Mapping[str, str] | None = None,
         content_type: str = "application/json",
     ) -> Body:
-        try:
-            response = await self._api.call_api(
-                path,
-                method,
-                query_params=list((query or {}).items()),
-                header_params={"Accept": "application/json", "Content-Type": content_type},
-                body=body,
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _return_http_data_only=True,
-            )
-        except ApiException as exc:
-            raise _api_error(exc.status or 0, exc.reason or "", exc.body) from None
-        # Without preloading, the transport hands back the raw aiohttp response and checks nothing.
-        try:
+        self.requests[method] += 1
+        data = None if body is None else json.dumps(body, separators=(",", ":"))
+        async with self._session.request(
+            method,
+            self._host + path,
+            params=query or None,
+            data=data,
+            headers=await self._headers(content_type),
+        ) as response:
             raw = await response.read()
-            status = int(response.status)
-        finally:
-            response.release()
+            status = response.status
+            reason = response.reason or ""
         if not 200 <= status <= 299:
-            raise _api_error(status, str(getattr(response, "reason", "") or ""), raw.decode(errors="replace"))
+            raise _api_error(status, reason, raw.decode(errors="replace"))
         decoded: Body = json.loads(raw) if raw else {}
         return decoded
 
@@ -141,6 +170,15 @@ class Kube:
 
     async def json_patch(self, path: str, ops: Sequence[Mapping[str, Any]]) -> Body:
         return await self.request("PATCH", path, body=ops, content_type="application/json-patch+json")
+
+    async def apply(
+        self, path: str, body: Mapping[str, Any], *, field_manager: str, force: bool = True
+    ) -> Body:
+        """Server-side apply (the body is JSON, which is YAML)."""
+        query = {"fieldManager": field_manager, "force": "true" if force else "false"}
+        return await self.request(
+            "PATCH", path, body=body, query=query, content_type="application/apply-patch+yaml"
+        )
 
     async def replace(self, path: str, body: Mapping[str, Any]) -> Body:
         return await self.request("PUT", path, body=body)

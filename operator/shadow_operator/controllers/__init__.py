@@ -1,5 +1,28 @@
-"""kopf handlers, one module per kind. Importing this package registers every handler."""
+"""The Sandbox API reconcilers, one module per kind, run by the engine. Importing this package registers
+them with kopf (`kopf run -m shadow_operator.controllers`, or `shadow-operator run`)."""
 
-from shadow_operator.controllers import claim, sandbox, settings, template, warmpool
+import kopf
 
-__all__ = ["claim", "sandbox", "settings", "template", "warmpool"]
+from shadow_operator.controllers import settings
+from shadow_operator.controllers.claim import ClaimReconciler
+from shadow_operator.controllers.config import Config
+from shadow_operator.controllers.sandbox import SandboxReconciler
+from shadow_operator.controllers.template import TemplateReconciler
+from shadow_operator.controllers.warmpool import WarmPoolReconciler
+from shadow_operator.engine import Manager
+
+RECONCILERS = (SandboxReconciler, ClaimReconciler, WarmPoolReconciler, TemplateReconciler)
+
+manager = Manager(RECONCILERS, load_config=Config.from_env, configure=settings.configure)
+manager.register()
+kopf.on.login()(settings.login)
+
+__all__ = [
+    "RECONCILERS",
+    "ClaimReconciler",
+    "Config",
+    "SandboxReconciler",
+    "TemplateReconciler",
+    "WarmPoolReconciler",
+    "manager",
+]

@@ -1,37 +1,29 @@
-"""SandboxClaim controller: adopt a ready warm sandbox or cold-start one, then mirror its readiness."""
+"""SandboxClaim reconciler: adopt a ready warm sandbox or cold-start one, then mirror its readiness.
+
+The hot path of a warm claim is two writes and no reads: the pool's members come from the cache, the
+adoption is one conditional patch of the Sandbox (its resourceVersion guards against a racing claim), and
+the claim's status is written from the adopted Sandbox's Ready condition in the same pass.
+"""
 
 from __future__ import annotations
 
+import zlib
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import kopf
-
 from shadow_operator.api import constants as c
-from shadow_operator.api import naming
-from shadow_operator.clients.kube import ApiError, Kube, resource_path
-from shadow_operator.controllers import events, metrics, runtime
-from shadow_operator.controllers.sandbox import parse_time, sandboxes
+from shadow_operator.api.kinds import SANDBOX, SANDBOX_CLAIM, SANDBOX_TEMPLATE, SANDBOX_WARM_POOL
+from shadow_operator.api.models import SandboxClaim
+from shadow_operator.clients.kube import ApiError
+from shadow_operator.controllers import metrics
+from shadow_operator.engine import Cache, Index, Reconciler, Watch
 from shadow_operator.resources import blueprint
 from shadow_operator.resources import conditions as conds
-from shadow_operator.resources import sandbox as res
+from shadow_operator.resources import indexes as ix
 
-KIND = "SandboxClaim"
-MISSING_REFERENT_RETRY = 30.0
-ADOPTION_ATTEMPTS = 5
-REPLENISH_DELAY = 0.5
-
-
-def claims(namespace: str, name: str | None = None, sub: str | None = None) -> str:
-    return resource_path(c.EXTENSIONS_API_VERSION, "sandboxclaims", namespace, name, sub)
-
-
-def templates(namespace: str, name: str | None = None) -> str:
-    return resource_path(c.EXTENSIONS_API_VERSION, "sandboxtemplates", namespace, name)
-
-
-def pools(namespace: str, name: str | None = None) -> str:
-    return resource_path(c.EXTENSIONS_API_VERSION, "sandboxwarmpools", namespace, name)
+Body = dict[str, Any]
+Key = tuple[str, str]
 
 
 class Blocked(Exception):
@@ -43,217 +35,299 @@ class Blocked(Exception):
         self.message = message
 
 
-def enqueue(namespace: str, name: str, delay: float = 0.0) -> None:
-    runtime.current().queue(KIND).add(namespace, name, delay)
+# ------------------------------------------------------------------------------------------ watches
+def _unready_claims(cache: Cache, values: Iterable[str]) -> Iterable[Key]:
+    store = cache.store(SANDBOX_CLAIM)
+    for value in values:
+        for claim in store.by_index(ix.CLAIM_WAITS_ON, value):
+            if not ix.is_ready(claim):
+                yield claim["metadata"]["namespace"], claim["metadata"]["name"]
 
 
-@kopf.on.event(c.EXTENSIONS_GROUP, c.STORAGE_VERSION, "sandboxclaims")
-async def claim_event(namespace: str | None, name: str, **_: Any) -> None:
-    if namespace:
-        enqueue(namespace, name)
+def claims_of_template(template: Body, cache: Cache) -> Iterable[Key]:
+    """Claims that wait for this template, directly or through one of its pools."""
+    ns, name = template["metadata"]["namespace"], template["metadata"]["name"]
+    pools = cache.store(SANDBOX_WARM_POOL).by_index(ix.POOL_BY_TEMPLATE, f"{ns}/{name}")
+    values = [
+        ix.waits_on(ns, "template", name),
+        *(ix.waits_on(ns, "pool", p["metadata"]["name"]) for p in pools),
+    ]
+    return _unready_claims(cache, values)
 
 
-@kopf.on.event(c.SANDBOX_GROUP, c.STORAGE_VERSION, "sandboxes", labels={c.LABEL_CLAIM_UID: kopf.PRESENT})
-async def sandbox_event(body: kopf.Body, **_: Any) -> None:
-    for ref in body["metadata"].get("ownerReferences") or ():
-        if ref.get("kind") == KIND and ref.get("controller"):
-            enqueue(body["metadata"]["namespace"], ref["name"])
+def claims_of_pool(pool: Body, cache: Cache) -> Iterable[Key]:
+    ns, name = pool["metadata"]["namespace"], pool["metadata"]["name"]
+    values = [ix.waits_on(ns, "pool", name)]
+    template = ((pool.get("spec") or {}).get("sandboxTemplateRef") or {}).get("name")
+    if template:
+        values.append(ix.waits_on(ns, "template", template))  # v1alpha1 claims with warmpool: default
+    return _unready_claims(cache, values)
 
 
-async def enqueue_unready(kube: Kube, namespace: str) -> None:
-    """Wake claims of a namespace that wait for a template or pool to appear."""
-    for item in await kube.list(claims(namespace)):
-        if not conds.is_true((item.get("status") or {}).get("conditions"), c.COND_READY):
-            enqueue(namespace, item["metadata"]["name"])
+class ClaimReconciler(Reconciler[SandboxClaim]):
+    kind = SANDBOX_CLAIM
+    owns = (SANDBOX,)
+    watches = (Watch(SANDBOX_TEMPLATE, claims_of_template), Watch(SANDBOX_WARM_POOL, claims_of_pool))
+    indexes = (
+        Index(SANDBOX, ix.BY_CONTROLLER, ix.by_controller),
+        Index(SANDBOX, ix.POOL_MEMBER, ix.pool_member),
+        Index(SANDBOX_CLAIM, ix.CLAIM_WAITS_ON, ix.claim_waits_on),
+        Index(SANDBOX_WARM_POOL, ix.POOL_BY_TEMPLATE, ix.pool_by_template),
+    )
+    workers = 16
 
+    async def reconcile(self, claim: SandboxClaim) -> float | None:
+        if claim.deleting:
+            return None
+        lifecycle = claim.spec.lifecycle
+        now = datetime.now(UTC)
+        shutdown = lifecycle.shutdown_time if lifecycle else None
+        if shutdown is not None and now >= shutdown:
+            return await self._expire(claim, lifecycle.shutdown_policy if lifecycle else "Retain")
 
-# ------------------------------------------------------------------------------------------ reconcile
-async def reconcile(namespace: str, name: str) -> float | None:
-    kube = runtime.current().kube
-    claim = await kube.get(claims(namespace, name))
-    if claim is None or claim["metadata"].get("deletionTimestamp"):
-        return None
-    lifecycle = claim["spec"].get("lifecycle") or {}
-    now = datetime.now(UTC)
-    shutdown = parse_time(lifecycle.get("shutdownTime"))
-    expired = shutdown is not None and now >= shutdown
-
-    if expired:
-        return await _expire(kube, claim, lifecycle.get("shutdownPolicy") or "Retain")
-
-    sandbox: dict[str, Any] | None = None
-    launch = c.LAUNCH_COLD
-    try:
-        sandbox = await _bound_sandbox(kube, claim)
-        if sandbox is None:
-            sandbox, launch = await _provision(kube, claim)
-    except Blocked as blocked:
-        await _write_status(
-            kube,
-            claim,
-            None,
-            conds.make_condition(
-                c.COND_READY, False, blocked.reason, blocked.message, claim["metadata"].get("generation")
-            ),
-        )
-        if blocked.reason in (c.REASON_TEMPLATE_NOT_FOUND, c.REASON_WARM_POOL_NOT_FOUND):
-            return MISSING_REFERENT_RETRY
-        return None
-
-    # The sandbox's own label is authoritative: the claim may turn Ready passes after it adopted.
-    launch = (sandbox["metadata"].get("labels") or {}).get(c.LABEL_LAUNCH_TYPE) or launch
-    ready = _mirror_ready(claim, sandbox)
-    await _write_status(kube, claim, sandbox, ready, launch=launch)
-    delays = []
-    if shutdown is not None:
-        delays.append((shutdown - now).total_seconds())
-    ttl_delay = await _ttl_after_finished(kube, claim, sandbox, lifecycle)
-    if ttl_delay is not None:
-        delays.append(ttl_delay)
-    return min(delays) if delays else None
-
-
-async def _bound_sandbox(kube: Kube, claim: dict[str, Any]) -> dict[str, Any] | None:
-    """The Sandbox this claim controls, found by the claim-uid label (robust to a crash mid-adoption)."""
-    meta = claim["metadata"]
-    found = await kube.list(sandboxes(meta["namespace"]), labels=f"{c.LABEL_CLAIM_UID}={meta['uid']}")
-    owned = [s for s in found if res.controller_uid(s) == meta["uid"]]
-    owned.sort(key=lambda s: (s["metadata"]["name"] != meta["name"], s["metadata"]["creationTimestamp"]))
-    return owned[0] if owned else None
-
-
-async def _provision(kube: Kube, claim: dict[str, Any]) -> tuple[dict[str, Any], str]:
-    meta, spec = claim["metadata"], claim["spec"]
-    namespace = meta["namespace"]
-    candidate_pools: list[dict[str, Any]] = []
-    if spec.get("warmPoolRef"):
-        pool = await kube.get(pools(namespace, spec["warmPoolRef"]["name"]))
-        if pool is None:
-            raise Blocked(
-                c.REASON_WARM_POOL_NOT_FOUND, f"SandboxWarmPool {spec['warmPoolRef']['name']!r} not found"
+        launch = c.LAUNCH_COLD
+        try:
+            sandbox = self._bound_sandbox(claim)
+            if sandbox is None:
+                sandbox, launch = await self._provision(claim)
+        except Blocked as blocked:
+            condition = conds.make_condition(
+                c.COND_READY, False, blocked.reason, blocked.message, claim.metadata.generation
             )
-        template_name = pool["spec"]["sandboxTemplateRef"]["name"]
-        candidate_pools = [pool]
-    else:
-        template_name = spec["sandboxTemplateRef"]["name"]
-        policy = spec.get("warmpool") or "none"
-        if policy == "default":
-            candidate_pools = [
-                p
-                for p in await kube.list(pools(namespace))
-                if p["spec"]["sandboxTemplateRef"]["name"] == template_name
-            ]
-        elif policy != "none":
-            named = await kube.get(pools(namespace, policy))
-            if named is None:
-                raise Blocked(c.REASON_WARM_POOL_NOT_FOUND, f"SandboxWarmPool {policy!r} not found")
-            candidate_pools = [named]
+            await self._write_status(claim, None, condition)
+            return None
 
-    template = await kube.get(templates(namespace, template_name))
-    if template is None:
-        raise Blocked(c.REASON_TEMPLATE_NOT_FOUND, f"SandboxTemplate {template_name!r} not found")
-    try:
-        blueprint.check_metadata(claim)
-        wants_cold = bool(spec.get("env") or spec.get("volumeClaimTemplates"))
-        if candidate_pools and not wants_cold:
-            adopted = await _adopt(kube, claim, candidate_pools)
-            if adopted is not None:
-                return adopted, c.LAUNCH_WARM
-        manifest = blueprint.build_claimed_sandbox(claim, template)
-    except blueprint.ClaimRejected as rejected:
-        events.warn(claim, reason=rejected.reason, message=str(rejected))
-        raise Blocked(rejected.reason, str(rejected)) from None
-    return await _create_cold(kube, claim, manifest), c.LAUNCH_COLD
+        # The sandbox's own label is authoritative: the claim may turn Ready passes after it adopted.
+        launch = (sandbox["metadata"].get("labels") or {}).get(c.LABEL_LAUNCH_TYPE) or launch
+        await self._write_status(claim, sandbox, _mirror_ready(claim, sandbox), launch=launch)
+        if launch == c.LAUNCH_WARM:
+            await self._annotate(claim, sandbox)
+        delays = []
+        if shutdown is not None:
+            delays.append((shutdown - now).total_seconds())
+        ttl_delay = await self._ttl_after_finished(claim, sandbox)
+        if ttl_delay is not None:
+            delays.append(ttl_delay)
+        return min(delays) if delays else None
 
+    def _bound_sandbox(self, claim: SandboxClaim) -> Body | None:
+        """The Sandbox this claim controls (found by its controller reference, robust to a crash mid-adoption)."""
+        owned = [s for s in self.cache.store(SANDBOX).by_index(ix.BY_CONTROLLER, claim.metadata.uid)]
+        owned.sort(key=lambda s: (s["metadata"]["name"] != claim.name, s["metadata"]["creationTimestamp"]))
+        return owned[0] if owned else None
 
-async def _create_cold(kube: Kube, claim: dict[str, Any], manifest: dict[str, Any]) -> dict[str, Any]:
-    meta = claim["metadata"]
-    try:
-        created = await kube.create(sandboxes(meta["namespace"]), manifest)
-    except ApiError as exc:
-        if exc.invalid:
+    # ---------------------------------------------------------------------------------------- provision
+    async def _provision(self, claim: SandboxClaim) -> tuple[Body, str]:
+        namespace, spec = claim.namespace, claim.spec
+        pools = self.cache.store(SANDBOX_WARM_POOL)
+        candidate_pools: list[Body] = []
+        if spec.warm_pool_ref is not None:
+            pool = pools.get(namespace, spec.warm_pool_ref.name)
+            if pool is None:
+                raise Blocked(
+                    c.REASON_WARM_POOL_NOT_FOUND, f"SandboxWarmPool {spec.warm_pool_ref.name!r} not found"
+                )
+            template_name = pool["spec"]["sandboxTemplateRef"]["name"]
+            candidate_pools = [pool]
+        else:
+            assert spec.sandbox_template_ref is not None  # admission: exactly one of the two refs
+            template_name = spec.sandbox_template_ref.name
+            policy = spec.warmpool or "none"
+            if policy == "default":
+                candidate_pools = pools.by_index(ix.POOL_BY_TEMPLATE, f"{namespace}/{template_name}")
+            elif policy != "none":
+                named = pools.get(namespace, policy)
+                if named is None:
+                    raise Blocked(c.REASON_WARM_POOL_NOT_FOUND, f"SandboxWarmPool {policy!r} not found")
+                candidate_pools = [named]
+
+        template = self.cache.store(SANDBOX_TEMPLATE).get(namespace, template_name)
+        if template is None:
+            raise Blocked(c.REASON_TEMPLATE_NOT_FOUND, f"SandboxTemplate {template_name!r} not found")
+        try:
+            blueprint.check_metadata(claim.body)
+            wants_cold = bool(spec.env or spec.volume_claim_templates)
+            if candidate_pools and not wants_cold:
+                adopted = await self._adopt(claim, candidate_pools)
+                if adopted is not None:
+                    return adopted, c.LAUNCH_WARM
+            manifest = blueprint.build_claimed_sandbox(claim.body, template)
+        except blueprint.ClaimRejected as rejected:
+            self.recorder.warn(claim.body, reason=rejected.reason, message=str(rejected))
+            raise Blocked(rejected.reason, str(rejected)) from None
+        return await self._create_cold(claim, manifest), c.LAUNCH_COLD
+
+    async def _create_cold(self, claim: SandboxClaim, manifest: Body) -> Body:
+        try:
+            created = await self.client.create(SANDBOX, manifest)
+        except ApiError as exc:
+            if exc.invalid:
+                raise Blocked(
+                    c.REASON_RECONCILER_ERROR, f"Sandbox rejected by the API server: {exc.message}"
+                ) from None
+            if not exc.already_exists:
+                raise
+            existing = await self.client.get_live(SANDBOX, claim.namespace, claim.name)
+            if existing is not None and ix.controller_uid(existing) == claim.metadata.uid:
+                self.cache.store(SANDBOX).upsert(existing)
+                return existing
             raise Blocked(
-                c.REASON_RECONCILER_ERROR, f"Sandbox rejected by the API server: {exc.message}"
+                c.REASON_SANDBOX_CREATE_PENDING,
+                f"a Sandbox named {claim.name!r} exists and is not owned by this claim",
             ) from None
-        if not exc.already_exists:
-            raise
-        existing = await kube.get(sandboxes(meta["namespace"], meta["name"]))
-        if existing is not None and res.controller_uid(existing) == meta["uid"]:
-            return existing
-        raise Blocked(
-            c.REASON_SANDBOX_CREATE_PENDING,
-            f"a Sandbox named {meta['name']!r} exists and is not owned by this claim",
-        ) from None
-    events.info(claim, reason="SandboxCreated", message=f"Created Sandbox {meta['name']} (cold start)")
-    return created
+        self.recorder.info(
+            claim.body, reason="SandboxCreated", message=f"Created Sandbox {claim.name} (cold start)"
+        )
+        return created
 
-
-async def _adopt(
-    kube: Kube, claim: dict[str, Any], candidate_pools: list[dict[str, Any]]
-) -> dict[str, Any] | None:
-    """Take over a warm sandbox; the resourceVersion guard makes concurrent claims pick different ones."""
-    namespace = claim["metadata"]["namespace"]
-    for pool in candidate_pools:
-        pool_name = pool["metadata"]["name"]
-        for _ in range(ADOPTION_ATTEMPTS):
-            candidates = await _candidates(kube, pool, claim["metadata"]["uid"])
-            if not candidates:
-                break
-            for candidate in candidates:
+    async def _adopt(self, claim: SandboxClaim, candidate_pools: list[Body]) -> Body | None:
+        """Take over a warm sandbox; the resourceVersion guard makes concurrent claims pick different ones."""
+        for pool in candidate_pools:
+            for candidate in self._candidates(pool, claim.metadata.uid):
                 try:
-                    adopted = await kube.merge_patch(
-                        sandboxes(namespace, candidate["metadata"]["name"]),
-                        blueprint.adoption_patch(candidate, claim),
+                    adopted = await self.client.patch(
+                        SANDBOX,
+                        claim.namespace,
+                        candidate["metadata"]["name"],
+                        blueprint.adoption_patch(candidate, claim.body),
                     )
                 except ApiError as exc:
                     if exc.conflict or exc.not_found:
                         continue  # another claim won this one, or it vanished: try the next candidate
                     raise
-                await kube.merge_patch(
-                    claims(namespace, claim["metadata"]["name"]),
-                    {
-                        "metadata": {
-                            "annotations": {c.ANNOTATION_ASSIGNED_SANDBOX: adopted["metadata"]["name"]}
-                        }
-                    },
-                )
-                events.info(
-                    claim,
+                self.recorder.info(
+                    claim.body,
                     reason="SandboxAdopted",
                     message=f"Adopted warm pool Sandbox {adopted['metadata']['name']}",
                 )
-                # Replenish a moment later: during a burst, serving claims comes before refilling the pool.
-                runtime.current().queue("SandboxWarmPool").add(namespace, pool_name, delay=REPLENISH_DELAY)
-                runtime.current().queue("Sandbox").add(namespace, adopted["metadata"]["name"])
                 return adopted
-    return None
+        return None
+
+    def _candidates(self, pool: Body, claim_uid: str) -> list[Body]:
+        """Ready sandboxes first (oldest first), rotated per claim so that a burst of claims spreads over them
+        instead of all racing for the same one; then the sandboxes that are still starting."""
+        members = self.cache.store(SANDBOX).by_index(ix.POOL_MEMBER, pool["metadata"]["uid"])
+        members.sort(key=lambda s: s["metadata"]["creationTimestamp"])
+        ready = [s for s in members if ix.is_ready(s)]
+        starting = [s for s in members if not ix.is_ready(s)]
+        if ready:
+            offset = zlib.crc32(claim_uid.encode()) % len(ready)
+            ready = ready[offset:] + ready[:offset]
+        return ready + starting
+
+    # -------------------------------------------------------------------------------------------- status
+    async def _write_status(
+        self, claim: SandboxClaim, sandbox: Body | None, ready: conds.Condition, *, launch: str = ""
+    ) -> None:
+        old = claim.body.get("status") or {}
+        desired = [ready]
+        remove: list[str] = []
+        finished = conds.find(((sandbox or {}).get("status") or {}).get("conditions"), c.COND_FINISHED)
+        if finished is not None:
+            desired.append(dict(finished))
+        elif sandbox is not None:
+            remove.append(c.COND_FINISHED)
+        conditions = conds.merge(old.get("conditions"), desired, remove=remove)
+        patch: dict[str, Any] = {}
+        if not conds.same(old.get("conditions"), conditions):
+            patch["conditions"] = conditions
+        if sandbox is not None:
+            bound = {
+                "name": sandbox["metadata"]["name"],
+                "podIPs": (sandbox.get("status") or {}).get("podIPs") or None,
+            }
+            if (old.get("sandbox") or {}) != {k: v for k, v in bound.items() if v is not None}:
+                patch["sandbox"] = bound
+        if not patch:
+            return
+        if await self.client.patch_status(SANDBOX_CLAIM, claim.body, patch) is None:
+            return
+        if ready["status"] == "True" and not conds.is_true(old.get("conditions"), c.COND_READY):
+            self._observe_startup(claim, sandbox, launch)
+
+    async def _annotate(self, claim: SandboxClaim, sandbox: Body) -> None:
+        """Name the bound sandbox on the claim (after its status: not on the path to Ready)."""
+        name = sandbox["metadata"]["name"]
+        if claim.metadata.annotations.get(c.ANNOTATION_ASSIGNED_SANDBOX) == name:
+            return
+        try:
+            await self.client.patch(
+                SANDBOX_CLAIM,
+                claim.namespace,
+                claim.name,
+                {"metadata": {"annotations": {c.ANNOTATION_ASSIGNED_SANDBOX: name}}},
+            )
+        except ApiError as exc:
+            if not exc.not_found:
+                raise
+
+    def _observe_startup(self, claim: SandboxClaim, sandbox: Body | None, launch: str) -> None:
+        meta = claim.metadata
+        started = (
+            conds.parse_time(meta.annotations.get(c.ANNOTATION_CLIENT_FIRST_REQUESTED))
+            or meta.creation_timestamp
+        )
+        if started is None:
+            return
+        elapsed_ms = (datetime.now(UTC) - started).total_seconds() * 1000
+        launch = launch or ((sandbox or {}).get("metadata", {}).get("labels") or {}).get(
+            c.LABEL_LAUNCH_TYPE, c.LAUNCH_COLD
+        )
+        metrics.CLAIM_STARTUP_LATENCY.labels(meta.namespace, launch).observe(max(elapsed_ms, 0.0))
+
+    # ------------------------------------------------------------------------------------------ lifecycle
+    async def _expire(self, claim: SandboxClaim, policy: str) -> float | None:
+        namespace, name, uid = claim.namespace, claim.name, claim.metadata.uid
+        if policy in ("Delete", "DeleteForeground"):
+            self.recorder.info(
+                claim.body, reason=c.REASON_CLAIM_EXPIRED, message=f"Deleting Claim (ShutdownPolicy={policy})"
+            )
+            propagation = "Foreground" if policy == "DeleteForeground" else "Background"
+            await self.client.delete(SANDBOX_CLAIM, namespace, name, propagation=propagation, uid=uid)
+            return None
+        sandbox = self._bound_sandbox(claim)
+        if sandbox is not None and not sandbox["metadata"].get("deletionTimestamp"):
+            await self.client.delete(
+                SANDBOX, namespace, sandbox["metadata"]["name"], uid=sandbox["metadata"]["uid"]
+            )
+        was = conds.find((claim.body.get("status") or {}).get("conditions"), c.COND_READY) or {}
+        if was.get("reason") != c.REASON_CLAIM_EXPIRED:
+            self.recorder.info(claim.body, reason=c.REASON_CLAIM_EXPIRED, message="Claim expired")
+        ready = conds.make_condition(
+            c.COND_READY,
+            False,
+            c.REASON_CLAIM_EXPIRED,
+            "Claim expired. Sandbox cleanup initiated.",
+            claim.metadata.generation,
+        )
+        await self._write_status(claim, None, ready)
+        return None
+
+    async def _ttl_after_finished(self, claim: SandboxClaim, sandbox: Body) -> float | None:
+        lifecycle = claim.spec.lifecycle
+        ttl = lifecycle.ttl_seconds_after_finished if lifecycle else None
+        if ttl is None:
+            return None
+        finished = conds.find((sandbox.get("status") or {}).get("conditions"), c.COND_FINISHED)
+        if finished is None or finished.get("status") != "True":
+            return None
+        since = conds.parse_time(finished.get("lastTransitionTime")) or datetime.now(UTC)
+        due = since + timedelta(seconds=int(ttl))
+        now = datetime.now(UTC)
+        if now >= due:
+            self.recorder.info(
+                claim.body,
+                reason="TTLAfterFinished",
+                message="Deleting finished claim after ttlSecondsAfterFinished",
+            )
+            await self.client.delete(SANDBOX_CLAIM, claim.namespace, claim.name, uid=claim.metadata.uid)
+            return None
+        return (due - now).total_seconds()
 
 
-async def _candidates(kube: Kube, pool: dict[str, Any], claim_uid: str) -> list[dict[str, Any]]:
-    """Ready sandboxes first (oldest first), rotated per claim so that a burst of claims spreads over them
-    instead of all racing for the same one; then the sandboxes that are still starting."""
-    meta = pool["metadata"]
-    items = await kube.list(
-        sandboxes(meta["namespace"]), labels=f"{c.LABEL_WARM_POOL}={naming.name_hash(meta['name'])}"
-    )
-    usable = [
-        s
-        for s in items
-        if res.controller_uid(s) == meta["uid"] and not s["metadata"].get("deletionTimestamp")
-    ]
-    usable.sort(key=lambda s: s["metadata"]["creationTimestamp"])
-    ready = [s for s in usable if conds.is_true((s.get("status") or {}).get("conditions"), c.COND_READY)]
-    starting = [s for s in usable if s not in ready]
-    if ready:
-        offset = int(naming.name_hash(claim_uid), 16) % len(ready)
-        ready = ready[offset:] + ready[:offset]
-    return ready + starting
-
-
-def _mirror_ready(claim: dict[str, Any], sandbox: dict[str, Any]) -> conds.Condition:
-    generation = claim["metadata"].get("generation")
-    status = sandbox.get("status") or {}
-    ready = conds.find(status.get("conditions"), c.COND_READY)
+def _mirror_ready(claim: SandboxClaim, sandbox: Body) -> conds.Condition:
+    generation = claim.metadata.generation
+    ready = conds.find((sandbox.get("status") or {}).get("conditions"), c.COND_READY)
     if ready is not None and ready.get("reason") == c.REASON_SANDBOX_EXPIRED:
         return conds.make_condition(
             c.COND_READY,
@@ -269,108 +343,3 @@ def _mirror_ready(claim: dict[str, Any], sandbox: dict[str, Any]) -> conds.Condi
     return conds.make_condition(
         c.COND_READY, str(ready["status"]), str(ready["reason"]), str(ready.get("message", "")), generation
     )
-
-
-async def _write_status(
-    kube: Kube,
-    claim: dict[str, Any],
-    sandbox: dict[str, Any] | None,
-    ready: conds.Condition,
-    *,
-    launch: str = "",
-) -> None:
-    meta = claim["metadata"]
-    old = claim.get("status") or {}
-    desired = [ready]
-    remove: list[str] = []
-    finished = conds.find(((sandbox or {}).get("status") or {}).get("conditions"), c.COND_FINISHED)
-    if finished is not None:
-        desired.append(dict(finished))
-    elif sandbox is not None:
-        remove.append(c.COND_FINISHED)
-    conditions = conds.merge(old.get("conditions"), desired, remove=remove)
-    patch: dict[str, Any] = {}
-    if not conds.same(old.get("conditions"), conditions):
-        patch["conditions"] = conditions
-    if sandbox is not None:
-        bound = {
-            "name": sandbox["metadata"]["name"],
-            "podIPs": (sandbox.get("status") or {}).get("podIPs") or None,
-        }
-        if (old.get("sandbox") or {}) != {k: v for k, v in bound.items() if v is not None}:
-            patch["sandbox"] = bound
-    if not patch:
-        return
-    try:
-        await kube.merge_patch(claims(meta["namespace"], meta["name"], "status"), {"status": patch})
-    except ApiError as exc:
-        if exc.not_found:
-            return
-        raise
-    if ready["status"] == "True" and not conds.is_true(old.get("conditions"), c.COND_READY):
-        _observe_startup(claim, sandbox, launch)
-
-
-def _observe_startup(claim: dict[str, Any], sandbox: dict[str, Any] | None, launch: str) -> None:
-    meta = claim["metadata"]
-    started = parse_time((meta.get("annotations") or {}).get(c.ANNOTATION_CLIENT_FIRST_REQUESTED))
-    started = started or parse_time(meta.get("creationTimestamp"))
-    if started is None:
-        return
-    elapsed_ms = (datetime.now(UTC) - started).total_seconds() * 1000
-    launch = launch or ((sandbox or {}).get("metadata", {}).get("labels") or {}).get(
-        c.LABEL_LAUNCH_TYPE, c.LAUNCH_COLD
-    )
-    metrics.CLAIM_STARTUP_LATENCY.labels(meta["namespace"], launch).observe(max(elapsed_ms, 0.0))
-
-
-async def _expire(kube: Kube, claim: dict[str, Any], policy: str) -> float | None:
-    meta = claim["metadata"]
-    namespace, name = meta["namespace"], meta["name"]
-    if policy in ("Delete", "DeleteForeground"):
-        events.info(claim, reason=c.REASON_CLAIM_EXPIRED, message=f"Deleting Claim (ShutdownPolicy={policy})")
-        propagation = "Foreground" if policy == "DeleteForeground" else "Background"
-        await kube.delete(claims(namespace, name), propagation=propagation, uid=meta["uid"])
-        return None
-    sandbox = await _bound_sandbox(kube, claim)
-    if sandbox is not None and not sandbox["metadata"].get("deletionTimestamp"):
-        await kube.delete(sandboxes(namespace, sandbox["metadata"]["name"]), uid=sandbox["metadata"]["uid"])
-    was_expired = (conds.find((claim.get("status") or {}).get("conditions"), c.COND_READY) or {}).get(
-        "reason"
-    )
-    if was_expired != c.REASON_CLAIM_EXPIRED:
-        events.info(claim, reason=c.REASON_CLAIM_EXPIRED, message="Claim expired")
-    ready = conds.make_condition(
-        c.COND_READY,
-        False,
-        c.REASON_CLAIM_EXPIRED,
-        "Claim expired. Sandbox cleanup initiated.",
-        meta.get("generation"),
-    )
-    await _write_status(kube, claim, None, ready)
-    if sandbox is not None:
-        # Wake again to confirm the sandbox is gone.
-        return 5.0
-    return None
-
-
-async def _ttl_after_finished(
-    kube: Kube, claim: dict[str, Any], sandbox: dict[str, Any], lifecycle: dict[str, Any]
-) -> float | None:
-    ttl = lifecycle.get("ttlSecondsAfterFinished")
-    if ttl is None:
-        return None
-    finished = conds.find((sandbox.get("status") or {}).get("conditions"), c.COND_FINISHED)
-    if finished is None or finished.get("status") != "True":
-        return None
-    since = parse_time(finished.get("lastTransitionTime")) or datetime.now(UTC)
-    due = since + timedelta(seconds=int(ttl))
-    now = datetime.now(UTC)
-    if now >= due:
-        meta = claim["metadata"]
-        events.info(
-            claim, reason="TTLAfterFinished", message="Deleting finished claim after ttlSecondsAfterFinished"
-        )
-        await kube.delete(claims(meta["namespace"], meta["name"]), uid=meta["uid"])
-        return None
-    return (due - now).total_seconds()

@@ -1,24 +1,14 @@
-"""Prometheus metrics of the operator (served on SHADOW_METRICS_PORT)."""
+"""Prometheus metrics of the Sandbox API controllers (served on SHADOW_METRICS_PORT)."""
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import Gauge, Histogram
 
 CLAIM_STARTUP_LATENCY = Histogram(
     "agent_sandbox_claim_startup_latency_ms",
     "Time from the claim being requested (agents.x-k8s.io/client-first-requested-at, else its creation) to Ready.",
     ["namespace", "launch_type"],
     buckets=(50, 100, 200, 300, 500, 750, 1000, 2000, 5000, 10000, 30000, 60000, 120000),
-)
-RECONCILES = Counter("shadow_operator_reconcile_total", "Reconcile passes.", ["kind"])
-RECONCILE_ERRORS = Counter(
-    "shadow_operator_reconcile_errors_total", "Reconcile passes that failed.", ["kind", "error"]
-)
-RECONCILE_DURATION = Histogram(
-    "shadow_operator_reconcile_duration_seconds",
-    "Duration of one reconcile pass.",
-    ["kind"],
-    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
 WARM_POOL_SIZE = Gauge(
     "shadow_operator_warm_pool_sandboxes", "Warm sandboxes in a pool.", ["namespace", "pool"]

@@ -1,80 +1,43 @@
-"""SandboxTemplate controller: the managed NetworkPolicy, and waking claims and pools that wait for it."""
+"""SandboxTemplate reconciler: the managed NetworkPolicy shared by the template's sandboxes."""
 
 from __future__ import annotations
 
-from typing import Any
-
-import kopf
-
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
-from shadow_operator.clients.kube import ApiError, resource_path
-from shadow_operator.controllers import claim as claim_controller
-from shadow_operator.controllers import events, runtime
-from shadow_operator.controllers.claim import pools, templates
+from shadow_operator.api.kinds import NETWORK_POLICY, SANDBOX_TEMPLATE
+from shadow_operator.api.models import SandboxTemplate
+from shadow_operator.engine import Cached, NotOwned, Reconciler
+from shadow_operator.resources import indexes as ix
 from shadow_operator.resources import networkpolicy
-from shadow_operator.resources import sandbox as res
-
-KIND = "SandboxTemplate"
 
 
-def network_policies(namespace: str, name: str | None = None) -> str:
-    return resource_path("networking.k8s.io/v1", "networkpolicies", namespace, name)
+class TemplateReconciler(Reconciler[SandboxTemplate]):
+    kind = SANDBOX_TEMPLATE
+    owns = (NETWORK_POLICY,)
+    cached = (Cached(NETWORK_POLICY, f"{c.LABEL_MANAGED_BY}={c.MANAGED_BY_VALUE}"),)
+    workers = 2
 
-
-@kopf.on.event(c.EXTENSIONS_GROUP, c.STORAGE_VERSION, "sandboxtemplates")
-async def template_event(namespace: str | None, name: str, **_: Any) -> None:
-    if not namespace:
-        return
-    rt = runtime.current()
-    rt.queue(KIND).add(namespace, name)
-    for pool in await rt.kube.list(pools(namespace)):
-        if pool["spec"]["sandboxTemplateRef"]["name"] == name:
-            rt.queue("SandboxWarmPool").add(namespace, pool["metadata"]["name"])
-    await claim_controller.enqueue_unready(rt.kube, namespace)
-
-
-async def reconcile(namespace: str, name: str) -> float | None:
-    rt = runtime.current()
-    kube = rt.kube
-    template = await kube.get(templates(namespace, name))
-    if template is None or template["metadata"].get("deletionTimestamp"):
-        return None
-    path = network_policies(namespace, naming.network_policy_name(name))
-    existing = await kube.get(path)
-    owned = existing is not None and res.controller_uid(existing) == template["metadata"]["uid"]
-    if template["spec"].get("networkPolicyManagement", "Managed") == "Unmanaged":
-        if owned:
-            await kube.delete(path)
-        return None
-    desired = networkpolicy.build_network_policy(template, rt.config.ingress_namespaces)
-    if existing is None:
+    async def reconcile(self, template: SandboxTemplate) -> float | None:
+        if template.deleting:
+            return None
+        name = naming.network_policy_name(template.name)
+        existing = self.cache.store(NETWORK_POLICY).get(template.namespace, name)
+        if template.spec.network_policy_management == "Unmanaged":
+            if existing is not None and ix.controller_uid(existing) == template.metadata.uid:
+                await self.client.delete(
+                    NETWORK_POLICY, template.namespace, name, uid=existing["metadata"]["uid"]
+                )
+            return None
+        desired = networkpolicy.build_network_policy(template.body, self.config.ingress_namespaces)
         try:
-            await kube.create(network_policies(namespace), desired)
-        except ApiError as exc:
-            if not exc.already_exists:
-                raise
-            raise kopf.TemporaryError("NetworkPolicy appeared concurrently", delay=0.2) from None
-        events.info(
-            template,
-            reason="NetworkPolicyCreated",
-            message=f"Created NetworkPolicy {desired['metadata']['name']}",
-        )
-    elif not owned:
-        events.warn(
-            template,
-            reason="NetworkPolicyConflict",
-            message=f"NetworkPolicy {desired['metadata']['name']} is not ours",
-        )
-    elif existing["spec"] != desired["spec"]:
-        await kube.replace(
-            path,
-            {
-                **desired,
-                "metadata": {
-                    **desired["metadata"],
-                    "resourceVersion": existing["metadata"]["resourceVersion"],
-                },
-            },
-        )
-    return None
+            await self.client.apply(NETWORK_POLICY, desired, owner=template.body)
+        except NotOwned:
+            self.recorder.warn(
+                template.body, reason="NetworkPolicyConflict", message=f"NetworkPolicy {name} is not ours"
+            )
+            return None
+        if existing is None:
+            self.recorder.info(
+                template.body, reason="NetworkPolicyCreated", message=f"Created NetworkPolicy {name}"
+            )
+        return None

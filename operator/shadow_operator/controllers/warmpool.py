@@ -1,150 +1,156 @@
-"""SandboxWarmPool controller: keep `replicas` sandboxes of a template, replenish and roll them."""
+"""SandboxWarmPool reconciler: keep `replicas` sandboxes of a template, replenish and roll them.
+
+Members come from the cache (sandboxes the pool controls). A claim adopting one moves its controller reference
+away, which wakes the pool at once (the engine maps the old owner too), and missing members are created
+concurrently.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+from collections.abc import Iterable
 from typing import Any
-
-import kopf
 
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
-from shadow_operator.clients.kube import Kube
-from shadow_operator.controllers import claim as claim_controller
-from shadow_operator.controllers import events, metrics, runtime
-from shadow_operator.controllers.claim import pools, templates
-from shadow_operator.controllers.sandbox import sandboxes
+from shadow_operator.api.kinds import SANDBOX, SANDBOX_TEMPLATE, SANDBOX_WARM_POOL
+from shadow_operator.api.models import SandboxWarmPool
+from shadow_operator.clients.kube import ApiError
+from shadow_operator.controllers import metrics
+from shadow_operator.engine import Cache, Index, Reconciler, Watch
 from shadow_operator.resources import blueprint
-from shadow_operator.resources import conditions as conds
-from shadow_operator.resources import sandbox as res
+from shadow_operator.resources import indexes as ix
 
-KIND = "SandboxWarmPool"
-MISSING_TEMPLATE_RETRY = 30.0
-RESYNC_SECONDS = 60.0
-
-
-def enqueue(namespace: str, name: str, delay: float = 0.0) -> None:
-    runtime.current().queue(KIND).add(namespace, name, delay)
+Body = dict[str, Any]
+Key = tuple[str, str]
+# Sandboxes created at once while filling a pool: enough to hide latency, few enough not to flood the server.
+CREATE_CONCURRENCY = 16
 
 
-@kopf.on.event(c.EXTENSIONS_GROUP, c.STORAGE_VERSION, "sandboxwarmpools")
-async def pool_event(namespace: str | None, name: str, type: str, **_: Any) -> None:
-    if not namespace:
-        return
-    enqueue(namespace, name)
-    if type in (None, "ADDED"):
-        await claim_controller.enqueue_unready(runtime.current().kube, namespace)
+def pools_of_template(template: Body, cache: Cache) -> Iterable[Key]:
+    meta = template["metadata"]
+    for pool in cache.store(SANDBOX_WARM_POOL).by_index(
+        ix.POOL_BY_TEMPLATE, f"{meta['namespace']}/{meta['name']}"
+    ):
+        yield pool["metadata"]["namespace"], pool["metadata"]["name"]
 
 
-@kopf.on.event(c.SANDBOX_GROUP, c.STORAGE_VERSION, "sandboxes", labels={c.LABEL_WARM_POOL: kopf.PRESENT})
-async def warm_sandbox_event(body: kopf.Body, **_: Any) -> None:
-    for ref in body["metadata"].get("ownerReferences") or ():
-        if ref.get("kind") == KIND and ref.get("controller"):
-            enqueue(body["metadata"]["namespace"], ref["name"])
+class WarmPoolReconciler(Reconciler[SandboxWarmPool]):
+    kind = SANDBOX_WARM_POOL
+    owns = (SANDBOX,)
+    watches = (Watch(SANDBOX_TEMPLATE, pools_of_template),)
+    indexes = (
+        Index(SANDBOX, ix.BY_CONTROLLER, ix.by_controller),
+        Index(SANDBOX_WARM_POOL, ix.POOL_BY_TEMPLATE, ix.pool_by_template),
+    )
+    workers = 4
 
+    async def reconcile(self, pool: SandboxWarmPool) -> float | None:
+        if pool.deleting:
+            await self.deleted((pool.namespace, pool.name))
+            return None
+        desired = pool.spec.replicas
+        members = [
+            s
+            for s in self.cache.store(SANDBOX).by_index(ix.BY_CONTROLLER, pool.metadata.uid)
+            if not s["metadata"].get("deletionTimestamp")
+        ]
+        template_name = pool.spec.sandbox_template_ref.name
+        template = self.cache.store(SANDBOX_TEMPLATE).get(pool.namespace, template_name)
+        if template is None:
+            self.recorder.warn(
+                pool.body,
+                reason=c.REASON_TEMPLATE_NOT_FOUND,
+                message=f"SandboxTemplate {template_name!r} not found",
+            )
+        else:
+            members = await self._roll(pool, template, members)
+            members = await self._scale(pool, template, members, desired)
+        ready = sum(1 for s in members if ix.is_ready(s))
+        await self._write_status(pool, len(members), ready)
+        metrics.WARM_POOL_SIZE.labels(pool.namespace, pool.name).set(len(members))
+        metrics.WARM_POOL_READY.labels(pool.namespace, pool.name).set(ready)
+        metrics.WARM_POOL_DESIRED.labels(pool.namespace, pool.name).set(desired)
+        return None
 
-def _ready(sandbox: dict[str, Any]) -> bool:
-    return conds.is_true((sandbox.get("status") or {}).get("conditions"), c.COND_READY)
-
-
-async def reconcile(namespace: str, name: str) -> float | None:
-    kube = runtime.current().kube
-    pool = await kube.get(pools(namespace, name))
-    if pool is None or pool["metadata"].get("deletionTimestamp"):
+    async def deleted(self, key: Key) -> None:
         for gauge in (metrics.WARM_POOL_SIZE, metrics.WARM_POOL_READY, metrics.WARM_POOL_DESIRED):
             with contextlib.suppress(KeyError):
-                gauge.remove(namespace, name)
-        return None
-    spec = pool["spec"]
-    desired = int(spec.get("replicas", 1))
-    selector = f"{c.LABEL_WARM_POOL}={naming.name_hash(name)}"
-    members = [
-        s
-        for s in await kube.list(sandboxes(namespace), labels=selector)
-        if res.controller_uid(s) == pool["metadata"]["uid"] and not s["metadata"].get("deletionTimestamp")
-    ]
-    template = await kube.get(templates(namespace, spec["sandboxTemplateRef"]["name"]))
-    again: float | None = RESYNC_SECONDS
-    if template is None:
-        events.warn(
-            pool,
-            reason=c.REASON_TEMPLATE_NOT_FOUND,
-            message=f"SandboxTemplate {spec['sandboxTemplateRef']['name']!r} not found",
-        )
-        again = MISSING_TEMPLATE_RETRY
-    else:
-        members = await _roll(kube, pool, template, members)
-        members = await _scale(kube, pool, template, members, desired)
-    ready = sum(1 for s in members if _ready(s))
-    await _write_status(kube, pool, len(members), ready, selector)
-    metrics.WARM_POOL_SIZE.labels(namespace, name).set(len(members))
-    metrics.WARM_POOL_READY.labels(namespace, name).set(ready)
-    metrics.WARM_POOL_DESIRED.labels(namespace, name).set(desired)
-    return again
+                gauge.remove(*key)
 
-
-async def _roll(
-    kube: Kube, pool: dict[str, Any], template: dict[str, Any], members: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
-    strategy = (pool["spec"].get("updateStrategy") or {}).get("type", "OnReplenish")
-    if strategy != "Recreate":
-        return members
-    current = blueprint.template_hash(template)
-    fresh = []
-    for sandbox in members:
-        if (sandbox["metadata"].get("labels") or {}).get(c.LABEL_TEMPLATE_HASH) == current:
-            fresh.append(sandbox)
-        else:
-            await _delete(kube, sandbox)
-    if len(fresh) != len(members):
-        events.info(
-            pool, reason="Recreate", message=f"Replaced {len(members) - len(fresh)} stale warm sandboxes"
-        )
-    return fresh
-
-
-async def _scale(
-    kube: Kube, pool: dict[str, Any], template: dict[str, Any], members: list[dict[str, Any]], desired: int
-) -> list[dict[str, Any]]:
-    namespace = pool["metadata"]["namespace"]
-    if len(members) < desired:
-        for _ in range(desired - len(members)):
-            members.append(
-                await kube.create(sandboxes(namespace), blueprint.build_warm_sandbox(pool, template))
-            )
-    elif len(members) > desired:
+    async def _roll(self, pool: SandboxWarmPool, template: Body, members: list[Body]) -> list[Body]:
+        strategy = pool.spec.update_strategy.type if pool.spec.update_strategy else "OnReplenish"
+        if strategy != "Recreate":
+            return members
         current = blueprint.template_hash(template)
-        # Shed stale, then unready, then youngest sandboxes first (two stable sorts).
-        members.sort(key=lambda s: str(s["metadata"]["creationTimestamp"]), reverse=True)
-        members.sort(
-            key=lambda s: (
-                (s["metadata"].get("labels") or {}).get(c.LABEL_TEMPLATE_HASH) == current,
-                _ready(s),
+        fresh = [
+            s for s in members if (s["metadata"].get("labels") or {}).get(c.LABEL_TEMPLATE_HASH) == current
+        ]
+        stale = [s for s in members if s not in fresh]
+        await asyncio.gather(*(self._delete(s) for s in stale))
+        if stale:
+            self.recorder.info(
+                pool.body, reason="Recreate", message=f"Replaced {len(stale)} stale warm sandboxes"
             )
-        )
-        for sandbox in members[: len(members) - desired]:
-            await _delete(kube, sandbox)
-        members = members[len(members) - desired :]
-    return members
+        return fresh
 
+    async def _scale(
+        self, pool: SandboxWarmPool, template: Body, members: list[Body], desired: int
+    ) -> list[Body]:
+        if len(members) < desired:
+            manifest = blueprint.build_warm_sandbox(pool.body, template)
+            gate = asyncio.Semaphore(CREATE_CONCURRENCY)
 
-async def _delete(kube: Kube, sandbox: dict[str, Any]) -> None:
-    meta = sandbox["metadata"]
-    # The resourceVersion precondition fails (409) if a claim adopted this sandbox since we listed it.
-    await kube.delete(
-        sandboxes(meta["namespace"], meta["name"]), uid=meta["uid"], resource_version=meta["resourceVersion"]
-    )
+            async def create() -> Body:
+                async with gate:
+                    return await self.client.create(SANDBOX, manifest)
 
+            created = await asyncio.gather(
+                *(create() for _ in range(desired - len(members))), return_exceptions=True
+            )
+            members = members + [s for s in created if isinstance(s, dict)]
+            errors = [e for e in created if isinstance(e, BaseException)]
+            if errors:
+                raise errors[0]
+        elif len(members) > desired:
+            current = blueprint.template_hash(template)
+            # Shed stale, then unready, then youngest sandboxes first (two stable sorts).
+            members.sort(key=lambda s: str(s["metadata"]["creationTimestamp"]), reverse=True)
+            members.sort(
+                key=lambda s: (
+                    (s["metadata"].get("labels") or {}).get(c.LABEL_TEMPLATE_HASH) == current,
+                    ix.is_ready(s),
+                )
+            )
+            await asyncio.gather(*(self._delete(s) for s in members[: len(members) - desired]))
+            members = members[len(members) - desired :]
+        return members
 
-async def _write_status(kube: Kube, pool: dict[str, Any], count: int, ready: int, selector: str) -> None:
-    meta = pool["metadata"]
-    status = {
-        "replicas": count,
-        "readyReplicas": ready,
-        "selector": selector,
-        "observedGeneration": meta.get("generation"),
-    }
-    old = pool.get("status") or {}
-    patch = {k: v for k, v in status.items() if old.get(k) != v}
-    if patch:
-        await kube.merge_patch(pools(meta["namespace"], meta["name"]) + "/status", {"status": patch})
+    async def _delete(self, sandbox: Body) -> None:
+        meta = sandbox["metadata"]
+        # The resourceVersion precondition fails (409) if a claim adopted this sandbox since we cached it; the
+        # adoption wakes this pool again.
+        try:
+            await self.client.delete(
+                SANDBOX,
+                meta["namespace"],
+                meta["name"],
+                uid=meta["uid"],
+                resource_version=meta["resourceVersion"],
+            )
+        except ApiError as exc:
+            if not exc.conflict:
+                raise
+
+    async def _write_status(self, pool: SandboxWarmPool, count: int, ready: int) -> None:
+        status = {
+            "replicas": count,
+            "readyReplicas": ready,
+            "selector": f"{c.LABEL_WARM_POOL}={naming.name_hash(pool.name)}",
+            "observedGeneration": pool.metadata.generation,
+        }
+        old = pool.body.get("status") or {}
+        patch = {k: v for k, v in status.items() if old.get(k) != v}
+        if patch:
+            await self.client.patch_status(SANDBOX_WARM_POOL, pool.body, patch)

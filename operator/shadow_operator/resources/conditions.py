@@ -13,6 +13,12 @@ def now_rfc3339(now: datetime | None = None) -> str:
     return (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def parse_time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
 def make_condition(
     type_: str, status: bool | str, reason: str, message: str, generation: int | None
 ) -> Condition:

@@ -1,0 +1,169 @@
+"""The registry of kinds: group, version, plural and model of every resource the operator reads or writes.
+
+One table feeds the CRD generator (`crdgen`), the engine's watches and caches (kopf registrations) and the
+API paths the clients use. Adding a custom kind is one `ResourceKind` with a `crd` entry and a model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+
+from shadow_operator.api import constants as c
+from shadow_operator.api import models as m
+
+READY_COLUMNS: tuple[dict[str, Any], ...] = (
+    {
+        "name": "Ready",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
+        "description": "Whether the sandbox can be used.",
+    },
+    {
+        "name": "Reason",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="Ready")].reason',
+        "description": "Why it is (not) ready.",
+    },
+)
+AGE_COLUMN: dict[str, Any] = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+
+
+@dataclass(frozen=True)
+class CrdSpec:
+    """How a custom kind is presented as a CustomResourceDefinition."""
+
+    short_names: tuple[str, ...]
+    columns: tuple[dict[str, Any], ...]
+    versions: tuple[str, ...] = (c.STORAGE_VERSION, c.LEGACY_VERSION)
+    scale: dict[str, str] | None = None
+    status: bool = True
+    # Per-version schema defaults (JSON pointer within spec -> value); see `crdgen.build_crd`.
+    version_defaults: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ResourceKind:
+    """A Kubernetes resource: its group/version/plural, its kind name and, for our own kinds, the model."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    # Identity is (group, version, plural, kind); the model and CRD presentation ride along.
+    model: type[BaseModel] | None = field(default=None, compare=False)
+    crd: CrdSpec | None = field(default=None, compare=False)
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def name(self) -> str:
+        """The CRD name, `<plural>.<group>`."""
+        return f"{self.plural}.{self.group}"
+
+    def path(
+        self, namespace: str | None = None, name: str | None = None, subresource: str | None = None
+    ) -> str:
+        """REST path of the collection, or of one object (and one of its subresources)."""
+        prefix = f"/apis/{self.api_version}" if self.group else f"/api/{self.version}"
+        path = prefix + (f"/namespaces/{namespace}" if namespace else "") + f"/{self.plural}"
+        if name:
+            path += f"/{name}"
+            if subresource:
+                path += f"/{subresource}"
+        return path
+
+    def __str__(self) -> str:
+        return self.kind
+
+
+SANDBOX = ResourceKind(
+    c.SANDBOX_GROUP,
+    c.STORAGE_VERSION,
+    "sandboxes",
+    "Sandbox",
+    m.Sandbox,
+    CrdSpec(
+        ("sbx",),
+        (
+            *READY_COLUMNS,
+            {"name": "Service", "type": "string", "jsonPath": ".status.service", "priority": 1},
+            {"name": "Node", "type": "string", "jsonPath": ".status.nodeName", "priority": 1},
+            AGE_COLUMN,
+        ),
+    ),
+)
+SANDBOX_CLAIM = ResourceKind(
+    c.EXTENSIONS_GROUP,
+    c.STORAGE_VERSION,
+    "sandboxclaims",
+    "SandboxClaim",
+    m.SandboxClaim,
+    CrdSpec(
+        ("sbc",),
+        (
+            *READY_COLUMNS,
+            {"name": "Sandbox", "type": "string", "jsonPath": ".status.sandbox.name"},
+            AGE_COLUMN,
+        ),
+    ),
+)
+SANDBOX_TEMPLATE = ResourceKind(
+    c.EXTENSIONS_GROUP,
+    c.STORAGE_VERSION,
+    "sandboxtemplates",
+    "SandboxTemplate",
+    m.SandboxTemplate,
+    CrdSpec(
+        ("sbt",),
+        ({"name": "Network", "type": "string", "jsonPath": ".spec.networkPolicyManagement"}, AGE_COLUMN),
+        status=False,
+        # v1alpha1 sandboxes always had a headless Service; a v1alpha1 template that does not say otherwise
+        # keeps that (Amicable reaches its runtime at <claim>.<ns>.svc). v1beta1 leaves it unset.
+        version_defaults={c.LEGACY_VERSION: {"service": True}},
+    ),
+)
+SANDBOX_WARM_POOL = ResourceKind(
+    c.EXTENSIONS_GROUP,
+    c.STORAGE_VERSION,
+    "sandboxwarmpools",
+    "SandboxWarmPool",
+    m.SandboxWarmPool,
+    CrdSpec(
+        ("swp", "sandboxwarmpool"),
+        (
+            {"name": "Desired", "type": "integer", "jsonPath": ".spec.replicas"},
+            {"name": "Current", "type": "integer", "jsonPath": ".status.replicas"},
+            {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
+            {"name": "Template", "type": "string", "jsonPath": ".spec.sandboxTemplateRef.name"},
+            AGE_COLUMN,
+        ),
+        scale={
+            "specReplicasPath": ".spec.replicas",
+            "statusReplicasPath": ".status.replicas",
+            "labelSelectorPath": ".status.selector",
+        },
+    ),
+)
+
+POD = ResourceKind("", "v1", "pods", "Pod")
+SERVICE = ResourceKind("", "v1", "services", "Service")
+SECRET = ResourceKind("", "v1", "secrets", "Secret")
+PVC = ResourceKind("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim")
+EVENT = ResourceKind("", "v1", "events", "Event")
+NETWORK_POLICY = ResourceKind("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy")
+LEASE = ResourceKind("coordination.k8s.io", "v1", "leases", "Lease")
+
+CUSTOM_KINDS: tuple[ResourceKind, ...] = (SANDBOX, SANDBOX_CLAIM, SANDBOX_TEMPLATE, SANDBOX_WARM_POOL)
+ALL_KINDS: tuple[ResourceKind, ...] = (*CUSTOM_KINDS, POD, SERVICE, SECRET, PVC, EVENT, NETWORK_POLICY, LEASE)
+
+
+def by_kind(kind: str) -> ResourceKind:
+    for entry in ALL_KINDS:
+        if entry.kind == kind:
+            return entry
+    raise KeyError(kind)

@@ -1,0 +1,35 @@
+"""Operator configuration, read once at start-up from the environment (the chart sets these)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Config:
+    cluster_domain: str = "cluster.local"
+    preview_domain: str | None = None
+    preview_scheme: str = "https"
+    operator_namespace: str = "shadow-system"
+    # Namespaces the default NetworkPolicy lets in (the operator's plus, e.g., a separate preview router's).
+    ingress_namespaces: tuple[str, ...] = ("shadow-system",)
+    metrics_port: int = 8081
+    json_logs: bool = False
+
+    @classmethod
+    def from_env(cls) -> Config:
+        env = os.environ
+        operator_namespace = (
+            env.get("SHADOW_OPERATOR_NAMESPACE") or env.get("POD_NAMESPACE") or "shadow-system"
+        )
+        extra = [ns.strip() for ns in env.get("SHADOW_INGRESS_NAMESPACES", "").split(",") if ns.strip()]
+        return cls(
+            cluster_domain=env.get("SHADOW_CLUSTER_DOMAIN", "cluster.local"),
+            preview_domain=env.get("SHADOW_PREVIEW_DOMAIN") or None,
+            preview_scheme=env.get("SHADOW_PREVIEW_SCHEME", "https"),
+            operator_namespace=operator_namespace,
+            ingress_namespaces=tuple(dict.fromkeys([operator_namespace, *extra])),
+            metrics_port=int(env.get("SHADOW_METRICS_PORT", "8081")),
+            json_logs=env.get("SHADOW_LOG_FORMAT", "").lower() == "json",
+        )

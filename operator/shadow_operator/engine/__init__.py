@@ -1,0 +1,35 @@
+"""The reconcile engine: typed reconcilers over informer caches, a work queue, and one `apply()`.
+
+Built on kopf (the watch and event layer): see `manager.py` for how the pieces meet, `reconciler.py` for what
+a reconciler declares.
+"""
+
+from shadow_operator.engine.cache import Cache, Store
+from shadow_operator.engine.client import Client, controller_uid, owner_reference
+from shadow_operator.engine.errors import Conflict, NotOwned, PermanentError, RequeueAfter
+from shadow_operator.engine.events import EventRecorder
+from shadow_operator.engine.manager import Manager
+from shadow_operator.engine.queue import Backoff, WorkQueue
+from shadow_operator.engine.reconciler import Cached, Deps, Index, Reconciler, Watch, controller_keys
+
+__all__ = [
+    "Backoff",
+    "Cache",
+    "Cached",
+    "Client",
+    "Conflict",
+    "Deps",
+    "EventRecorder",
+    "Index",
+    "Manager",
+    "NotOwned",
+    "PermanentError",
+    "Reconciler",
+    "RequeueAfter",
+    "Store",
+    "Watch",
+    "WorkQueue",
+    "controller_keys",
+    "controller_uid",
+    "owner_reference",
+]

@@ -1,0 +1,113 @@
+"""What a reconciler is: its primary kind, the kinds it owns, the watches that map other objects to its keys.
+
+The shape of controller-runtime's builder (`For`, `Owns`, `Watches`), declared as class attributes:
+
+    class PoolReconciler(Reconciler[SandboxWarmPool]):
+        kind = SANDBOX_WARM_POOL                                 # For
+        owns = (SANDBOX,)                                        # mapped back through controller refs
+        watches = (Watch(SANDBOX_TEMPLATE, pools_of_template),)  # any object -> keys of our kind
+        indexes = (Index(SANDBOX, "pool", pool_of_sandbox),)     # cache lookups it needs
+
+        async def reconcile(self, pool: SandboxWarmPool) -> float | None: ...
+
+The engine caches every kind named there, validates the primary object into its model before calling
+`reconcile`, and hands the reconciler what it needs (`Deps`) instead of module globals. Reconcilers never
+import one another: what one must learn from another's objects, it declares as a watch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Generic, TypeVar
+
+from shadow_operator.api.kinds import ResourceKind
+from shadow_operator.api.models import Resource
+from shadow_operator.engine.cache import Body, Cache, IndexFunc, Key
+from shadow_operator.engine.client import Client
+from shadow_operator.engine.events import EventRecorder
+
+M = TypeVar("M", bound=Resource)
+MapFunc = Callable[[Body, Cache], Iterable[Key]]
+
+
+@dataclass(frozen=True)
+class Watch:
+    """Objects of `kind` wake the reconciler for the keys `map(obj, cache)` returns."""
+
+    kind: ResourceKind
+    map: MapFunc
+
+
+@dataclass(frozen=True)
+class Index:
+    """A secondary index on the cache of `kind`: `func(obj)` yields the values the object is found by."""
+
+    kind: ResourceKind
+    name: str
+    func: IndexFunc
+
+
+@dataclass(frozen=True)
+class Cached:
+    """A kind to cache, optionally only the objects matching a server-side label selector."""
+
+    kind: ResourceKind
+    label_selector: str | None = None
+
+
+@dataclass
+class Deps:
+    """What the engine injects into every reconciler."""
+
+    client: Client
+    cache: Cache
+    recorder: EventRecorder
+    config: Any
+    # Wake a key of the reconciler's own kind later (e.g. at an expiry time).
+    enqueue: Callable[[Key, float], None] = field(default=lambda key, delay: None)
+
+
+def controller_keys(owner_kind: ResourceKind) -> MapFunc:
+    """The `Owns` mapping: an object -> its controller owner's key, when that owner is of `owner_kind`."""
+    group = owner_kind.group + "/"
+
+    def mapper(body: Body, _: Cache) -> Iterable[Key]:
+        meta = body["metadata"]
+        for ref in meta.get("ownerReferences") or ():
+            if (
+                ref.get("controller")
+                and ref.get("kind") == owner_kind.kind
+                and ref.get("apiVersion", "").startswith(group)
+            ):
+                yield meta.get("namespace") or "", ref["name"]
+
+    return mapper
+
+
+class Reconciler(Generic[M]):
+    kind: ClassVar[ResourceKind]
+    owns: ClassVar[tuple[ResourceKind, ...]] = ()
+    watches: ClassVar[tuple[Watch, ...]] = ()
+    indexes: ClassVar[tuple[Index, ...]] = ()
+    # Extra kinds to cache (read but neither owned nor watched), and label selectors for cached kinds.
+    cached: ClassVar[tuple[Cached, ...]] = ()
+    workers: ClassVar[int] = 4
+
+    def __init__(self, deps: Deps) -> None:
+        self.deps = deps
+        self.client = deps.client
+        self.cache = deps.cache
+        self.recorder = deps.recorder
+        self.config = deps.config
+
+    async def reconcile(self, obj: M) -> float | None:
+        """Bring the world in line with `obj`; return seconds until the next wanted pass, or None."""
+        raise NotImplementedError
+
+    async def deleted(self, key: Key) -> None:
+        """The primary object is gone (its children go by garbage collection); drop per-object state."""
+
+    @classmethod
+    def name(cls) -> str:
+        return cls.kind.kind
