@@ -69,6 +69,29 @@ def test_amicable_v1alpha1_claim_gets_a_ready_v1alpha1_sandbox_of_the_same_name(
     assert sandbox["metadata"]["labels"][c.LABEL_LAUNCH_TYPE] == c.LAUNCH_COLD
 
 
+def test_v1alpha1_template_without_service_gets_the_headless_service_amicable_dials(objs: Objects) -> None:
+    """Amicable's chart declares its v1alpha1 template without `service` and dials <claim>.<ns>.svc:8888."""
+    body = template_body("amicable-chart")
+    del body["spec"]["service"]
+    objs.create(TEMPLATE, body, version="v1alpha1")
+    assert (objs.get(TEMPLATE, "amicable-chart") or {})["spec"]["service"] is True, "defaulted at admission"
+    v1beta1 = template_body("plain")
+    del v1beta1["spec"]["service"]
+    objs.create(TEMPLATE, v1beta1)
+    assert "service" not in (objs.get(TEMPLATE, "plain") or {})["spec"], "v1beta1 keeps it unset"
+
+    name = "amicable-5e6f7a8b"
+    objs.create(
+        CLAIM,
+        {"metadata": {"name": name}, "spec": {"sandboxTemplateRef": {"name": "amicable-chart"}}},
+        version="v1alpha1",
+    )
+    objs.wait_condition(CLAIM, name, "True")
+    service = objs.core.read_namespaced_service(name, objs.namespace)
+    assert service.spec.cluster_ip == "None"
+    assert [p.port for p in service.spec.ports if p.name == "runtime"] == [8888]
+
+
 def test_cold_claim_via_warm_pool_ref_with_empty_pool(objs: Objects) -> None:
     objs.create(TEMPLATE, template_body("tpl"))
     objs.create(

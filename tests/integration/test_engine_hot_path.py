@@ -46,7 +46,9 @@ def test_a_warm_claim_reads_nothing_and_writes_twice_before_ready(objs: Objects)
     assert delta("SandboxClaim", "create") == 0
     # The pool refills (one create) and the annotation follows the status; neither reads.
     wait_for(
-        lambda: len(objs.list(SANDBOX, f"{c.LABEL_WARM_POOL}={naming.name_hash('pool')}")) == 2, timeout=30
+        lambda: len(objs.list(SANDBOX, f"{c.LABEL_WARM_POOL}={naming.name_hash('pool')}")) == 2,
+        timeout=30,
+        what="the pool refilled",
     )
     assert running.kube.requests["GET"] == reads_before, "reconciles read from the cache only"
 

@@ -155,7 +155,7 @@ class Client:
             current = await self.get_live(kind, namespace, name)
             if current is None:
                 raise ApiError(409, "Conflict", f"{kind} {namespace}/{name} exists and vanished again")
-            self._remember(kind, current)
+            # Not cached: an object outside our watch's label selector would never be updated or dropped.
         if controller_uid(current) != owner["metadata"]["uid"]:
             raise NotOwned(
                 current,
