@@ -38,6 +38,10 @@ VALUE_SETS: dict[str, list[str]] = {
         "--set=operator.tolerations[0].operator=Exists",
         "--set=operator.priorityClassName=system-cluster-critical",
     ],
+    "standalone": [
+        "--set=operator.leaderElection.enabled=false",
+        "--set=operator.replicas=1",
+    ],
     "air-gapped": [
         "--set=global.imageRegistry=registry.internal:5000",
         "--set=operator.image.digest=sha256:" + "a" * 64,
@@ -146,20 +150,99 @@ def test_operator_deployment_contract(helm: str) -> None:
     docs = documents(render(helm, include_crds=False))
     (deployment,) = by_kind(docs, "Deployment")
     spec = deployment["spec"]
-    assert spec["replicas"] == 1
-    assert spec["strategy"] == {"type": "Recreate"}
+    # Two replicas behind a Lease, rolled one at a time without ever dropping below two.
+    assert spec["replicas"] == 2
+    assert spec["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
     (container,) = spec["template"]["spec"]["containers"]
-    assert container["args"][:2] == ["run", "--standalone"]
+    assert container["args"][:2] == ["run", "--leader-elect"]
+    assert "--standalone" not in container["args"]
+    args = container["args"]
+    election = {
+        flag: args[args.index(flag) + 1]
+        for flag in args
+        if flag.startswith(("--lease", "--re", "--leader-election-"))
+    }
+    assert election == {
+        "--leader-election-id": "shadow-shadow-operator",
+        "--lease-duration": "15",
+        "--renew-deadline": "10",
+        "--retry-period": "2",
+    }
     assert "http://0.0.0.0:8080/healthz" in container["args"]
     probe = container["livenessProbe"]["httpGet"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert probe["path"] == "/healthz" and ports[probe["port"]] == 8080
     assert ports["metrics"] == 9090
     env = {e["name"]: e.get("value") for e in container["env"]}
+    fields = {
+        e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"] if "valueFrom" in e
+    }
+    assert fields == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
     assert env["SHADOW_LOG_FORMAT"] == "json"
     assert env["SHADOW_METRICS_PORT"] == "9090"
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["image"] == "ghcr.io/shadow-operator/operator:0.1.0"
+
+
+def test_leader_election_may_act_on_its_lease_only(helm: str) -> None:
+    docs = documents(render(helm, include_crds=False))
+    (role,) = by_kind(docs, "Role")
+    assert role["metadata"]["namespace"] == "shadow-system"
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}
+    ]
+    (binding,) = by_kind(docs, "RoleBinding")
+    assert binding["metadata"]["namespace"] == "shadow-system"
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": role["metadata"]["name"],
+    }
+    (account,) = by_kind(docs, "ServiceAccount")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": "shadow-system"}
+    ]
+    (cluster_role,) = by_kind(docs, "ClusterRole")
+    assert not any("coordination.k8s.io" in rule["apiGroups"] for rule in cluster_role["rules"])
+
+
+def test_without_leader_election_one_standalone_replica_is_replaced(helm: str) -> None:
+    docs = documents(render(helm, *VALUE_SETS["standalone"], include_crds=False))
+    (deployment,) = by_kind(docs, "Deployment")
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["args"][:2] == ["run", "--standalone"]
+    assert not any(arg.startswith("--lea") for arg in container["args"])
+    assert not by_kind(docs, "Role") and not by_kind(docs, "RoleBinding")
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        (
+            ["--set=operator.leaderElection.enabled=false"],
+            "operator.replicas > 1 needs operator.leaderElection.enabled",
+        ),
+        (
+            ["--set=operator.leaderElection.leaseDuration=10"],
+            "leaseDuration must be longer than renewDeadline",
+        ),
+        (
+            ["--set=operator.leaderElection.retryPeriod=9"],
+            "renewDeadline must be longer than 1.2 x retryPeriod",
+        ),
+    ],
+)
+def test_unsafe_replica_and_election_settings_are_refused(
+    helm: str, values: list[str], expected: str
+) -> None:
+    result = run_helm(helm, "template", "shadow", str(CHART), *values, check=False)
+    assert result.returncode != 0
+    assert expected in result.stderr
 
 
 def test_default_template_runs_the_workspace_runtime(helm: str) -> None:
@@ -218,6 +301,8 @@ def test_warm_pool_without_template_is_refused(helm: str) -> None:
     ("value", "expected"),
     [
         ("operator.workers=0", "/operator/workers"),
+        ("operator.replicas=-1", "/operator/replicas"),
+        ("operator.leaderElection.retryPeriod=0", "/operator/leaderElection/retryPeriod"),
         ("operator.logFormat=xml", "/operator/logFormat"),
         ("operator.image.digest=latest", "/operator/image/digest"),
         ("operator.unknownKey=1", "unknownKey"),
