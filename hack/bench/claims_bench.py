@@ -777,8 +777,8 @@ def run_idle(
     result: RunResult,
     mark: Callable[[], Mark],
 ) -> None:
-    phase = Phase("idle")
-    result.phases = {"idle": phase}
+    phase = Phase("sandbox")
+    result.phases = {"sandbox": phase}
     watcher = ReadyWatcher(api, SANDBOX, result.phases)
     watcher.start()
     try:
@@ -818,8 +818,12 @@ def phase_stats(phase: Phase) -> dict[str, float]:
     }
 
 
-def verbs_cell(counts: collections.Counter[str]) -> str:
-    return ", ".join(f"{verb} {n}" for verb, n in counts.most_common()) or "none"
+def verbs_cell(counts: collections.Counter[str], top: int = 20) -> str:
+    common = counts.most_common()
+    cell = ", ".join(f"{verb} {n}" for verb, n in common[:top]) or "none"
+    if len(common) > top:
+        cell += f", {sum(n for _, n in common[top:])} more in {len(common) - top} other kinds"
+    return cell
 
 
 def metrics(result: RunResult) -> dict[str, tuple[float, str]]:
@@ -850,7 +854,7 @@ def fmt(value: float, unit: str) -> str:
     if unit == "ms":
         return f"{value:.0f} ms"
     if unit == "s":
-        return f"{value:.2f} s" if value < 10 else f"{value:.1f} s"
+        return f"{value:.3f} s" if value < 1 else f"{value:.2f} s" if value < 10 else f"{value:.1f} s"
     if unit == "MiB":
         return f"{value:.0f} MiB"
     return f"{value:.0f}"
@@ -893,7 +897,7 @@ def run_report(args: argparse.Namespace, result: RunResult) -> str:
             cells = " | ".join(ratio_cell(stats[name][q], UPSTREAM[q]) for q in ("P50", "P90", "P99"))
             lines.append(f"| {name} / upstream threshold (300 / 300 / 500 ms) | {cells} | | | | |")
     elif result.scenario == "idle":
-        p = result.phases["idle"]
+        p = result.phases["sandbox"]
         lines.append(f"{p.expected} Sandboxes all Ready {p.all_ready_s():.1f} s after the first create.")
     lines += [
         "",
