@@ -129,7 +129,8 @@ class SandboxReconciler(Reconciler[Sandbox]):
                     return self._rejected(body, "Pod", exc)
                 raise
             else:
-                self.recorder.info(body, reason="PodCreated", message=f"Created Pod {name}")
+                if not _pool_member(body):
+                    self.recorder.info(body, reason="PodCreated", message=f"Created Pod {name}")
         elif pod["metadata"].get("deletionTimestamp") is None:
             await self._sync_pod_metadata(body, pod)
         return res.Observed(pod=pod, pod_owned=pod_owned)
@@ -304,8 +305,14 @@ class SandboxReconciler(Reconciler[Sandbox]):
         now_ready = conds.is_true(conditions, c.COND_READY)
         if await self.client.patch_status(SANDBOX, body, patch) is None:
             return
-        if now_ready and not was_ready:
+        if now_ready and not was_ready and not _pool_member(body):
             self.recorder.info(body, reason=c.REASON_DEPENDENCIES_READY, message="Sandbox is Ready")
+
+
+def _pool_member(sandbox: dict[str, Any]) -> bool:
+    """Warm pool members are stock, not something a person follows: no Normal events for them (a pool of 300
+    refilling would post 600), which keeps the API server free for the claims that wait on it."""
+    return c.LABEL_WARM_POOL in (sandbox["metadata"].get("labels") or {})
 
 
 def _ready(sandbox: dict[str, Any]) -> Any:

@@ -14,6 +14,24 @@ from shadow_operator.controllers.config import Config
 _metrics_started: set[int] = set()
 
 
+class NoDiffBase(kopf.DiffBaseStorage):
+    """A diff-base storage for an operator without change-detecting handlers (on.create/update/resume).
+
+    kopf builds the "essence" of every object on every watch event (a deep copy of the body) to detect
+    changes for such handlers; ours are index and event handlers only, which never look at it. Profiling the
+    claim benchmark showed that copy as 7% of the operator's CPU: this storage builds nothing and stores nothing.
+    """
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
+        return kopf.BodyEssence()
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        return None
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        return None
+
+
 def login(logger: kopf.Logger, **kwargs: Any) -> kopf.ConnectionInfo | None:
     """In-cluster service account first, else the kubeconfig: no extra client library needed for kopf."""
     return kopf.login_with_service_account(logger=logger, **kwargs) or kopf.login_with_kubeconfig(
@@ -27,9 +45,7 @@ def configure(settings: kopf.OperatorSettings, config: Config) -> None:
     # Our bookkeeping lives under our own prefix so it never collides with another operator's.
     settings.persistence.finalizer = c.FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=c.OPERATOR_PREFIX)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=c.OPERATOR_PREFIX, key="last-handled-configuration"
-    )
+    settings.persistence.diffbase_storage = NoDiffBase()
     settings.peering.name = "shadow-operator"
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330

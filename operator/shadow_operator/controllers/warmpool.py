@@ -45,6 +45,7 @@ class WarmPoolReconciler(Reconciler[SandboxWarmPool]):
         Index(SANDBOX_WARM_POOL, ix.POOL_BY_TEMPLATE, ix.pool_by_template),
     )
     workers = 4
+    owns_delay = 0.2
 
     async def reconcile(self, pool: SandboxWarmPool) -> float | None:
         if pool.deleting:

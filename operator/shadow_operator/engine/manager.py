@@ -50,6 +50,7 @@ def _own_key(body: Body, _: Cache) -> Iterable[Key]:
 class Route:
     queue: WorkQueue
     map: MapFunc
+    delay: float = 0.0
 
 
 @dataclass
@@ -157,7 +158,9 @@ class Manager:
             routes = running.routes
             routes.setdefault(rec_type.kind, []).append(Route(queue, _own_key))
             for owned in rec_type.owns:
-                routes.setdefault(owned, []).append(Route(queue, controller_keys(rec_type.kind)))
+                routes.setdefault(owned, []).append(
+                    Route(queue, controller_keys(rec_type.kind), rec_type.owns_delay)
+                )
             for watch in rec_type.watches:
                 routes.setdefault(watch.kind, []).append(Route(queue, watch.map))
         for kind, kind_routes in running.routes.items():
@@ -176,7 +179,7 @@ class Manager:
                     if body is not None:
                         keys.update(route.map(body, cache))
                 for key in keys:
-                    route.queue.add(key)
+                    route.queue.add(key, route.delay)
 
         return dispatch
 
