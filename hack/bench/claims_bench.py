@@ -1041,7 +1041,12 @@ def main(argv: list[str] | None = None) -> int:
         "--idle-window", type=float, default=60.0, help="quiet window in seconds (default 60)"
     )
     parser.add_argument("--idle-settle", type=float, default=5.0, help="seconds before the quiet window (5)")
-    parser.add_argument("--clients", type=int, default=8, help="client threads creating objects (default 8)")
+    parser.add_argument(
+        "--clients",
+        type=int,
+        default=20,
+        help="client threads creating objects (default 20, as upstream's CL2 run)",
+    )
     parser.add_argument(
         "--controller",
         action="append",
