@@ -46,7 +46,9 @@ plane; a side-by-side table with ratios against the first one ends the output):
                       (dev/ci/presubmits/test-e2e-scalability-kwok): extensions on, leader election in
                       agent-sandbox-system, client QPS 1000 / burst 2000, 50 sandbox and 50 claim workers,
                       1 warm-pool and 1 template worker, refill batch 300 (webhook left on, as there).
-                      `--upstream-flag=--x=y` appends a flag.
+                      `--upstream-flag=--x=y` appends a flag (`--operator-flag` does the same for
+                      the Python controllers, which run --standalone: no leader election unless
+                      `--operator-flag=--leader-elect`; upstream's holds a Lease, as in its presubmit).
 
 Building upstream's controller by hand (outside this repository; nothing of it is committed here): take a
 checkout of github.com/kubernetes-sigs/agent-sandbox (the yardstick used main as of August 2026, commit
@@ -244,6 +246,7 @@ class ControllerProcess:
                 "run",
                 "--standalone",
                 f"--liveness={self.health_url}",
+                *self.extra_flags,
             ]
             cwd = self.controller.path
         else:
@@ -668,7 +671,8 @@ def run_once(args: argparse.Namespace, controller: Controller, workdir: Path) ->
             )
         metrics_before = cp.request_totals()
         kubeconfig = cp.issue_controller_kubeconfig()
-        proc = ControllerProcess(controller, kubeconfig, workdir, args.upstream_flag)
+        extra = args.upstream_flag if controller.kind == "go" else args.operator_flag
+        proc = ControllerProcess(controller, kubeconfig, workdir, extra)
         say(f"[{controller.label}] starting the controller ({controller.path})")
         started = time.monotonic()
         proc.start()
@@ -1062,6 +1066,12 @@ def main(argv: list[str] | None = None) -> int:
         help="CRD directory for Go controllers (default ~/.cache/shadow-operator/upstream/agent-sandbox/k8s/crds)",
     )
     parser.add_argument("--upstream-flag", action="append", default=[], help="extra flag for Go controllers")
+    parser.add_argument(
+        "--operator-flag",
+        action="append",
+        default=[],
+        help="extra flag for `shadow_operator run` of every Python controller (e.g. --operator-flag=--leader-elect)",
+    )
     parser.add_argument("--workdir", type=Path, help="keep each run's control plane, logs and audit log here")
     args = parser.parse_args(argv)
 
