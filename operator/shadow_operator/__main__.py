@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(str(exc))
 
-    import shadow_operator.controllers  # noqa: F401  (registers the handlers)
+    import shadow_operator.controllers  # (registers the handlers)
 
     json_logs = os.environ.get("SHADOW_LOG_FORMAT", "").lower() == "json"
     kopf.configure(verbose=False, log_format=kopf.LogFormat.JSON if json_logs else kopf.LogFormat.FULL)
@@ -106,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
             liveness_endpoint=args.liveness,
         )
         return 0
+    # A standby's metrics endpoint answers too (the metrics Service selects every replica).
+    shadow_operator.controllers.settings.start_metrics(shadow_operator.controllers.Config.from_env())
     # The Lease replaces kopf's peering, so kopf itself always runs standalone here.
     operator = functools.partial(
         kopf.operator,

@@ -58,6 +58,11 @@ def configure(settings: kopf.OperatorSettings, config: Config) -> None:
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     # The liveness endpoint is probed every few seconds; its access lines would drown the log.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    start_metrics(config)
+
+
+def start_metrics(config: Config) -> None:
+    """Serve Prometheus metrics (once per process; a standby replica serves them while it waits, too)."""
     if config.metrics_port and config.metrics_port not in _metrics_started:
         start_http_server(config.metrics_port)
         _metrics_started.add(config.metrics_port)
