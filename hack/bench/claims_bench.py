@@ -657,6 +657,7 @@ def scenario_name(args: argparse.Namespace) -> str:
 
 def run_once(args: argparse.Namespace, controller: Controller, workdir: Path) -> RunResult:
     result = RunResult(controller, scenario_name(args), load_before=os.getloadavg())
+    own = os.times()
     cp = BenchControlPlane(directory=workdir / "controlplane", nodes=args.nodes, die_with_parent=True)
     proc: ControllerProcess | None = None
     try:
@@ -694,6 +695,8 @@ def run_once(args: argparse.Namespace, controller: Controller, workdir: Path) ->
         result.usage = proc.usage()
         result.apiserver_total = cp.request_totals() - metrics_before
         result.cp_hwm_mib = sum(tree_usage(pid).hwm_kib for pid in cp.pids.values()) / 1024
+        now = os.times()
+        result.info["benchmark client CPU s"] = now.user + now.system - own.user - own.system
         for w in result.windows:
             result.by_verb[w.name] = audit_requests(cp.audit_log, w.start.audit, w.end.audit)
     except (TimeoutError, RuntimeError, ApiException, AssertionError, OSError) as exc:
@@ -838,6 +841,7 @@ def metrics(result: RunResult) -> dict[str, tuple[float, str]]:
         for q in ("P50", "P90", "P99"):
             out[f"{name} {q}"] = (s[q], "ms")
         out[f"{name} all Ready after first create"] = (phase.all_ready_s(), "s")
+        out[f"{name} creates achieved"] = (phase.achieved_rate, "/s")
     for key in ("pool fill s", "refill s", "controller healthy s"):
         if key in result.info:
             out[key.removesuffix(" s")] = (result.info[key], "s")
@@ -861,6 +865,8 @@ def fmt(value: float, unit: str) -> str:
         return f"{value:.3f} s" if value < 1 else f"{value:.2f} s" if value < 10 else f"{value:.1f} s"
     if unit == "MiB":
         return f"{value:.0f} MiB"
+    if unit == "/s":
+        return f"{value:.1f}/s"
     return f"{value:.0f}"
 
 
@@ -920,7 +926,8 @@ def run_report(args: argparse.Namespace, result: RunResult) -> str:
         "",
         f"Controller peak RSS (VmHWM) {result.usage.hwm_kib / 1024:.0f} MiB, RSS at the end "
         f"{result.usage.rss_kib / 1024:.0f} MiB; healthy {result.info['controller healthy s']:.1f} s after start. "
-        f"Control plane (etcd, apiserver, controller-manager, scheduler, kwok) peak RSS {result.cp_hwm_mib:.0f} MiB. "
+        f"Control plane (etcd, apiserver, controller-manager, scheduler, kwok) peak RSS {result.cp_hwm_mib:.0f} MiB; "
+        f"this script's own CPU {result.info['benchmark client CPU s']:.1f} s. "
         f"API server, all clients, during the run: {total} requests ({verbs_cell(result.apiserver_total)}).",
         "",
         f"Controller requests by resource, whole run: {verbs_cell(by_resource(counts['whole run']))}.",
