@@ -48,14 +48,18 @@ plane; a side-by-side table with ratios against the first one ends the output):
                       1 warm-pool and 1 template worker, refill batch 300 (webhook left on, as there).
                       `--upstream-flag=--x=y` appends a flag (`--operator-flag` does the same for
                       the Python controllers, which run --standalone: no leader election unless
-                      `--operator-flag=--leader-elect`; upstream's holds a Lease, as in its presubmit).
+                      `--operator-flag=--leader-elect --operator-flag=--leader-election-namespace=default`;
+                      upstream's holds a Lease as in its presubmit, about one Lease update per 2 s).
 
 Building upstream's controller by hand (outside this repository; nothing of it is committed here): take a
-checkout of github.com/kubernetes-sigs/agent-sandbox (the yardstick used main as of August 2026, commit
-2fd412d), e.g. in ~/.cache/shadow-operator/upstream/agent-sandbox, then from its root
+checkout of github.com/kubernetes-sigs/agent-sandbox (main of August 2026 like the yardstick; the copy used
+here is commit 2fd412d of 2026-08-22), e.g. in ~/.cache/shadow-operator/upstream/agent-sandbox; from its root
 `GOFLAGS=-mod=mod go build -o ~/.cache/shadow-operator/upstream/bin/agent-sandbox-controller
 ./cmd/agent-sandbox-controller`. Its CRDs are the YAML files in its k8s/crds/ (the default of
 --upstream-crds when that checkout exists).
+
+Pods must fit on the kwok nodes (110 each; the script refuses otherwise). Every wait has --timeout (180 s):
+give large runs more (a pool of 1050 takes minutes to fill on 2 cores).
 
 Usage: .venv/bin/python hack/bench/claims_bench.py [--pool 60] [--claims 40] [--rate 10] [--nodes 3]
        [--controller shadow --controller before=/work/before --controller upstream=/path/bin --repeat 3]
