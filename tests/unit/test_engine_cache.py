@@ -84,3 +84,12 @@ def test_non_numeric_resource_versions_fall_back_to_inequality() -> None:
     store.upsert(body("a", "x"))
     assert store.upsert(body("a", "y"))
     assert not store.upsert(body("a", "y"))
+
+
+def test_managed_fields_are_not_kept() -> None:
+    store = Store(SANDBOX)
+    obj = body("a", "1")
+    obj["metadata"]["managedFields"] = [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]
+    store.upsert(obj)
+    assert "managedFields" not in store.get("ns", "a")["metadata"]  # type: ignore[index]
+    assert "managedFields" in obj["metadata"], "the caller's body is left alone"

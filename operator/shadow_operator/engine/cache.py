@@ -101,6 +101,10 @@ class Store:
         old = self._objects.get(key)
         if old is not None and not is_newer(body, old):
             return False
+        meta = body["metadata"]
+        if "managedFields" in meta:
+            # Server-side apply bookkeeping is often a third of an object and nothing here reads it.
+            body = {**body, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
         self._objects[key] = body
         for name in self._index_funcs:
             self._index_one(name, key, body)
