@@ -32,8 +32,9 @@ by verb. The controller authenticates with a client certificate of its own (user
 system:masters) and the API server writes an audit log of that user's requests only (Metadata level, one
 event per request; watches counted once), so the count excludes the benchmark client, kwok and the
 kube-* components. The API server's `apiserver_request_total` cannot tell clients apart (no user label);
-its total over all clients is printed for context. The API server gets upstream's kwok settings for
-in-flight requests (2000 / 1000 mutating).
+its total over all clients is printed for context. The control plane gets the settings of upstream's kwok
+cluster: in-flight requests 2000 / 1000 mutating on the API server, and no client QPS limit worth the name
+for kube-scheduler and kube-controller-manager (5000 QPS; as `kwokctl --disable-qps-limits`).
 
 Controllers (`--controller`, repeatable; `--repeat K` alternates them K times, each run on a fresh control
 plane; a side-by-side table with ratios against the first one ends the output):
@@ -340,6 +341,10 @@ class BenchControlPlane(ControlPlane):
                 "--max-requests-inflight=2000",
                 "--max-mutating-requests-inflight=1000",
             ]
+        elif name in ("kube-scheduler", "kube-controller-manager"):
+            # Their default client limits (scheduler 50 QPS, controller-manager 20) would cap pod binding and
+            # endpoint work below upstream's 75 claims/s; kwokctl --disable-qps-limits lifts them the same way.
+            args = [*args, "--kube-api-qps=5000", "--kube-api-burst=10000"]
         super()._spawn(name, args)
 
     def issue_controller_kubeconfig(self) -> Path:
