@@ -6,7 +6,8 @@ the manager registers with kopf
 - an index handler that puts each listed or changed object into the cache. kopf runs index handlers for the
   whole initial listing of every indexed kind before it calls any other handler, which is what makes the
   caches complete before the first reconcile (no claim ever decides on a half-filled cache);
-- an event handler that drops deleted objects and, on its first call, lets the work queues start.
+- an event handler that drops deleted objects; its filter, which kopf calls for every event only after the
+  listings are indexed, lets the work queues start on its first call.
 
 Every change of a cached object (watch event or our own write) is mapped to keys: the object's own key for
 the reconciler of its kind, its controller's key for reconcilers that own it, and whatever the declared watch
@@ -104,7 +105,9 @@ class Manager:
         for kind in self.cached:
             selector = _selector(kind)
             kopf.index(*selector, id=f"cache/{kind.plural}", registry=registry)(self._indexer(kind))
-            kopf.on.event(*selector, id=f"dispatch/{kind.plural}", registry=registry)(self._on_event(kind))
+            kopf.on.event(*selector, id=f"deleted/{kind.plural}", when=self._synced, registry=registry)(
+                self._on_deleted(kind)
+            )
         kopf.on.startup(id="engine/startup", registry=registry)(self._startup)
         kopf.on.cleanup(id="engine/cleanup", registry=registry)(self._cleanup)
 
@@ -116,18 +119,25 @@ class Manager:
 
         return index
 
-    def _on_event(self, kind: ResourceKind) -> Callable[..., Any]:
-        async def on_event(type: str | None, body: kopf.Body, **_: Any) -> None:
-            if type == "DELETED":
-                meta = body["metadata"]
-                self.cache.store(kind).remove(meta.get("namespace") or "", meta["name"])
-            running = self.running
-            if running is not None and not running.processing:
-                running.processing = True
-                for queue in running.queues.values():
-                    queue.start_processing()
+    def _synced(self, type: str | None, **_: Any) -> bool:
+        """kopf's filter of the deletion handler, called for every event once all listings are indexed.
 
-        return on_event
+        Its first call is therefore the moment the caches are complete: the work queues start. It returns
+        True only for deletions, so kopf invokes the handler (its costly part) for those alone.
+        """
+        running = self.running
+        if running is not None and not running.processing:
+            running.processing = True
+            for queue in running.queues.values():
+                queue.start_processing()
+        return type == "DELETED"
+
+    def _on_deleted(self, kind: ResourceKind) -> Callable[..., Any]:
+        async def on_deleted(body: kopf.Body, **_: Any) -> None:
+            meta = body["metadata"]
+            self.cache.store(kind).remove(meta.get("namespace") or "", meta["name"])
+
+        return on_deleted
 
     # ------------------------------------------------------------------------------------------ runtime
     async def _startup(self, settings: kopf.OperatorSettings, **_: Any) -> None:
