@@ -1,22 +1,19 @@
 """A small JSON-in, JSON-out Kubernetes client on aiohttp.
 
 Controllers work with plain dicts (the same shapes kopf hands them), so the generated model classes of
-kubernetes_asyncio are bypassed: every call returns the decoded JSON body.
+Kubernetes client libraries are not used: every call returns the decoded JSON body.
 """
 
 from __future__ import annotations
 
 import builtins
 import json
-import os
-import ssl
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import aiohttp
-from kubernetes_asyncio import client as k8s_client
-from kubernetes_asyncio import config as k8s_config
+import kopf
 
 from shadow_operator import __version__
 
@@ -70,51 +67,36 @@ def resource_path(
 class Kube:
     """Async JSON client. Create with `await Kube.connect()`; close with `await kube.close()`.
 
-    Credentials and TLS settings come from kubernetes_asyncio's config loaders (in-cluster service account,
-    else the kubeconfig); requests go through one aiohttp session of our own. Unlike the generated client's
-    session it does not trust the environment, so no request re-reads ~/.netrc or the proxy variables, and
-    no per-request model machinery runs: bodies are plain JSON.
+    Credentials come from kopf's own login (in-cluster service account, else the kubeconfig), so the operator
+    needs no Kubernetes client library; requests go through one aiohttp session that does not trust the
+    environment (no request re-reads ~/.netrc or the proxy variables) and bodies stay plain JSON.
     """
 
-    def __init__(self, session: aiohttp.ClientSession, host: str, config: k8s_client.Configuration) -> None:
+    def __init__(self, session: aiohttp.ClientSession, server: str) -> None:
         self._session = session
-        self._host = host.rstrip("/")
-        self._config = config
+        self._server = server.rstrip("/")
+        self._auth: dict[str, str] = {}
         self.requests: Counter[str] = Counter()
 
     @classmethod
     async def connect(cls, *, max_connections: int = 32) -> Kube:
-        config = k8s_client.Configuration()
-        try:
-            k8s_config.load_incluster_config(client_configuration=config)  # type: ignore[no-untyped-call]
-        except k8s_config.ConfigException:
-            # Read KUBECONFIG now: the library's default path was fixed when it was imported.
-            await k8s_config.load_kube_config(
-                config_file=os.environ.get("KUBECONFIG"), client_configuration=config
-            )
-        ssl_context = ssl.create_default_context(cafile=config.ssl_ca_cert)
-        if config.cert_file:
-            ssl_context.load_cert_chain(config.cert_file, keyfile=config.key_file)
-        if not config.verify_ssl:
-            ssl_context.check_hostname = False
-            ssl_context.verify_mode = ssl.CERT_NONE
+        info = _login()
         session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=max_connections, ssl=ssl_context),
+            connector=aiohttp.TCPConnector(limit=max_connections, ssl=info.as_ssl_context()),
             trust_env=False,
             timeout=aiohttp.ClientTimeout(total=60, connect=10),
             read_bufsize=2**21,
         )
-        return cls(session, str(config.host), config)
+        kube = cls(session, info.server)
+        kube._auth = dict(info.as_http_headers())
+        return kube
+
+    def _relogin(self) -> None:
+        """Service account tokens rotate: read the credentials again (after a 401)."""
+        self._auth = dict(_login().as_http_headers())
 
     async def close(self) -> None:
         await self._session.close()
-
-    async def _headers(self, content_type: str) -> dict[str, str]:
-        headers = {"Accept": "application/json", "Content-Type": content_type, "User-Agent": USER_AGENT}
-        token = await self._config.get_api_key_with_prefix("BearerToken")
-        if token:
-            headers["Authorization"] = token
-        return headers
 
     async def request(
         self,
@@ -127,16 +109,19 @@ class Kube:
     ) -> Body:
         self.requests[method] += 1
         data = None if body is None else json.dumps(body, separators=(",", ":"))
-        async with self._session.request(
-            method,
-            self._host + path,
-            params=query or None,
-            data=data,
-            headers=await self._headers(content_type),
-        ) as response:
-            raw = await response.read()
-            status = response.status
-            reason = response.reason or ""
+        for attempt in (1, 2):
+            headers = {"Accept": "application/json", "Content-Type": content_type, "User-Agent": USER_AGENT}
+            headers.update(self._auth)
+            async with self._session.request(
+                method, self._server + path, params=query or None, data=data, headers=headers
+            ) as response:
+                raw = await response.read()
+                status = response.status
+                reason = response.reason or ""
+            if status == 401 and attempt == 1:
+                self._relogin()
+                continue
+            break
         if not 200 <= status <= 299:
             raise _api_error(status, reason, raw.decode(errors="replace"))
         decoded: Body = json.loads(raw) if raw else {}
@@ -205,6 +190,14 @@ class Kube:
                 return False
             raise
         return True
+
+
+def _login() -> kopf.ConnectionInfo:
+    settings = kopf.OperatorSettings()
+    info = kopf.login_with_service_account(settings=settings) or kopf.login_with_kubeconfig(settings=settings)
+    if info is None:
+        raise RuntimeError("no Kubernetes credentials: not in a pod, and no kubeconfig (set KUBECONFIG)")
+    return info
 
 
 def _api_error(status: int, reason: str, body: Any) -> ApiError:
