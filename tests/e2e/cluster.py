@@ -156,6 +156,16 @@ class Cluster:
                 yield http
 
     # -- operator ------------------------------------------------------------------------------------
+    def operator_leader(self) -> str | None:
+        """Name of the operator pod holding the leader-election Lease (identity `<pod>_<suffix>`), if any."""
+        leases = client.CoordinationV1Api(self.api).list_namespaced_lease(OPERATOR_NAMESPACE).items
+        pods = {p.metadata.name for p in self.operator_pods()}
+        for lease in leases:
+            holder = (lease.spec.holder_identity or "").rsplit("_", 1)[0]
+            if holder in pods:
+                return holder
+        return None
+
     def operator_pods(self) -> list[client.V1Pod]:
         pods = self.core.list_namespaced_pod(
             OPERATOR_NAMESPACE, label_selector="app.kubernetes.io/component=operator"

@@ -176,21 +176,20 @@ def test_operator_restart_changes_nothing(cluster: Cluster, e2e_namespace: str) 
     steady_sandbox = cluster.sandbox_of(cluster.wait_claim_ready(e2e_namespace, steady))
     before = snapshot(cluster, e2e_namespace, steady_sandbox)
 
-    (old,) = cluster.operator_pods()
-    # A claim created just before the operator goes away is finished by its successor.
+    # The chart runs two replicas; the leader (the Lease holder) is the one that acts. Kill it without a
+    # grace period: it cannot release the Lease, so the standby takes over once the Lease expires.
+    leader = eventually(cluster.operator_leader, "an operator pod holding the Lease")
+    assert len(cluster.operator_pods()) == 2, "the chart runs a leader and a standby"
+    # A claim created just before the leader goes away is finished by its successor.
     midway = unique("midway")
     cluster.claim(e2e_namespace, midway, {"sandboxTemplateRef": {"name": DEFAULT_TEMPLATE}})
-    cluster.core.delete_namespaced_pod(old.metadata.name, old.metadata.namespace, grace_period_seconds=0)
+    cluster.core.delete_namespaced_pod(leader, OPERATOR_NAMESPACE, grace_period_seconds=0)
 
-    def successor_ready() -> bool:
-        pods = cluster.operator_pods()
-        return any(
-            p.metadata.uid != old.metadata.uid
-            and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
-            for p in pods
-        )
+    def new_leader() -> str | None:
+        holder = cluster.operator_leader()
+        return holder if holder not in (None, leader) else None
 
-    eventually(successor_ready, "a new Ready operator pod")
+    eventually(new_leader, "the standby to take the Lease over")
     midway_sandbox = cluster.sandbox_of(cluster.wait_claim_ready(e2e_namespace, midway))
 
     # The claim made mid-way got exactly one sandbox and one pod.
