@@ -42,26 +42,58 @@ def operator_process(k8s_api: client.ApiClient, kubeconfig: str, tmp_path: Path)
         proc.stop()
 
 
+def start_with_pool(objs: Objects, operator_process: OperatorProcess, size: int) -> None:
+    """A template, a pool of `size`, the operator started, the pool Ready."""
+    objs.create(TEMPLATE, template_body("tpl"))
+    objs.create(
+        POOL,
+        {"metadata": {"name": "pool"}, "spec": {"replicas": size, "sandboxTemplateRef": {"name": "tpl"}}},
+    )
+    operator_process.start()
+    wait_pool_ready(objs, size, "warm pool")
+
+
+def wait_pool_ready(objs: Objects, size: int, what: str) -> None:
+    objs.wait(
+        POOL, "pool", lambda p: (p.get("status") or {}).get("readyReplicas") == size, what=what, timeout=180
+    )
+
+
+def assert_nothing_doubled_or_orphaned(objs: Objects, claims: list[str], pool_size: int) -> None:
+    """Every claim Ready on a sandbox of its own, the pool full, one pod per sandbox, no orphans."""
+    bound = [
+        objs.wait_condition(CLAIM, name, "True", timeout=180)["status"]["sandbox"]["name"] for name in claims
+    ]
+    assert len(set(bound)) == len(claims), [n for n, k in Counter(bound).items() if k > 1]
+    wait_pool_ready(objs, pool_size, "refilled pool")
+
+    def settled() -> bool:
+        sandboxes = objs.list(SANDBOX)
+        return len(sandboxes) == len(claims) + pool_size and all(ready(s) for s in sandboxes)
+
+    wait_for(settled, timeout=180, what="every sandbox Ready, none extra")
+    sandboxes = objs.list(SANDBOX)
+    claim_uids = {cl["metadata"]["uid"] for cl in objs.list(CLAIM)}
+    per_claim: Counter[str] = Counter()
+    for sandbox in sandboxes:
+        controllers = [r for r in sandbox["metadata"].get("ownerReferences", []) if r.get("controller")]
+        assert len(controllers) == 1, sandbox["metadata"]
+        if controllers[0]["kind"] == "SandboxClaim":
+            assert controllers[0]["uid"] in claim_uids, f"orphan: {sandbox['metadata']['name']}"
+            per_claim[controllers[0]["uid"]] += 1
+    assert len(per_claim) == len(claims) and max(per_claim.values()) == 1
+    pods = objs.pods()
+    owners = Counter(p.metadata.owner_references[0].uid for p in pods if p.metadata.owner_references)
+    assert set(owners) == {s["metadata"]["uid"] for s in sandboxes}, "every pod belongs to a live sandbox"
+    assert max(owners.values()) == 1, "no sandbox has two pods"
+    assert len(pods) == len(sandboxes)
+
+
 def test_kill_mid_burst_then_restart(
     operator_process: OperatorProcess, k8s_api: client.ApiClient, namespace: str
 ) -> None:
     objs = Objects(k8s_api, namespace)
-    objs.create(TEMPLATE, template_body("tpl"))
-    objs.create(
-        POOL,
-        {
-            "metadata": {"name": "pool"},
-            "spec": {"replicas": POOL_SIZE, "sandboxTemplateRef": {"name": "tpl"}},
-        },
-    )
-    operator_process.start()
-    objs.wait(
-        POOL,
-        "pool",
-        lambda p: (p.get("status") or {}).get("readyReplicas") == POOL_SIZE,
-        what="warm pool",
-        timeout=90,
-    )
+    start_with_pool(objs, operator_process, POOL_SIZE)
 
     def claim(i: int) -> None:
         # Half warm (pool), half the v1alpha1 cold form.
@@ -77,33 +109,7 @@ def test_kill_mid_burst_then_restart(
         claim(i)
     operator_process.start()
 
-    bound = [
-        objs.wait_condition(CLAIM, f"burst-{i}", "True", timeout=120)["status"]["sandbox"]["name"]
-        for i in range(CLAIMS)
-    ]
-    assert len(set(bound)) == CLAIMS, Counter(bound)
-    objs.wait(
-        POOL,
-        "pool",
-        lambda p: (p.get("status") or {}).get("readyReplicas") == POOL_SIZE,
-        what="refilled pool",
-        timeout=90,
-    )
-
-    def settled() -> bool:
-        return len(objs.list(SANDBOX)) == CLAIMS + POOL_SIZE and all(ready(s) for s in objs.list(SANDBOX))
-
-    wait_for(settled, timeout=90, what="every sandbox Ready, none extra")
-    sandboxes = objs.list(SANDBOX)
-    uids = {s["metadata"]["uid"] for s in sandboxes}
-    for sandbox in sandboxes:
-        controllers = [r for r in sandbox["metadata"].get("ownerReferences", []) if r.get("controller")]
-        assert len(controllers) == 1, sandbox["metadata"]
-    pods = objs.pods()
-    owners = Counter(p.metadata.owner_references[0].uid for p in pods if p.metadata.owner_references)
-    assert set(owners) == uids, "every pod belongs to a live sandbox and every sandbox has a pod"
-    assert max(owners.values()) == 1, owners
-    assert len(pods) == len(sandboxes)
+    assert_nothing_doubled_or_orphaned(objs, [f"burst-{i}" for i in range(CLAIMS)], POOL_SIZE)
 
 
 CHAOS_CLAIMS = 200
@@ -116,22 +122,7 @@ def test_chaos_twenty_kills_during_a_200_claim_burst(
 ) -> None:
     """SIGKILL the operator 20 times while 200 claims arrive (warm and cold): all end Ready, nothing doubled."""
     objs = Objects(k8s_api, namespace)
-    objs.create(TEMPLATE, template_body("tpl"))
-    objs.create(
-        POOL,
-        {
-            "metadata": {"name": "pool"},
-            "spec": {"replicas": CHAOS_POOL, "sandboxTemplateRef": {"name": "tpl"}},
-        },
-    )
-    operator_process.start()
-    objs.wait(
-        POOL,
-        "pool",
-        lambda p: (p.get("status") or {}).get("readyReplicas") == CHAOS_POOL,
-        what="warm pool",
-        timeout=120,
-    )
+    start_with_pool(objs, operator_process, CHAOS_POOL)
 
     stop = threading.Event()
     created: list[str] = []
@@ -171,35 +162,4 @@ def test_chaos_twenty_kills_during_a_200_claim_burst(
     assert not errors, errors
     assert len(created) == CHAOS_CLAIMS
 
-    bound = [
-        objs.wait_condition(CLAIM, name, "True", timeout=180)["status"]["sandbox"]["name"] for name in created
-    ]
-    assert len(set(bound)) == CHAOS_CLAIMS, [n for n, k in Counter(bound).items() if k > 1]
-    objs.wait(
-        POOL,
-        "pool",
-        lambda p: (p.get("status") or {}).get("readyReplicas") == CHAOS_POOL,
-        what="refilled pool",
-        timeout=180,
-    )
-
-    def settled() -> bool:
-        sandboxes = objs.list(SANDBOX)
-        return len(sandboxes) == CHAOS_CLAIMS + CHAOS_POOL and all(ready(s) for s in sandboxes)
-
-    wait_for(settled, timeout=180, what="every sandbox Ready, none extra")
-    sandboxes = objs.list(SANDBOX)
-    claims = {cl["metadata"]["uid"]: cl["metadata"]["name"] for cl in objs.list(CLAIM)}
-    controlled_by_claim: Counter[str] = Counter()
-    for sandbox in sandboxes:
-        controllers = [r for r in sandbox["metadata"].get("ownerReferences", []) if r.get("controller")]
-        assert len(controllers) == 1, sandbox["metadata"]
-        if controllers[0]["kind"] == "SandboxClaim":
-            assert controllers[0]["uid"] in claims, f"orphan: {sandbox['metadata']['name']}"
-            controlled_by_claim[controllers[0]["uid"]] += 1
-    assert len(controlled_by_claim) == CHAOS_CLAIMS and max(controlled_by_claim.values()) == 1
-    pods = objs.pods()
-    owners = Counter(p.metadata.owner_references[0].uid for p in pods if p.metadata.owner_references)
-    assert set(owners) == {s["metadata"]["uid"] for s in sandboxes}, "every pod belongs to a live sandbox"
-    assert max(owners.values()) == 1, "no sandbox has two pods"
-    assert len(pods) == len(sandboxes)
+    assert_nothing_doubled_or_orphaned(objs, created, CHAOS_POOL)

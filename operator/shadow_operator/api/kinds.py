@@ -31,6 +31,22 @@ READY_COLUMNS: tuple[dict[str, Any], ...] = (
 AGE_COLUMN: dict[str, Any] = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
 
 
+def resource_path(
+    api_version: str,
+    plural: str,
+    namespace: str | None = None,
+    name: str | None = None,
+    subresource: str | None = None,
+) -> str:
+    prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    path = prefix + (f"/namespaces/{namespace}" if namespace else "") + f"/{plural}"
+    if name:
+        path += f"/{name}"
+        if subresource:
+            path += f"/{subresource}"
+    return path
+
+
 @dataclass(frozen=True)
 class CrdSpec:
     """How a custom kind is presented as a CustomResourceDefinition."""
@@ -69,13 +85,7 @@ class ResourceKind:
         self, namespace: str | None = None, name: str | None = None, subresource: str | None = None
     ) -> str:
         """REST path of the collection, or of one object (and one of its subresources)."""
-        prefix = f"/apis/{self.api_version}" if self.group else f"/api/{self.version}"
-        path = prefix + (f"/namespaces/{namespace}" if namespace else "") + f"/{self.plural}"
-        if name:
-            path += f"/{name}"
-            if subresource:
-                path += f"/{subresource}"
-        return path
+        return resource_path(self.api_version, self.plural, namespace, name, subresource)
 
     def __str__(self) -> str:
         return self.kind

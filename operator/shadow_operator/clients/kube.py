@@ -16,9 +16,12 @@ import aiohttp
 import kopf
 
 from shadow_operator import __version__
+from shadow_operator.api.kinds import resource_path
 
 Body = dict[str, Any]
 USER_AGENT = f"shadow-operator/{__version__}"
+
+__all__ = ["USER_AGENT", "ApiError", "Body", "Kube", "resource_path"]
 
 
 class ApiError(Exception):
@@ -46,22 +49,6 @@ class ApiError(Exception):
     @property
     def already_exists(self) -> bool:
         return self.status == 409 and self.reason == "AlreadyExists"
-
-
-def resource_path(
-    api_version: str,
-    plural: str,
-    namespace: str | None = None,
-    name: str | None = None,
-    subresource: str | None = None,
-) -> str:
-    prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-    path = prefix + (f"/namespaces/{namespace}" if namespace else "") + f"/{plural}"
-    if name:
-        path += f"/{name}"
-        if subresource:
-            path += f"/{subresource}"
-    return path
 
 
 class Kube:

@@ -11,27 +11,11 @@ from shadow_operator.clients.kube import ApiError, Kube
 from shadow_operator.engine import metrics
 from shadow_operator.engine.cache import Body, Cache
 from shadow_operator.engine.errors import NotOwned
+from shadow_operator.resources.sandbox import controller_uid, owner_reference
 
 FIELD_MANAGER = "shadow-operator"
 
-
-def owner_reference(owner: Mapping[str, Any]) -> dict[str, Any]:
-    """The controller reference of a child of `owner` (set in this one place)."""
-    return {
-        "apiVersion": owner["apiVersion"],
-        "kind": owner["kind"],
-        "name": owner["metadata"]["name"],
-        "uid": owner["metadata"]["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-
-
-def controller_uid(obj: Mapping[str, Any]) -> str | None:
-    for ref in obj.get("metadata", {}).get("ownerReferences") or ():
-        if ref.get("controller"):
-            return str(ref.get("uid"))
-    return None
+__all__ = ["FIELD_MANAGER", "Client", "controller_uid", "is_subset", "owner_reference"]
 
 
 def is_subset(desired: Any, current: Any) -> bool:

@@ -11,21 +11,17 @@ from typing import Any
 
 from shadow_operator.api import constants as c
 from shadow_operator.resources import conditions as conds
+from shadow_operator.resources.sandbox import controller_uid
 
 Body = Mapping[str, Any]
+
+__all__ = ["controller_uid"]  # re-exported: reconcilers look owners up here
 
 # Index names.
 BY_CONTROLLER = "controller-uid"  # any kind: the uid of its controller owner
 POOL_MEMBER = "pool-member"  # Sandbox: the uid of the warm pool that controls it, unless it is being deleted
 CLAIM_WAITS_ON = "waits-on"  # SandboxClaim: "<ns>/pool/<name>" and "<ns>/template/<name>" it depends on
 POOL_BY_TEMPLATE = "pool-template"  # SandboxWarmPool: "<ns>/<template>"
-
-
-def controller_uid(obj: Body) -> str | None:
-    for ref in obj.get("metadata", {}).get("ownerReferences") or ():
-        if ref.get("controller"):
-            return str(ref.get("uid"))
-    return None
 
 
 def by_controller(obj: Body) -> Iterable[str]:
