@@ -3,9 +3,9 @@
 kopf stays the watch and event layer. For every kind a reconciler names (its own, owned and watched kinds),
 the manager registers with kopf
 
-- an index handler that puts each listed or changed object into the cache. kopf runs index handlers for the
-  whole initial listing of every indexed kind before it calls any other handler, which is what makes the
-  caches complete before the first reconcile (no claim ever decides on a half-filled cache);
+- an index handler whose filter puts each listed or changed object into the cache. kopf runs the indexing
+  of the whole initial listing of every indexed kind before it calls any other handler, which is what makes
+  the caches complete before the first reconcile (no claim ever decides on a half-filled cache);
 - an event handler that drops deleted objects; its filter, which kopf calls for every event only after the
   listings are indexed, lets the work queues start on its first call.
 
@@ -41,6 +41,10 @@ _log = logging.getLogger("shadow_operator.engine")
 def _selector(kind: ResourceKind) -> tuple[str, str] | tuple[str, str, str]:
     """kopf's resource selector: (group, version, plural), or ("v1", plural) for the core group."""
     return (kind.group, kind.version, kind.plural) if kind.group else (kind.version, kind.plural)
+
+
+def _never_called(**_: Any) -> None:
+    """The body of the cache's index handlers: their filter does the work (`Manager._feeder`)."""
 
 
 def _own_key(body: Body, _: Cache) -> Iterable[Key]:
@@ -104,20 +108,31 @@ class Manager:
         registry = registry or kopf.get_default_registry()
         for kind in self.cached:
             selector = _selector(kind)
-            kopf.index(*selector, id=f"cache/{kind.plural}", registry=registry)(self._indexer(kind))
+            kopf.index(*selector, id=f"cache/{kind.plural}", when=self._feeder(kind), registry=registry)(
+                _never_called
+            )
             kopf.on.event(*selector, id=f"deleted/{kind.plural}", when=self._synced, registry=registry)(
                 self._on_deleted(kind)
             )
         kopf.on.startup(id="engine/startup", registry=registry)(self._startup)
         kopf.on.cleanup(id="engine/cleanup", registry=registry)(self._cleanup)
 
-    def _indexer(self, kind: ResourceKind) -> Callable[..., Any]:
-        # async: kopf runs plain functions in a thread pool, and the cache belongs to the event loop.
-        async def index(body: kopf.Body, **_: Any) -> None:
-            # kopf's Body is a view; its top-level values are the raw dicts of the watch event.
-            self.cache.store(kind).upsert({key: body[key] for key in body})
+    def _feeder(self, kind: ResourceKind) -> Callable[..., bool]:
+        """The cache feed, as the filter of a kopf index handler that never runs.
 
-        return index
+        kopf evaluates an index handler's filter for every listed and changed object, in the indexing phase
+        that completes before other handlers may run (the cache-sync guarantee). Storing the object right
+        there and answering "no" spares kopf the handler invocation and its bookkeeping for every watch event
+        (about a tenth of the operator's CPU in the pool-300 benchmark).
+        """
+
+        def feed(body: kopf.Body, **_: Any) -> bool:
+            # kopf's Body is a view; its top-level values are the raw dicts of the watch event. (The cache is
+            # looked up per call: each run of the operator starts with a new one.)
+            self.cache.store(kind).upsert({key: body[key] for key in body})
+            return False
+
+        return feed
 
     def _synced(self, type: str | None, **_: Any) -> bool:
         """kopf's filter of the deletion handler, called for every event once all listings are indexed.
