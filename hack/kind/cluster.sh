@@ -47,23 +47,30 @@ config_file() {
   echo "$out"
 }
 
+# reuse: bring up an existing cluster (a leftover of an earlier run); false when it cannot serve.
+reuse() {
+  step "reusing kind cluster '${CLUSTER_NAME}'"
+  if [[ $(docker inspect -f '{{.State.Running}}' "$(node_container)" 2>/dev/null) != true ]]; then
+    info "starting its stopped node container"
+    docker start "$(node_container)" >/dev/null || return 1
+  fi
+  local running wanted
+  running=$(docker inspect -f '{{.Config.Image}}' "$(node_container)" 2>/dev/null || true)
+  wanted=$(cat "${SHADOW_CACHE}/images/node-image" 2>/dev/null || true)
+  if [[ -n $wanted && $running != "$wanted" ]]; then
+    info "note: the cluster runs ${running}; ${wanted} is newer (make kind-down to recreate with it)"
+  fi
+  kind_cmd get kubeconfig --name "${CLUSTER_NAME}" >"${KUBECONFIG_PATH}" || return 1
+  wait_api
+}
+
 up() {
   "${HACK_DIR}/docker.sh" >&2
-  if cluster_exists; then
-    step "reusing kind cluster '${CLUSTER_NAME}'"
-    if [[ $(docker inspect -f '{{.State.Running}}' "$(node_container)" 2>/dev/null) != true ]]; then
-      info "starting its stopped node container"
-      docker start "$(node_container)" >/dev/null
-    fi
-    local running wanted
-    running=$(docker inspect -f '{{.Config.Image}}' "$(node_container)" 2>/dev/null || true)
-    wanted=$(cat "${SHADOW_CACHE}/images/node-image" 2>/dev/null || true)
-    if [[ -n $wanted && $running != "$wanted" ]]; then
-      info "note: the cluster runs ${running}; ${wanted} is newer (make kind-down to recreate with it)"
-    fi
-    kind_cmd get kubeconfig --name "${CLUSTER_NAME}" >"${KUBECONFIG_PATH}"
-    wait_api || die "the API server of kind cluster '${CLUSTER_NAME}' is not ready; try: $0 down && $0 up"
-  else
+  if cluster_exists && ! reuse; then
+    info "the API server of kind cluster '${CLUSTER_NAME}' is not ready after 2 minutes: recreating the cluster"
+    down >&2
+  fi
+  if ! cluster_exists; then
     local image
     image=$(cat "${SHADOW_CACHE}/images/node-image" 2>/dev/null || true)
     [[ -n $image ]] && docker image inspect "$image" >/dev/null 2>&1 \
