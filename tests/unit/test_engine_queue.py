@@ -169,3 +169,23 @@ async def test_an_earlier_timer_wins_over_a_later_one() -> None:
     await asyncio.sleep(0.1)
     await queue.stop()
     assert len(runs) == 1 and runs[0] - start < 0.1
+
+
+async def test_a_409_conflict_is_retried_at_once_without_backoff() -> None:
+    from shadow_operator.clients.kube import ApiError
+
+    attempts: list[float] = []
+    loop = asyncio.get_running_loop()
+
+    async def reconcile(key: Key) -> None:
+        attempts.append(loop.time())
+        if len(attempts) < 3:
+            raise ApiError(409, "Conflict", "the object has been modified")
+
+    queue = WorkQueue("Test", reconcile, workers=1, backoff=Backoff(base=5.0))
+    queue.start()
+    queue.start_processing()
+    queue.add(KEY)
+    await asyncio.sleep(0.3)
+    await queue.stop()
+    assert len(attempts) == 3, "conflicts do not wait for the 5 s backoff"

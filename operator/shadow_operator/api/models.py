@@ -159,9 +159,6 @@ class ObjectMeta(ApiModel):
     annotations: dict[str, str] = Field(default_factory=dict)
     owner_references: list[OwnerReference] = Field(default_factory=list)
 
-    def controller_uid(self) -> str | None:
-        return next((ref.uid for ref in self.owner_references if ref.controller), None)
-
 
 class Resource(ApiModel):
     """Base of every top-level kind: validated once at the boundary, with the raw body kept beside it.

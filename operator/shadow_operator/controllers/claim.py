@@ -21,6 +21,7 @@ from shadow_operator.engine import Cache, Index, Reconciler, Watch
 from shadow_operator.resources import blueprint
 from shadow_operator.resources import conditions as conds
 from shadow_operator.resources import indexes as ix
+from shadow_operator.resources.sandbox import controller_uid
 
 Body = dict[str, Any]
 Key = tuple[str, str]
@@ -112,7 +113,7 @@ class ClaimReconciler(Reconciler[SandboxClaim]):
 
     def _bound_sandbox(self, claim: SandboxClaim) -> Body | None:
         """The Sandbox this claim controls (found by its controller reference, robust to a crash mid-adoption)."""
-        owned = [s for s in self.cache.store(SANDBOX).by_index(ix.BY_CONTROLLER, claim.metadata.uid)]
+        owned = self.cache.store(SANDBOX).by_index(ix.BY_CONTROLLER, claim.metadata.uid)
         owned.sort(key=lambda s: (s["metadata"]["name"] != claim.name, s["metadata"]["creationTimestamp"]))
         return owned[0] if owned else None
 
@@ -168,7 +169,7 @@ class ClaimReconciler(Reconciler[SandboxClaim]):
             if not exc.already_exists:
                 raise
             existing = await self.client.get_live(SANDBOX, claim.namespace, claim.name)
-            if existing is not None and ix.controller_uid(existing) == claim.metadata.uid:
+            if existing is not None and controller_uid(existing) == claim.metadata.uid:
                 self.cache.store(SANDBOX).upsert(existing)
                 return existing
             raise Blocked(

@@ -9,10 +9,10 @@ from typing import Any
 
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
-from shadow_operator.api.kinds import POD, PVC, SANDBOX, SECRET, SERVICE
+from shadow_operator.api.kinds import POD, PVC, SANDBOX, SECRET, SERVICE, ResourceKind
 from shadow_operator.api.models import Sandbox
 from shadow_operator.clients.kube import ApiError
-from shadow_operator.engine import Cached, Index, NotOwned, Reconciler, RequeueAfter
+from shadow_operator.engine import Cached, Index, NotOwned, Reconciler
 from shadow_operator.resources import conditions as conds
 from shadow_operator.resources import indexes
 from shadow_operator.resources import sandbox as res
@@ -97,8 +97,8 @@ class SandboxReconciler(Reconciler[Sandbox]):
         namespace, name = sandbox.namespace, sandbox.name
         pod = self.cache.store(POD).get(namespace, name)
         pod_owned = True
-        if pod is not None and indexes.controller_uid(pod) != sandbox.metadata.uid:
-            pod = await self._adopt_if_allowed(body, pod)
+        if pod is not None and res.controller_uid(pod) != sandbox.metadata.uid:
+            pod = await self._adopt_if_allowed(POD, body, pod)
             pod_owned = pod is not None
             if pod is None:
                 return res.Observed(
@@ -116,7 +116,7 @@ class SandboxReconciler(Reconciler[Sandbox]):
             try:
                 pod = await self.client.apply(POD, manifest, owner=body)
             except NotOwned as taken:
-                adopted = await self._adopt_if_allowed(body, dict(taken.obj))
+                adopted = await self._adopt_if_allowed(POD, body, dict(taken.obj))
                 if adopted is None:
                     return res.Observed(
                         pod=None,
@@ -154,15 +154,13 @@ class SandboxReconciler(Reconciler[Sandbox]):
             if not exc.already_exists:
                 raise
 
-    async def _adopt_if_allowed(self, sandbox: dict[str, Any], obj: dict[str, Any]) -> dict[str, Any] | None:
+    async def _adopt_if_allowed(
+        self, kind: ResourceKind, sandbox: dict[str, Any], obj: dict[str, Any]
+    ) -> dict[str, Any] | None:
         """Adopt an unowned child only when it carries agents.x-k8s.io/adoptable=true (as upstream)."""
         meta = obj["metadata"]
-        if (
-            indexes.controller_uid(obj) is not None
-            or (meta.get("labels") or {}).get(c.LABEL_ADOPTABLE) != "true"
-        ):
+        if res.controller_uid(obj) is not None or (meta.get("labels") or {}).get(c.LABEL_ADOPTABLE) != "true":
             return None
-        kind = POD if obj.get("kind") == "Pod" else SERVICE
         patch = {
             "metadata": {
                 "resourceVersion": meta["resourceVersion"],
@@ -180,9 +178,8 @@ class SandboxReconciler(Reconciler[Sandbox]):
         User keys are never removed; of our own propagated labels, those that no longer apply (the warm-pool
         label after adoption) are.
         """
-        desired = res.build_pod(sandbox, token_secret=naming.token_secret_name(sandbox["metadata"]["name"]))[
-            "metadata"
-        ]
+        labels, annotations = res.build_pod_labels_and_annotations(sandbox)
+        desired = {"labels": labels, "annotations": annotations}
         patch: dict[str, dict[str, str | None]] = {}
         for kind in ("labels", "annotations"):
             current = pod["metadata"].get(kind) or {}
@@ -202,7 +199,7 @@ class SandboxReconciler(Reconciler[Sandbox]):
         namespace, name = sandbox.namespace, sandbox.name
         wanted = sandbox.spec.service
         service = self.cache.store(SERVICE).get(namespace, name)
-        if service is not None and indexes.controller_uid(service) != sandbox.metadata.uid:
+        if service is not None and res.controller_uid(service) != sandbox.metadata.uid:
             service = await self._foreign_service(body, service, wanted)
             if service is None:
                 return None
@@ -244,7 +241,7 @@ class SandboxReconciler(Reconciler[Sandbox]):
     ) -> dict[str, Any] | None:
         if not wanted:
             return None
-        adopted = await self._adopt_if_allowed(sandbox, service)
+        adopted = await self._adopt_if_allowed(SERVICE, sandbox, service)
         if adopted is None:
             raise ChildConflict(
                 f"Service {sandbox['metadata']['name']!r} exists and is not owned by this Sandbox"
@@ -257,7 +254,7 @@ class SandboxReconciler(Reconciler[Sandbox]):
         namespace, name, uid = sandbox.namespace, sandbox.name, sandbox.metadata.uid
         for kind in (POD, SERVICE):
             child = self.cache.store(kind).get(namespace, name)
-            if child is not None and indexes.controller_uid(child) == uid:
+            if child is not None and res.controller_uid(child) == uid:
                 await self.client.delete(kind, namespace, name, uid=child["metadata"]["uid"])
         if sandbox.spec.shutdown_policy == "Delete":
             self.recorder.info(
@@ -317,6 +314,3 @@ def _pool_member(sandbox: dict[str, Any]) -> bool:
 
 def _ready(sandbox: dict[str, Any]) -> Any:
     return conds.find((sandbox.get("status") or {}).get("conditions"), c.COND_READY)
-
-
-__all__ = ["RequeueAfter", "SandboxReconciler"]

@@ -7,8 +7,8 @@ from shadow_operator.api import naming
 from shadow_operator.api.kinds import NETWORK_POLICY, SANDBOX_TEMPLATE
 from shadow_operator.api.models import SandboxTemplate
 from shadow_operator.engine import Cached, NotOwned, Reconciler
-from shadow_operator.resources import indexes as ix
 from shadow_operator.resources import networkpolicy
+from shadow_operator.resources.sandbox import controller_uid
 
 
 class TemplateReconciler(Reconciler[SandboxTemplate]):
@@ -23,7 +23,7 @@ class TemplateReconciler(Reconciler[SandboxTemplate]):
         name = naming.network_policy_name(template.name)
         existing = self.cache.store(NETWORK_POLICY).get(template.namespace, name)
         if template.spec.network_policy_management == "Unmanaged":
-            if existing is not None and ix.controller_uid(existing) == template.metadata.uid:
+            if existing is not None and controller_uid(existing) == template.metadata.uid:
                 await self.client.delete(
                     NETWORK_POLICY, template.namespace, name, uid=existing["metadata"]["uid"]
                 )

@@ -5,8 +5,8 @@ a reconciler declares.
 """
 
 from shadow_operator.engine.cache import Cache, Store
-from shadow_operator.engine.client import Client, controller_uid, owner_reference
-from shadow_operator.engine.errors import Conflict, NotOwned, PermanentError, RequeueAfter
+from shadow_operator.engine.client import Client
+from shadow_operator.engine.errors import NotOwned, PermanentError, RequeueAfter
 from shadow_operator.engine.events import EventRecorder
 from shadow_operator.engine.manager import Manager
 from shadow_operator.engine.queue import Backoff, WorkQueue
@@ -17,7 +17,6 @@ __all__ = [
     "Cache",
     "Cached",
     "Client",
-    "Conflict",
     "Deps",
     "EventRecorder",
     "Index",
@@ -30,6 +29,4 @@ __all__ = [
     "Watch",
     "WorkQueue",
     "controller_keys",
-    "controller_uid",
-    "owner_reference",
 ]

@@ -14,7 +14,7 @@ Stores are used from the event loop only; they are not thread-safe.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from shadow_operator.api.kinds import ResourceKind
@@ -91,9 +91,6 @@ class Store:
     def __len__(self) -> int:
         return len(self._objects)
 
-    def __iter__(self) -> Iterator[Body]:
-        return iter(list(self._objects.values()))
-
     # ----------------------------------------------------------------------------------------- writes
     def upsert(self, body: Body) -> bool:
         """Store `body` unless the cache already holds this version or a newer one; True if it changed."""
@@ -157,6 +154,3 @@ class Cache:
 
     def has(self, kind: ResourceKind) -> bool:
         return kind in self._stores
-
-    def kinds(self) -> list[ResourceKind]:
-        return list(self._stores)

@@ -15,8 +15,6 @@ from shadow_operator.resources.sandbox import controller_uid, owner_reference
 
 FIELD_MANAGER = "shadow-operator"
 
-__all__ = ["FIELD_MANAGER", "Client", "controller_uid", "is_subset", "owner_reference"]
-
 
 def is_subset(desired: Any, current: Any) -> bool:
     """Whether every field of `desired` has the same value in `current` (lists element by element).

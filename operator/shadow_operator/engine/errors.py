@@ -15,10 +15,6 @@ class RequeueAfter(ReconcileError):
         self.delay = delay
 
 
-class Conflict(ReconcileError):
-    """Someone changed an object since we read it (HTTP 409): retry soon, from the cache's newer copy."""
-
-
 class PermanentError(ReconcileError):
     """Input that will never work as it is: logged and not retried until the object changes."""
 

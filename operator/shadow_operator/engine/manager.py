@@ -229,10 +229,6 @@ class Manager:
 
         return reconcile
 
-    def queue(self, kind: ResourceKind) -> WorkQueue:
-        assert self.running is not None, "the operator has not started"
-        return self.running.queues[kind.kind]
-
     async def _cleanup(self, **_: Any) -> None:
         running, self.running = self.running, None
         if running is None:

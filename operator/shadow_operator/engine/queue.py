@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 
 from shadow_operator.clients.kube import ApiError
 from shadow_operator.engine import metrics
-from shadow_operator.engine.errors import Conflict, PermanentError, RequeueAfter
+from shadow_operator.engine.errors import PermanentError, RequeueAfter
 
 Key = tuple[str, str]
 # A reconcile returns the seconds after which it wants to run again, or None.
@@ -137,15 +137,12 @@ class WorkQueue:
         except RequeueAfter as exc:
             self._backoff.forget(key)
             self.add(key, delay=max(exc.delay, 0.001))
-        except Conflict as exc:
-            metrics.RECONCILE_ERRORS.labels(self.name, "conflict").inc()
-            self._log.debug("%s %s/%s: conflict, retrying: %s", self.name, *key, exc)
-            self.add(key, delay=self.CONFLICT_DELAY)
         except PermanentError as exc:
             metrics.RECONCILE_ERRORS.labels(self.name, "permanent").inc()
             self._log.error("%s %s/%s: %s (not retried until the object changes)", self.name, *key, exc)
         except ApiError as exc:
             if exc.conflict and not exc.already_exists:
+                # Someone changed the object since we read it: retry soon, from the cache's newer copy.
                 metrics.RECONCILE_ERRORS.labels(self.name, "conflict").inc()
                 self.add(key, delay=self.CONFLICT_DELAY)
             else:

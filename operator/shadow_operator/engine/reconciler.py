@@ -18,7 +18,7 @@ import one another: what one must learn from another's objects, it declares as a
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
 from shadow_operator.api.kinds import ResourceKind
@@ -64,8 +64,8 @@ class Deps:
     cache: Cache
     recorder: EventRecorder
     config: Any
-    # Wake a key of the reconciler's own kind later (e.g. at an expiry time).
-    enqueue: Callable[[Key, float], None] = field(default=lambda key, delay: None)
+    # Wake a key of the reconciler's own kind, now or later (the work queue's `add`).
+    enqueue: Callable[[Key, float], None]
 
 
 def controller_keys(owner_kind: ResourceKind) -> MapFunc:

@@ -15,8 +15,6 @@ from shadow_operator.resources.sandbox import controller_uid
 
 Body = Mapping[str, Any]
 
-__all__ = ["controller_uid"]  # re-exported: reconcilers look owners up here
-
 # Index names.
 BY_CONTROLLER = "controller-uid"  # any kind: the uid of its controller owner
 POOL_MEMBER = "pool-member"  # Sandbox: the uid of the warm pool that controls it, unless it is being deleted

@@ -144,19 +144,25 @@ def attach_claim_volumes(
     ] + pvc_volumes
 
 
-def build_pod(sandbox: Body, *, token_secret: str) -> Manifest:
+def build_pod_labels_and_annotations(sandbox: Body) -> tuple[dict[str, str], dict[str, str]]:
+    """The Pod's labels (template's, our name hash, the propagated Sandbox labels) and annotations."""
     meta = sandbox["metadata"]
-    template = sandbox["spec"]["podTemplate"]
-    template_meta = template.get("metadata") or {}
-    spec = copy.deepcopy(dict(template["spec"]))
-    apply_secure_defaults(spec)
-    attach_claim_volumes(spec, meta["name"], list(sandbox["spec"].get("volumeClaimTemplates") or ()))
-    inject_runtime_token(spec, token_secret)
+    template_meta = sandbox["spec"]["podTemplate"].get("metadata") or {}
     labels = drop_reserved(template_meta.get("labels"))
     labels[c.LABEL_SANDBOX_NAME_HASH] = naming.name_hash(meta["name"])
     for key in PROPAGATED_LABELS:
         if meta.get("labels", {}).get(key):
             labels[key] = meta["labels"][key]
+    return labels, drop_reserved(template_meta.get("annotations"))
+
+
+def build_pod(sandbox: Body, *, token_secret: str) -> Manifest:
+    meta = sandbox["metadata"]
+    spec = copy.deepcopy(dict(sandbox["spec"]["podTemplate"]["spec"]))
+    apply_secure_defaults(spec)
+    attach_claim_volumes(spec, meta["name"], list(sandbox["spec"].get("volumeClaimTemplates") or ()))
+    inject_runtime_token(spec, token_secret)
+    labels, annotations = build_pod_labels_and_annotations(sandbox)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -164,7 +170,7 @@ def build_pod(sandbox: Body, *, token_secret: str) -> Manifest:
             "name": meta["name"],
             "namespace": meta["namespace"],
             "labels": labels,
-            "annotations": drop_reserved(template_meta.get("annotations")),
+            "annotations": annotations,
             "ownerReferences": [owner_reference(sandbox)],
         },
         "spec": spec,
