@@ -14,6 +14,11 @@ LEGACY_VERSION: Final = "v1alpha1"
 SANDBOX_API_VERSION: Final = f"{SANDBOX_GROUP}/{STORAGE_VERSION}"
 EXTENSIONS_API_VERSION: Final = f"{EXTENSIONS_GROUP}/{STORAGE_VERSION}"
 
+# ShadowEnvironment's own API group.
+SHADOW_GROUP: Final = "shadow.dev"
+SHADOW_VERSION: Final = "v1alpha1"
+SHADOW_API_VERSION: Final = f"{SHADOW_GROUP}/{SHADOW_VERSION}"
+
 # Our own prefix for operator bookkeeping (kopf progress, finalizers); never shared with upstream keys.
 OPERATOR_PREFIX: Final = "shadow.dev"
 FINALIZER: Final = f"{OPERATOR_PREFIX}/finalizer"
@@ -87,3 +92,25 @@ RUNTIME_TOKEN_PATH: Final = f"{RUNTIME_TOKEN_DIR}/{RUNTIME_TOKEN_KEY}"
 RUNTIME_TOKEN_ENV: Final = "SANDBOX_RUNTIME_TOKEN_FILE"
 RUNTIME_TOKEN_VOLUME: Final = "sandbox-runtime-token"
 RUNTIME_TOKEN_SECRET_SUFFIX: Final = "-runtime-token"
+
+# ShadowEnvironment: labels, annotations, conditions, reasons.
+LABEL_ENVIRONMENT: Final = f"{OPERATOR_PREFIX}/environment"
+LABEL_COMPONENT: Final = f"{OPERATOR_PREFIX}/component"
+COMPONENT_GITEA: Final = "gitea"
+COMPONENT_WORKSPACE: Final = "workspace"
+# Set by the client after it uploaded a source: `uploads.shadow.dev/<source>: <sha256 of the archive>`.
+ANNOTATION_UPLOAD_PREFIX: Final = f"uploads.{OPERATOR_PREFIX}/"
+# Changing its value asks for a new verification (e.g. `shadowctl verify` writes a timestamp).
+ANNOTATION_VERIFY_REQUEST: Final = f"{OPERATOR_PREFIX}/verify-requested"
+COND_WORKSPACE_READY: Final = "WorkspaceReady"
+COND_GITEA_READY: Final = "GiteaReady"
+COND_SOURCES_READY: Final = "SourcesReady"
+COND_VERIFIED: Final = "Verified"
+GITEA_HTTP_PORT: Final = 3000
+GITEA_SECRET_USERNAME: Final = "username"
+GITEA_SECRET_PASSWORD: Final = "password"
+GITEA_SECRET_TOKEN: Final = "token"
+# Environment variables the workspace gets: the Gitea base URL (seed 000's AMPLIFIER_GIT_HOST) and its org.
+ENV_GITEA_URL: Final = "SHADOW_GITEA_URL"
+ENV_GITEA_ORG: Final = "SHADOW_GITEA_ORG"
+WORKSPACE_VOLUME: Final = "workspace"

@@ -20,7 +20,6 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from shadow_operator.api import constants as c
 from shadow_operator.api.kinds import CUSTOM_KINDS, ResourceKind
 
 # Fields of the models' `Resource` base that every object has; the CRD schema leaves them to the API server.
@@ -121,16 +120,16 @@ def build_crd(kind: ResourceKind) -> dict[str, Any]:
         entry: dict[str, Any] = {
             "name": version,
             "served": True,
-            "storage": version == c.STORAGE_VERSION,
+            "storage": version == crd.storage_version,
             "schema": {"openAPIV3Schema": version_schema},
             "additionalPrinterColumns": [dict(col) for col in crd.columns],
         }
         if subresources:
             entry["subresources"] = subresources
-        if version == c.LEGACY_VERSION:
+        if version in crd.deprecated_versions:
             entry["deprecated"] = True
             entry["deprecationWarning"] = (
-                f"{kind.group}/{version} {kind.kind} is deprecated; use {kind.group}/{c.STORAGE_VERSION}"
+                f"{kind.group}/{version} {kind.kind} is deprecated; use {kind.group}/{crd.storage_version}"
             )
         versions.append(entry)
     return {
@@ -153,7 +152,7 @@ def build_crd(kind: ResourceKind) -> dict[str, Any]:
                 "shortNames": list(crd.short_names),
                 # Not "sandbox": a category named like a kind's singular shadows it, and `kubectl get sandbox NAME`
                 # would expand to all four kinds and fail.
-                "categories": ["agent-sandbox"],
+                "categories": list(crd.categories),
             },
             "scope": "Namespaced",
             "conversion": {"strategy": "None"},

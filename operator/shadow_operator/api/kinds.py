@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from shadow_operator.api import constants as c
+from shadow_operator.api import environment as env
 from shadow_operator.api import models as m
 
 READY_COLUMNS: tuple[dict[str, Any], ...] = (
@@ -54,6 +55,9 @@ class CrdSpec:
     short_names: tuple[str, ...]
     columns: tuple[dict[str, Any], ...]
     versions: tuple[str, ...] = (c.STORAGE_VERSION, c.LEGACY_VERSION)
+    storage_version: str = c.STORAGE_VERSION
+    deprecated_versions: tuple[str, ...] = (c.LEGACY_VERSION,)
+    categories: tuple[str, ...] = ("agent-sandbox",)
     scale: dict[str, str] | None = None
     status: bool = True
     # Per-version schema defaults (JSON pointer within spec -> value); see `crdgen.build_crd`.
@@ -160,6 +164,40 @@ SANDBOX_WARM_POOL = ResourceKind(
     ),
 )
 
+SHADOW_ENVIRONMENT = ResourceKind(
+    c.SHADOW_GROUP,
+    c.SHADOW_VERSION,
+    "shadowenvironments",
+    "ShadowEnvironment",
+    env.ShadowEnvironment,
+    CrdSpec(
+        ("shenv", "shadowenv"),
+        (
+            {
+                "name": "Ready",
+                "type": "string",
+                "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
+                "description": "Whether the environment can be used.",
+            },
+            {"name": "Sources", "type": "string", "jsonPath": ".status.sourcesReady"},
+            {"name": "Verdict", "type": "string", "jsonPath": ".status.verdict.result"},
+            {
+                "name": "Failure",
+                "type": "string",
+                "jsonPath": ".status.failure.code",
+                "description": "Stable code of what stops the environment.",
+                "priority": 1,
+            },
+            {"name": "Score", "type": "integer", "jsonPath": ".status.verdict.score", "priority": 1},
+            AGE_COLUMN,
+        ),
+        versions=(c.SHADOW_VERSION,),
+        storage_version=c.SHADOW_VERSION,
+        deprecated_versions=(),
+        categories=("shadow",),
+    ),
+)
+
 POD = ResourceKind("", "v1", "pods", "Pod")
 SERVICE = ResourceKind("", "v1", "services", "Service")
 SECRET = ResourceKind("", "v1", "secrets", "Secret")
@@ -167,9 +205,28 @@ PVC = ResourceKind("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim")
 EVENT = ResourceKind("", "v1", "events", "Event")
 NETWORK_POLICY = ResourceKind("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy")
 LEASE = ResourceKind("coordination.k8s.io", "v1", "leases", "Lease")
+STATEFUL_SET = ResourceKind("apps", "v1", "statefulsets", "StatefulSet")
+STORAGE_CLASS = ResourceKind("storage.k8s.io", "v1", "storageclasses", "StorageClass")
 
-CUSTOM_KINDS: tuple[ResourceKind, ...] = (SANDBOX, SANDBOX_CLAIM, SANDBOX_TEMPLATE, SANDBOX_WARM_POOL)
-ALL_KINDS: tuple[ResourceKind, ...] = (*CUSTOM_KINDS, POD, SERVICE, SECRET, PVC, EVENT, NETWORK_POLICY, LEASE)
+CUSTOM_KINDS: tuple[ResourceKind, ...] = (
+    SANDBOX,
+    SANDBOX_CLAIM,
+    SANDBOX_TEMPLATE,
+    SANDBOX_WARM_POOL,
+    SHADOW_ENVIRONMENT,
+)
+ALL_KINDS: tuple[ResourceKind, ...] = (
+    *CUSTOM_KINDS,
+    POD,
+    SERVICE,
+    SECRET,
+    PVC,
+    EVENT,
+    NETWORK_POLICY,
+    LEASE,
+    STATEFUL_SET,
+    STORAGE_CLASS,
+)
 
 
 def by_kind(kind: str) -> ResourceKind:

@@ -6,12 +6,19 @@ import kopf
 from shadow_operator.controllers import settings
 from shadow_operator.controllers.claim import ClaimReconciler
 from shadow_operator.controllers.config import Config
+from shadow_operator.controllers.environment import EnvironmentReconciler
 from shadow_operator.controllers.sandbox import SandboxReconciler
 from shadow_operator.controllers.template import TemplateReconciler
 from shadow_operator.controllers.warmpool import WarmPoolReconciler
 from shadow_operator.engine import Manager
 
-RECONCILERS = (SandboxReconciler, ClaimReconciler, WarmPoolReconciler, TemplateReconciler)
+RECONCILERS = (
+    SandboxReconciler,
+    ClaimReconciler,
+    WarmPoolReconciler,
+    TemplateReconciler,
+    EnvironmentReconciler,
+)
 
 manager = Manager(RECONCILERS, load_config=Config.from_env, configure=settings.configure)
 manager.register()
@@ -21,6 +28,7 @@ __all__ = [
     "RECONCILERS",
     "ClaimReconciler",
     "Config",
+    "EnvironmentReconciler",
     "SandboxReconciler",
     "TemplateReconciler",
     "WarmPoolReconciler",

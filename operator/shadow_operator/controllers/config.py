@@ -16,6 +16,12 @@ class Config:
     ingress_namespaces: tuple[str, ...] = ("shadow-system",)
     metrics_port: int = 8081
     json_logs: bool = False
+    # ShadowEnvironment: the SandboxTemplate a workspace starts from unless it names one, and Gitea's image.
+    default_template: str = "workspace"
+    gitea_image: str = "shadow-operator/gitea:latest"
+    # Where the operator reaches an environment's Gitea API; default: its in-cluster Service. Set it when the
+    # operator runs outside the cluster (with a port-forward) or in tests against a Gitea on loopback.
+    gitea_api_url: str | None = None
 
     @classmethod
     def from_env(cls) -> Config:
@@ -32,4 +38,7 @@ class Config:
             ingress_namespaces=tuple(dict.fromkeys([operator_namespace, *extra])),
             metrics_port=int(env.get("SHADOW_METRICS_PORT", "8081")),
             json_logs=env.get("SHADOW_LOG_FORMAT", "").lower() == "json",
+            default_template=env.get("SHADOW_DEFAULT_TEMPLATE") or "workspace",
+            gitea_image=env.get("SHADOW_GITEA_IMAGE") or "shadow-operator/gitea:latest",
+            gitea_api_url=env.get("SHADOW_GITEA_API_URL") or None,
         )

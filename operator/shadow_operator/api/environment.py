@@ -1,0 +1,379 @@
+"""Pydantic model of ShadowEnvironment (shadow.dev/v1alpha1): the single source of truth for its CRD.
+
+A ShadowEnvironment is an isolated copy of someone's work: each source is copied into a workspace volume (never
+mounted from the user's machine), mirrored into the environment's own Gitea, and git inside the workspace is told
+to fetch the named GitHub prefixes from that Gitea instead, so "install from a git URL" is exercised for real
+before anything is pushed. The status carries the snapshot commit of every source, a stable failure code when
+something cannot work, and a verdict an automation can act on (the smoke-test handoff of seed 001).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field
+
+from shadow_operator.api.models import (
+    CONDITIONS_FIELD,
+    MAX_ENV,
+    PRESERVE,
+    ApiModel,
+    ClaimEnvVar,
+    Condition,
+    Resource,
+    cel,
+)
+
+MAX_SOURCES = 32
+MAX_REWRITES = 32
+MAX_VERIFY_COMMANDS = 32
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+# A Gitea owner (organization) and a repository name: letters, digits, `-`, `_`, `.`.
+GITEA_NAME = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}"
+# Paths as RE2 patterns (the API server's regex engine has no lookahead): segments that are not empty, `.`
+# or `..`, so no path can climb out of the workspace.
+SEGMENT = r"([^/.][^/]*|\.[^/.][^/]*|\.\.[^/]+)"
+RELATIVE_PATH = rf"^{SEGMENT}(/{SEGMENT})*$"
+ABSOLUTE_PATH = rf"^(/{SEGMENT})+$"
+QUANTITY = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"
+
+FailureCode = Literal[
+    "TemplateNotFound",
+    "ImagePullFailed",
+    "Unschedulable",
+    "StorageUnavailable",
+    "SourceFetchFailed",
+    "GiteaBootstrapFailed",
+    "Timeout",
+]
+
+
+# ------------------------------------------------------------------------------------------------ spec
+class GitSource(ApiModel):
+    """Clone the source from a git URL."""
+
+    url: str = Field(
+        min_length=1,
+        max_length=2048,
+        description="Clone URL (https://, http://, git:// or file://). It is cloned as is: the environment's "
+        "git rewrites do not apply to it.",
+        pattern=r"^(https?|git|file)://\S+$",
+    )
+    ref: str | None = Field(
+        default=None,
+        max_length=255,
+        description="Branch, tag or commit to check out; default: the remote's default branch.",
+    )
+
+
+class UploadSource(ApiModel):
+    """Filled by the client from a local working tree (uncommitted changes and untracked files that are not
+    ignored included), e.g. `shadowctl create --local PATH`."""
+
+
+class Source(ApiModel):
+    """One repository copied into the workspace and mirrored into the environment's Gitea."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "has(self.git) != has(self.upload)",
+                    "a source needs exactly one of git: {url, ref} or upload: {}",
+                )
+            ]
+        }
+    )
+
+    name: str = Field(
+        max_length=63,
+        pattern=DNS_LABEL,
+        description="Name of the source (a DNS label), unique in the environment.",
+    )
+    path: str | None = Field(
+        default=None,
+        max_length=1024,
+        pattern=RELATIVE_PATH,
+        description="Directory under the workspace's mountPath the source is copied to; default: its name.",
+    )
+    repo: str = Field(
+        max_length=201,
+        pattern=rf"^({GITEA_NAME}/)?{GITEA_NAME}$",
+        description="Repository in the environment's Gitea, `org/name` (or `name` for spec.gitea.organization). "
+        "Git rewrites point the public URL of this repository here.",
+    )
+    git: GitSource | None = Field(default=None, description="Clone from a git URL.")
+    upload: UploadSource | None = Field(default=None, description="Uploaded by the client.")
+
+
+class WorkspaceSpec(ApiModel):
+    """The workspace volume."""
+
+    mount_path: str = Field(
+        default="/workspace",
+        max_length=1024,
+        pattern=ABSOLUTE_PATH,
+        description="Absolute path the workspace is mounted at. It may be the same path as on your machine "
+        "(path preservation), so absolute paths in configs and lockfiles keep working.",
+    )
+    size: str = Field(default="10Gi", pattern=QUANTITY, description="Size of the workspace volume.")
+    storage_class_name: str | None = Field(
+        default=None,
+        max_length=253,
+        description="StorageClass of the volume; default: the cluster's default.",
+    )
+
+
+class GiteaPersistence(ApiModel):
+    """Gitea's data volume."""
+
+    size: str = Field(default="1Gi", pattern=QUANTITY, description="Size of Gitea's data volume.")
+    retain: bool = Field(
+        default=False,
+        description="Keep Gitea's volume when the environment is deleted (everything else is removed).",
+    )
+
+
+class GiteaSpec(ApiModel):
+    """The environment's own git server."""
+
+    enabled: bool = Field(default=True, description="Run a Gitea for this environment.")
+    organization: str = Field(
+        default="shadow",
+        max_length=100,
+        pattern=rf"^{GITEA_NAME}$",
+        description="Organization of sources whose repo names no organization.",
+    )
+    persistence: GiteaPersistence = Field(
+        default_factory=GiteaPersistence, description="Gitea's data volume."
+    )
+
+
+class GitRewrite(ApiModel):
+    """Fetch URLs starting with `from` from the environment's Gitea organization `to` (git `insteadOf`)."""
+
+    from_: str = Field(
+        alias="from",
+        min_length=1,
+        max_length=1024,
+        pattern=r"^(https?|git|ssh)://\S+/$|^git@\S+[:/]$",
+        description="URL prefix to redirect, ending in `/`, e.g. https://github.com/microsoft/.",
+    )
+    to: str = Field(
+        max_length=100, pattern=rf"^{GITEA_NAME}$", description="Gitea organization the prefix maps to."
+    )
+
+
+class PreviewSpec(ApiModel):
+    """The dev server people look at."""
+
+    port: int | None = Field(default=None, ge=1, le=65535, description="Port of the preview dev server.")
+
+
+class VerifyCommand(ApiModel):
+    """A command whose exit code counts towards the verdict."""
+
+    name: str = Field(max_length=63, pattern=DNS_LABEL, description="Name shown in the evidence.")
+    command: str = Field(min_length=1, max_length=8192, description="Shell command (`sh -c`).")
+    cwd: str | None = Field(
+        default=None,
+        max_length=1024,
+        pattern=RELATIVE_PATH,
+        description="Working directory relative to the workspace; default: its root.",
+    )
+    timeout_seconds: int = Field(default=600, ge=1, le=86400, description="Killed after this long.")
+
+
+class VerifySpec(ApiModel):
+    """The smoke test run once the sources are in place (seed 001's rubric)."""
+
+    enabled: bool = Field(default=True, description="Verify automatically once the sources are ready.")
+    commands: list[VerifyCommand] | None = Field(
+        default=None,
+        max_length=MAX_VERIFY_COMMANDS,
+        description="Commands that must exit 0 (code execution).",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    install: bool = Field(
+        default=True,
+        description="Install every Python and Node.js source from its rewritten git URL (installation "
+        "health).",
+    )
+    pass_threshold: int = Field(default=75, ge=0, le=100, description="Score (of 100) needed to PASS.")
+
+
+class ShadowEnvironmentSpec(ApiModel):
+    """Desired state of a ShadowEnvironment."""
+
+    sources: list[Source] = Field(
+        min_length=1,
+        max_length=MAX_SOURCES,
+        description="Repositories to copy in. Immutable: create a new environment for other sources.",
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["name"],
+            "x-kubernetes-validations": [
+                cel(
+                    "self == oldSelf",
+                    "spec.sources is immutable: create a new environment for other sources",
+                    reason="FieldValueForbidden",
+                ),
+                cel(
+                    "self.all(s, self.exists_one(t, t.repo == s.repo))",
+                    "two sources cannot share one Gitea repo",
+                ),
+            ],
+        },
+    )
+    workspace: WorkspaceSpec = Field(
+        default_factory=WorkspaceSpec,
+        description="The workspace volume. Immutable.",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel("self == oldSelf", "spec.workspace is immutable", reason="FieldValueForbidden")
+            ]
+        },
+    )
+    gitea: GiteaSpec = Field(default_factory=GiteaSpec, description="The environment's own git server.")
+    git_rewrites: list[GitRewrite] | None = Field(
+        default=None,
+        max_length=MAX_REWRITES,
+        description="URL prefixes that git, pip, uv and npm inside the workspace fetch from this "
+        "environment's Gitea instead. Only these prefixes are redirected.",
+        json_schema_extra={"x-kubernetes-list-type": "atomic"},
+    )
+    template: str | None = Field(
+        default=None,
+        max_length=253,
+        description="SandboxTemplate (same namespace) the workspace starts from; default: the operator's "
+        "default template.",
+    )
+    env: list[ClaimEnvVar] | None = Field(
+        default=None,
+        max_length=MAX_ENV,
+        description="Environment variables of the workspace.",
+        json_schema_extra={"x-kubernetes-list-type": "atomic"},
+    )
+    resources: dict[str, Any] | None = Field(
+        default=None,
+        description="core/v1 ResourceRequirements of the workspace container (replaces the template's).",
+        json_schema_extra={"type": "object", **PRESERVE},
+    )
+    shutdown_time: datetime | None = Field(
+        default=None, description="Absolute time when the workspace expires (its Pod is removed)."
+    )
+    idle_timeout_seconds: int | None = Field(
+        default=None,
+        ge=60,
+        description="Suspend the workspace after this long without runtime activity; resuming keeps the "
+        "volume.",
+    )
+    startup_timeout_seconds: int = Field(
+        default=600,
+        ge=30,
+        le=86400,
+        description="Fail with code Timeout when the environment is not Ready this long after creation.",
+    )
+    preview: PreviewSpec | None = Field(default=None, description="The preview dev server.")
+    journal: bool = Field(
+        default=True, description="Record the command journal and keep HANDOFF.md in the workspace."
+    )
+    verify: VerifySpec = Field(default_factory=VerifySpec, description="The smoke test and its verdict.")
+
+
+# ---------------------------------------------------------------------------------------------- status
+class SourceStatus(ApiModel):
+    """A source as it was copied in."""
+
+    name: str = Field(description="Source name.")
+    repo: str = Field(description="Gitea repository, org/name.")
+    path: str = Field(description="Directory in the workspace, relative to mountPath.")
+    commit: str = Field(
+        description="Snapshot commit: the source's tree as copied in, uncommitted work included."
+    )
+    branch: str = Field(description="Branch of the Gitea repository that holds the snapshot.")
+    clone_url: str = Field(alias="cloneURL", description="In-cluster clone URL of the Gitea repository.")
+    public_url: str | None = Field(
+        default=None,
+        alias="publicURL",
+        description="The URL people and lockfiles use that a git rewrite sends to this repository.",
+    )
+
+
+class Failure(ApiModel):
+    """Why the environment cannot become Ready, as a stable code an automation can branch on."""
+
+    code: FailureCode = Field(description="Stable failure code.")
+    message: str = Field(description="What happened and what to do next.")
+
+
+class Check(ApiModel):
+    """One check of the verdict's rubric."""
+
+    name: str = Field(description="What was checked.")
+    passed: bool = Field(description="Whether it passed.")
+    detail: str = Field(default="", description="Evidence: command, exit code, the tail of its output.")
+
+
+class EvidenceCategory(ApiModel):
+    """A rubric category: its share of the score and the checks behind it."""
+
+    score: int = Field(description="Points earned.")
+    max_score: int = Field(description="Points possible.")
+    checks: list[Check] = Field(default_factory=list, description="The checks.")
+
+
+class Verdict(ApiModel):
+    """The smoke test's verdict (seed 001's shape)."""
+
+    result: Literal["PASS", "FAIL"] = Field(description="PASS when score >= passThreshold.")
+    score: int = Field(ge=0, description="Points earned, scaled to maxScore.")
+    max_score: int = Field(ge=1, description="Points possible.")
+    pass_threshold: int = Field(ge=0, description="Score needed to PASS.")
+    mode: Literal["shadow", "host-only"] = Field(default="shadow", description="Where the checks ran.")
+    evidence: dict[str, EvidenceCategory] = Field(
+        default_factory=dict,
+        description="Per category: sourceVerification, installationHealth, codeExecution.",
+    )
+    issues: list[str] = Field(default_factory=list, description="Every failed check, one line each.")
+    verified_at: datetime | None = Field(default=None, description="When the checks ran.")
+    observed_generation: int | None = Field(default=None, description="The generation verified.")
+    trigger: str | None = Field(
+        default=None,
+        description="The shadow.dev/verify-requested annotation this verdict answers (a new value re-runs "
+        "the checks).",
+    )
+
+
+class ShadowEnvironmentStatus(ApiModel):
+    """Observed state of a ShadowEnvironment."""
+
+    conditions: list[Condition] | None = CONDITIONS_FIELD
+    observed_generation: int | None = Field(default=None, description="Generation last acted upon.")
+    sandbox: str | None = Field(default=None, description="The workspace Sandbox.")
+    runtime_url: str | None = Field(
+        default=None, alias="runtimeURL", description="In-cluster URL of the workspace's runtime API."
+    )
+    runtime_token_secret: str | None = Field(
+        default=None, description="Secret holding the runtime's bearer token (key `token`)."
+    )
+    preview_url: str | None = Field(default=None, alias="previewURL", description="Preview URL.")
+    gitea_url: str | None = Field(
+        default=None, alias="giteaURL", description="In-cluster base URL of the environment's Gitea."
+    )
+    sources: list[SourceStatus] | None = Field(
+        default=None,
+        description="Every source copied in, with its snapshot commit.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    sources_ready: str | None = Field(default=None, description="Sources copied in, of all (e.g. 2/2).")
+    failure: Failure | None = Field(default=None, description="Set while the environment cannot work.")
+    verdict: Verdict | None = Field(default=None, description="The last verification's verdict.")
+
+
+class ShadowEnvironment(Resource):
+    """An isolated copy of your work, with its own Gitea standing in for GitHub, a diff and a verdict."""
+
+    spec: ShadowEnvironmentSpec
+    status: ShadowEnvironmentStatus | None = None

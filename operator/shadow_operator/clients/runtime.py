@@ -1,0 +1,93 @@
+"""The sandbox runtime's native API (sandbox-runtime `/v1/...`), as the operator uses it: exec and baseline."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+
+class RuntimeUnavailable(Exception):
+    """The runtime could not be reached or refused a request."""
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+    timed_out: bool
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+    @property
+    def output(self) -> str:
+        return (self.stdout + ("\n" if self.stdout and self.stderr else "") + self.stderr).strip()
+
+
+class Runtime:
+    def __init__(self, base_url: str, token: str | None, *, timeout: float = 30.0) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.AsyncClient(
+            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout, trust_env=False
+        )
+
+    async def __aenter__(self) -> Runtime:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self._http.aclose()
+
+    async def _request(self, method: str, path: str, *, timeout: float | None = None, **kw: Any) -> Any:
+        try:
+            resp = await self._http.request(
+                method, path, timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT, **kw
+            )
+        except httpx.HTTPError as exc:
+            raise RuntimeUnavailable(f"runtime unreachable: {type(exc).__name__}: {exc}") from None
+        if resp.status_code >= 400:
+            raise RuntimeUnavailable(
+                f"runtime answered {resp.status_code} to {method} {path}: {resp.text[:300]}"
+            )
+        return resp.json() if resp.content else None
+
+    async def healthy(self) -> bool:
+        try:
+            await self._request("GET", "/v1/health", timeout=5.0)
+        except RuntimeUnavailable:
+            return False
+        return True
+
+    async def sh(
+        self,
+        script: str,
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str = "",
+        timeout: float = 600.0,
+        tag: str,
+    ) -> ExecResult:
+        """Run a shell program to completion (`sh -c`), its inputs in `env`."""
+        body = {
+            "command": script,
+            "env": env or {},
+            "cwd": cwd,
+            "timeout_seconds": timeout,
+            "tag": tag,
+        }
+        data = await self._request("POST", "/v1/exec", json=body, timeout=timeout + 30.0)
+        return ExecResult(
+            exit_code=int(data["exit_code"]),
+            stdout=str(data["stdout"]),
+            stderr=str(data["stderr"]),
+            timed_out=bool(data["timed_out"]),
+        )
+
+    async def capture_baseline(self, exclude: list[str] | None = None) -> dict[str, Any]:
+        result: dict[str, Any] = await self._request(
+            "POST", "/v1/baseline", json={"exclude": exclude or []}, timeout=600.0
+        )
+        return result

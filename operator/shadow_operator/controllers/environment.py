@@ -1,0 +1,596 @@
+"""ShadowEnvironment reconciler: a workspace Sandbox, a Gitea, the sources copied in, and a verdict.
+
+Each pass walks the same steps and stops at the first that is not done yet; every step is idempotent, so a
+restart of the operator (or a second replica taking over) resumes where the last one stopped:
+
+1. preflight: the SandboxTemplate and the StorageClass exist (else `TemplateNotFound`, `StorageUnavailable`);
+2. children: the Gitea Secret (credentials generated once), Service and StatefulSet, and the workspace Sandbox;
+3. a Pod that will not start surfaces as `ImagePullFailed`, `Unschedulable` or `StorageUnavailable`;
+4. Gitea bootstrap: the operator's API token, one organization per owner, one repository per source;
+5. copy-in: each source is cloned (or waits for its upload), snapshotted with its uncommitted work and pushed
+   to Gitea; then the runtime captures the baseline that diffs are taken against;
+6. verification: seed 001's rubric, scored into `status.verdict`.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import secrets
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from shadow_operator.api import constants as c
+from shadow_operator.api import naming
+from shadow_operator.api.environment import ShadowEnvironment
+from shadow_operator.api.kinds import (
+    POD,
+    PVC,
+    SANDBOX,
+    SANDBOX_TEMPLATE,
+    SECRET,
+    SERVICE,
+    SHADOW_ENVIRONMENT,
+    STATEFUL_SET,
+    STORAGE_CLASS,
+)
+from shadow_operator.clients.gitea import Gitea, GiteaError
+from shadow_operator.clients.runtime import Runtime, RuntimeUnavailable
+from shadow_operator.engine import Cache, Cached, NotOwned, Reconciler, Watch
+from shadow_operator.engine.cache import Body, Key
+from shadow_operator.resources import conditions as conds
+from shadow_operator.resources import copyin
+from shadow_operator.resources import environment as res
+from shadow_operator.resources.verdict import (
+    CODE_EXECUTION,
+    INSTALLATION_HEALTH,
+    SOURCE_VERIFICATION,
+    CheckResult,
+    score_verdict,
+)
+
+_log = logging.getLogger("shadow_operator.environment")
+
+POLL_SECONDS = 3.0  # while Pods start: Gitea's Pod is not watched, and start-up failures must show quickly
+RETRY_SECONDS = 30.0  # after a failure that may heal (a source that could not be fetched, a missing class)
+BOOTSTRAP_ATTEMPTS = 20  # consecutive failures of a ready Gitea before GiteaBootstrapFailed
+ADMIN_USERNAME = "shadow-admin"
+BASELINE_EXCLUDE = [".git/", ".sandbox-runtime/"]
+
+
+def _envs_in_namespace(template: Body, cache: Cache) -> Iterable[Key]:
+    """A template changed: every environment of its namespace may start from it (the default is by name)."""
+    namespace = template["metadata"]["namespace"]
+    for env in cache.store(SHADOW_ENVIRONMENT).list(namespace):
+        yield namespace, env["metadata"]["name"]
+
+
+def _env_of_pod(pod: Body, cache: Cache) -> Iterable[Key]:
+    """A workspace Pod -> its Sandbox -> the environment that Sandbox belongs to."""
+    meta = pod["metadata"]
+    sandbox = cache.store(SANDBOX).get(meta.get("namespace", ""), meta["name"])
+    env = ((sandbox or {}).get("metadata", {}).get("labels") or {}).get(c.LABEL_ENVIRONMENT)
+    if env:
+        yield meta["namespace"], env
+
+
+class StepFailed(Exception):
+    """A step cannot complete; `code` is a failure code for status (None: keep waiting, not a failure)."""
+
+    def __init__(
+        self, code: str | None, reason: str, message: str, retry: float | None = POLL_SECONDS
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.retry = retry
+
+
+class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
+    kind = SHADOW_ENVIRONMENT
+    owns = (SANDBOX, STATEFUL_SET, SERVICE, SECRET)
+    watches = (Watch(SANDBOX_TEMPLATE, _envs_in_namespace), Watch(POD, _env_of_pod))
+    cached = (Cached(STATEFUL_SET, c.LABEL_ENVIRONMENT),)
+    workers = 4
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._bootstrap_failures: dict[Key, int] = {}
+
+    async def deleted(self, key: Key) -> None:
+        self._bootstrap_failures.pop(key, None)
+
+    # ------------------------------------------------------------------------------------------ the pass
+    async def reconcile(self, env: ShadowEnvironment) -> float | None:
+        if env.deleting:
+            return None
+        state = _Status(env)
+        try:
+            retry = await self._steps(env, state)
+        except StepFailed as failed:
+            state.fail(failed)
+            retry = failed.retry
+        if not state.ready and state.failure is None:
+            created = env.metadata.creation_timestamp
+            deadline = env.spec.startup_timeout_seconds
+            if created is not None and (datetime.now(UTC) - created).total_seconds() > deadline:
+                state.failure = {
+                    "code": "Timeout",
+                    "message": f"not Ready {deadline}s after creation; waiting for: {state.waiting_for()}",
+                }
+        await self._write_status(env, state)
+        return retry
+
+    async def _steps(self, env: ShadowEnvironment, state: _Status) -> float | None:
+        body, ns = env.body, env.namespace
+        template = await self._preflight(env)
+        gitea_on = env.spec.gitea.enabled
+        base_url = res.gitea_url(body, self.config.cluster_domain) if gitea_on else None
+        state.status["giteaURL"] = base_url
+
+        creds: dict[str, str] = {}
+        sts = None
+        if gitea_on:
+            creds = await self._ensure_gitea_secret(env)
+            await self._apply(SERVICE, res.build_gitea_service(body), env)
+            sts = await self._apply(
+                STATEFUL_SET,
+                res.build_gitea_statefulset(
+                    body, image=self.config.gitea_image, cluster_domain=self.config.cluster_domain
+                ),
+                env,
+            )
+        sandbox = await self._apply(
+            SANDBOX, res.build_workspace_sandbox(body, template, gitea_base_url=base_url), env
+        )
+        sb_status = sandbox.get("status") or {}
+        state.status.update(
+            sandbox=env.name,
+            runtimeURL=sb_status.get("runtimeURL"),
+            runtimeTokenSecret=sb_status.get("runtimeTokenSecret"),
+            previewURL=sb_status.get("previewURL"),
+        )
+
+        workspace_ready = conds.is_true(sb_status.get("conditions"), c.COND_READY)
+        if workspace_ready:
+            state.set(c.COND_WORKSPACE_READY, True, "WorkspaceReady", "the workspace Pod is Ready")
+        else:
+            failure = res.pod_failure(
+                self.cache.store(POD).get(ns, env.name), "workspace Pod"
+            ) or res.pvc_failure(
+                self.cache.store(PVC).get(ns, naming.pvc_name(c.WORKSPACE_VOLUME, env.name)), "workspace"
+            )
+            if failure:
+                raise StepFailed(failure[0], failure[0], failure[1])
+            state.set(c.COND_WORKSPACE_READY, False, "WorkspaceStarting", "waiting for the workspace Pod")
+
+        gitea_ready = not gitea_on
+        if gitea_on:
+            assert sts is not None
+            gitea_ready = await self._gitea(env, state, sts, creds)
+        else:
+            state.remove(c.COND_GITEA_READY)
+        if not (workspace_ready and gitea_ready):
+            return POLL_SECONDS
+
+        await self._copy_in(env, state, creds.get(c.GITEA_SECRET_TOKEN))
+        if not conds.is_true(state.conditions, c.COND_SOURCES_READY):
+            return None  # waiting for an upload: its annotation wakes us
+        await self._verify(env, state)
+        return None
+
+    # ----------------------------------------------------------------------------------------- preflight
+    async def _preflight(self, env: ShadowEnvironment) -> Body:
+        name = env.spec.template or self.config.default_template
+        template = self.cache.store(SANDBOX_TEMPLATE).get(env.namespace, name)
+        if template is None:
+            raise StepFailed(
+                "TemplateNotFound",
+                "TemplateNotFound",
+                f"SandboxTemplate {name!r} does not exist in namespace {env.namespace}; create it or set "
+                "spec.template",
+                retry=None,  # the template's creation wakes us
+            )
+        storage_class = env.spec.workspace.storage_class_name
+        if storage_class and await self.client.get_live(STORAGE_CLASS, "", storage_class) is None:
+            raise StepFailed(
+                "StorageUnavailable",
+                "StorageUnavailable",
+                f"StorageClass {storage_class!r} does not exist; use one of `kubectl get storageclass` or "
+                "leave spec.workspace.storageClassName unset for the default",
+                retry=RETRY_SECONDS,
+            )
+        return template
+
+    async def _apply(self, kind: Any, manifest: dict[str, Any], env: ShadowEnvironment) -> Body:
+        try:
+            return await self.client.apply(kind, manifest, owner=env.body)
+        except NotOwned:
+            name = manifest["metadata"]["name"]
+            raise StepFailed(
+                None,
+                "NameConflict",
+                f"{kind} {name!r} exists and does not belong to this environment; delete it or rename the "
+                "environment",
+                retry=RETRY_SECONDS,
+            ) from None
+
+    # ------------------------------------------------------------------------------------------- Gitea
+    async def _ensure_gitea_secret(self, env: ShadowEnvironment) -> dict[str, str]:
+        """The admin credentials, generated once; the API token is added by the bootstrap."""
+        name = res.gitea_secret_name(env.name)
+        secret = self.cache.store(SECRET).get(env.namespace, name)
+        if secret is None:
+            manifest = res.build_gitea_secret(env.body, ADMIN_USERNAME, secrets.token_urlsafe(24))
+            secret = await self._apply(SECRET, manifest, env)
+        return _secret_data(secret)
+
+    async def _gitea(self, env: ShadowEnvironment, state: _Status, sts: Body, creds: dict[str, str]) -> bool:
+        key = (env.namespace, env.name)
+        if (sts.get("status") or {}).get("readyReplicas", 0) < 1:
+            pod = await self.client.get_live(POD, env.namespace, f"{sts['metadata']['name']}-0")
+            failure = res.pod_failure(pod, "Gitea Pod")
+            if failure:
+                raise StepFailed(failure[0], failure[0], failure[1])
+            state.set(c.COND_GITEA_READY, False, "GiteaStarting", "waiting for the Gitea Pod")
+            return False
+        done = conds.find(state.conditions, c.COND_GITEA_READY)
+        if (
+            done
+            and done.get("status") == "True"
+            and done.get("observedGeneration") == env.metadata.generation
+            and creds.get(c.GITEA_SECRET_TOKEN)
+        ):
+            return True
+        try:
+            created = await self._bootstrap(env, creds)
+        except GiteaError as exc:
+            failures = self._bootstrap_failures.get(key, 0) + 1
+            self._bootstrap_failures[key] = failures
+            message = copyin.redact(str(exc), creds)
+            if failures >= BOOTSTRAP_ATTEMPTS:
+                raise StepFailed(
+                    "GiteaBootstrapFailed",
+                    "GiteaBootstrapFailed",
+                    f"Gitea is running but could not be set up after {failures} attempts: {message}",
+                    retry=RETRY_SECONDS,
+                ) from None
+            raise StepFailed(None, "GiteaBootstrapRetrying", f"setting up Gitea: {message}") from None
+        self._bootstrap_failures.pop(key, None)
+        state.set(c.COND_GITEA_READY, True, "GiteaReady", "Gitea is up; organizations and repositories exist")
+        if created:
+            self.recorder.info(
+                env.body, reason="GiteaBootstrapped", message=f"Created in Gitea: {', '.join(created)}"
+            )
+        return True
+
+    def _gitea_api_url(self, env: ShadowEnvironment) -> str:
+        return self.config.gitea_api_url or res.gitea_url(env.body, self.config.cluster_domain)
+
+    async def _bootstrap(self, env: ShadowEnvironment, creds: dict[str, str]) -> list[str]:
+        """Token, organizations, repositories: each created only when missing. Returns what was created."""
+        url = self._gitea_api_url(env)
+        username = creds[c.GITEA_SECRET_USERNAME]
+        token = creds.get(c.GITEA_SECRET_TOKEN)
+        if token:
+            async with Gitea(url, username=username, token=token) as probe:
+                try:
+                    await probe.whoami()
+                except GiteaError as exc:
+                    if exc.status != 401:
+                        raise
+                    token = None  # Gitea's data was lost (volume recreated): make a new token
+        if not token:
+            async with Gitea(url, username=username, password=creds[c.GITEA_SECRET_PASSWORD]) as admin:
+                token = await admin.create_token()
+            name = res.gitea_secret_name(env.name)
+            await self.client.patch(
+                SECRET, env.namespace, name, {"stringData": {c.GITEA_SECRET_TOKEN: token}}
+            )
+            creds[c.GITEA_SECRET_TOKEN] = token
+        created: list[str] = []
+        plans = res.plan_sources(env.body)
+        orgs = {p.org for p in plans} | {r.to for r in env.spec.git_rewrites or ()}
+        async with Gitea(url, username=username, token=token) as gitea:
+            for org in sorted(orgs):
+                if await gitea.ensure_org(org):
+                    created.append(org)
+            for plan in plans:
+                _, new = await gitea.ensure_repo(plan.org, plan.repo)
+                if new:
+                    created.append(plan.full_repo)
+        return created
+
+    # ------------------------------------------------------------------------------------------ copy-in
+    def _runtime(self, env: ShadowEnvironment, state: _Status) -> Runtime:
+        url = state.status.get("runtimeURL")
+        if not url:
+            raise StepFailed(None, "RuntimeUnknown", "the workspace has no runtime URL yet")
+        secret = self.cache.store(SECRET).get(env.namespace, naming.token_secret_name(env.name))
+        token = _secret_data(secret).get(c.RUNTIME_TOKEN_KEY) if secret else None
+        return Runtime(url, token)
+
+    async def _copy_in(self, env: ShadowEnvironment, state: _Status, token: str | None) -> None:
+        plans = res.plan_sources(env.body)
+        done = {s["name"]: s for s in state.status.get("sources") or ()}
+        base_url = state.status.get("giteaURL")
+        rewrites = [r.model_dump(by_alias=True) for r in env.spec.git_rewrites or ()]
+        annotations = env.metadata.annotations
+        waiting = []
+        async with self._runtime(env, state) as runtime:
+            for plan in plans:
+                if plan.name in done:
+                    continue
+                if plan.upload and (c.ANNOTATION_UPLOAD_PREFIX + plan.name) not in annotations:
+                    waiting.append(plan.name)
+                    continue
+                push_url = f"{base_url}/{plan.full_repo}.git" if base_url else None
+                try:
+                    result = await runtime.sh(
+                        copyin.COPY_IN,
+                        env=copyin.copy_in_env(plan, push_url=push_url, token=token),
+                        timeout=900.0,
+                        tag="shadow-operator: copy-in",
+                    )
+                except RuntimeUnavailable as exc:
+                    raise StepFailed(None, "RuntimeUnreachable", str(exc)) from None
+                fields = copyin.parse_result(result.stdout)
+                if not result.ok or fields is None or len(fields) != 2:
+                    detail = copyin.redact(
+                        copyin.tail(result.output) or f"exit code {result.exit_code}", [token or ""]
+                    )
+                    what = f"cloning {plan.git_url}" if plan.git_url else "snapshotting the upload"
+                    raise StepFailed(
+                        "SourceFetchFailed",
+                        "SourceFetchFailed",
+                        f"source {plan.name!r}: {what} failed: {detail}",
+                        retry=RETRY_SECONDS,
+                    )
+                commit, branch = fields
+                if base_url and token:
+                    async with Gitea(self._gitea_api_url(env), username="", token=token) as gitea:
+                        try:
+                            await gitea.set_default_branch(plan.org, plan.repo, branch)
+                        except GiteaError as exc:
+                            raise StepFailed(None, "GiteaBootstrapRetrying", str(exc)) from None
+                entry: dict[str, Any] = {
+                    "name": plan.name,
+                    "repo": plan.full_repo,
+                    "path": plan.path,
+                    "commit": commit,
+                    "branch": branch,
+                    "cloneURL": push_url or "",
+                }
+                public = res.public_url(plan, rewrites)
+                if public:
+                    entry["publicURL"] = public
+                done[plan.name] = entry
+                state.status["sources"] = [done[p.name] for p in plans if p.name in done]
+                self.recorder.info(
+                    env.body,
+                    reason="SourceCopied",
+                    message=f"{plan.name}: {plan.full_repo}@{commit[:12]} ({branch})",
+                )
+            state.status["sourcesReady"] = f"{len(done)}/{len(plans)}"
+            if waiting:
+                state.set(
+                    c.COND_SOURCES_READY,
+                    False,
+                    "WaitingForUpload",
+                    f"waiting for the upload of {', '.join(waiting)} (shadowctl create --local, or "
+                    "shadow_operator.sdk.upload_source)",
+                )
+                return
+            if not conds.is_true(state.conditions, c.COND_SOURCES_READY):
+                try:
+                    await runtime.capture_baseline(BASELINE_EXCLUDE)
+                except RuntimeUnavailable as exc:
+                    raise StepFailed(None, "RuntimeUnreachable", str(exc)) from None
+            state.set(
+                c.COND_SOURCES_READY,
+                True,
+                "SourcesCopied",
+                f"{len(plans)} source(s) copied in; baseline captured",
+            )
+
+    # ------------------------------------------------------------------------------------------ verify
+    async def _verify(self, env: ShadowEnvironment, state: _Status) -> None:
+        verify = env.spec.verify
+        trigger = env.metadata.annotations.get(c.ANNOTATION_VERIFY_REQUEST)
+        verdict = state.status.get("verdict")
+        if not verify.enabled and trigger is None:
+            state.remove(c.COND_VERIFIED)
+            return
+        if (
+            verdict
+            and verdict.get("observedGeneration") == env.metadata.generation
+            and verdict.get("trigger") == trigger
+        ):
+            return
+        checks: dict[str, list[CheckResult]] = {
+            SOURCE_VERIFICATION: [],
+            INSTALLATION_HEALTH: [],
+            CODE_EXECUTION: [],
+        }
+        sources = state.status.get("sources") or []
+        async with self._runtime(env, state) as runtime:
+            try:
+                await self._check_sources(env, runtime, sources, checks[SOURCE_VERIFICATION])
+                if verify.install:
+                    await self._check_installs(runtime, sources, checks[INSTALLATION_HEALTH])
+                for command in verify.commands or ():
+                    result = await runtime.sh(
+                        command.command,
+                        cwd=command.cwd or "",
+                        timeout=float(command.timeout_seconds),
+                        tag=f"shadow-operator: verify {command.name}",
+                    )
+                    detail = f"exit code {result.exit_code}" + (" (timed out)" if result.timed_out else "")
+                    if result.output:
+                        detail += ": " + copyin.tail(result.output, 400)
+                    checks[CODE_EXECUTION].append(CheckResult(command.name, result.ok, detail))
+            except RuntimeUnavailable as exc:
+                raise StepFailed(None, "RuntimeUnreachable", str(exc)) from None
+        new = score_verdict(
+            checks,
+            pass_threshold=verify.pass_threshold,
+            verified_at=datetime.now(UTC),
+            generation=env.metadata.generation,
+        )
+        if trigger is not None:
+            new["trigger"] = trigger
+        state.status["verdict"] = new
+        passed = new["result"] == "PASS"
+        message = (
+            f"{new['result']}: score {new['score']}/{new['maxScore']} (threshold {new['passThreshold']})"
+        )
+        state.set(c.COND_VERIFIED, passed, "VerificationPassed" if passed else "VerificationFailed", message)
+        if passed:
+            self.recorder.info(env.body, reason="VerificationPassed", message=message)
+        else:
+            self.recorder.warn(
+                env.body, reason="VerificationFailed", message=message + "; " + "; ".join(new["issues"])[:600]
+            )
+
+    async def _check_sources(
+        self, env: ShadowEnvironment, runtime: Runtime, sources: list[dict[str, Any]], out: list[CheckResult]
+    ) -> None:
+        base_url = self._gitea_api_url(env) if env.spec.gitea.enabled else None
+        for src in sources:
+            result = await runtime.sh(
+                copyin.VERIFY_SOURCE,
+                env={"SHADOW_PATH": src["path"], "SHADOW_COMMIT": src["commit"]},
+                timeout=60.0,
+                tag="shadow-operator: verify source",
+            )
+            out.append(
+                CheckResult(
+                    f"{src['name']}: workspace has {src['commit'][:12]}",
+                    result.ok,
+                    "" if result.ok else copyin.tail(result.output, 300),
+                )
+            )
+            if base_url is None:
+                continue
+            org, _, repo = src["repo"].partition("/")
+            async with Gitea(base_url, username="") as gitea:
+                try:
+                    head = await gitea.branch_commit(org, repo, src["branch"])
+                except GiteaError as exc:
+                    head, error = None, str(exc)
+                else:
+                    error = ""
+            ok = head == src["commit"]
+            detail = error or ("" if ok else f"branch {src['branch']} is at {head or 'nothing'}")
+            out.append(
+                CheckResult(f"{src['name']}: Gitea {src['repo']}@{src['branch']} is the snapshot", ok, detail)
+            )
+
+    async def _check_installs(
+        self, runtime: Runtime, sources: list[dict[str, Any]], out: list[CheckResult]
+    ) -> None:
+        for src in sources:
+            detected = await runtime.sh(
+                copyin.DETECT_PROJECT,
+                env={"SHADOW_PATH": src["path"]},
+                timeout=30.0,
+                tag="shadow-operator: detect",
+            )
+            kind = (copyin.parse_result(detected.stdout) or ["other"])[0]
+            if kind not in ("python", "node"):
+                continue
+            # Python installs go through the public URL that the rewrites redirect (the fidelity this is
+            # about); npm turns GitHub URLs into tarball downloads that bypass git, so it uses Gitea's URL.
+            url = str(src.get("publicURL") if kind == "python" and src.get("publicURL") else src["cloneURL"])
+            script = copyin.INSTALL_PYTHON if kind == "python" else copyin.INSTALL_NODE
+            result = await runtime.sh(
+                script,
+                env={"SHADOW_URL": url, "SHADOW_BRANCH": src["branch"], **copyin.author_env()},
+                timeout=600.0,
+                tag="shadow-operator: verify install",
+            )
+            detail = f"{'pip' if kind == 'python' else 'npm'} install from {url}@{src['branch']}: exit code {result.exit_code}"
+            if not result.ok and result.output:
+                detail += ": " + copyin.tail(result.output, 400)
+            out.append(CheckResult(f"{src['name']}: installs from git", result.ok, detail))
+
+    # ------------------------------------------------------------------------------------------ status
+    async def _write_status(self, env: ShadowEnvironment, state: _Status) -> None:
+        new = state.finish()
+        old = env.body.get("status") or {}
+        unchanged = all(old.get(k) == v for k, v in new.items() if k != "conditions")
+        if unchanged and conds.same(old.get("conditions"), new.get("conditions")):
+            return
+        failure, old_failure = new.get("failure"), old.get("failure")
+        if failure and failure != old_failure:
+            self.recorder.warn(env.body, reason=failure["code"], message=failure["message"][:1000])
+        await self.client.patch_status(SHADOW_ENVIRONMENT, env.body, new)
+
+
+def _secret_data(secret: Body | None) -> dict[str, str]:
+    data: dict[str, str] = {}
+    for key, value in ((secret or {}).get("data") or {}).items():
+        data[key] = base64.b64decode(value).decode()
+    for key, value in ((secret or {}).get("stringData") or {}).items():
+        data[key] = value
+    return data
+
+
+class _Status:
+    """The status being built in one pass: conditions merged with the old ones, other fields replaced."""
+
+    def __init__(self, env: ShadowEnvironment) -> None:
+        self.env = env
+        old = env.body.get("status") or {}
+        self.generation = env.metadata.generation
+        self.conditions: list[dict[str, Any]] = [dict(x) for x in old.get("conditions") or ()]
+        self.status: dict[str, Any] = {
+            k: old[k] for k in ("sources", "sourcesReady", "verdict", "runtimeURL", "sandbox") if k in old
+        }
+        self.failure: dict[str, str] | None = None
+        self.stopped_at: str | None = None  # reason of the step that could not complete in this pass
+
+    def set(self, type_: str, status: bool, reason: str, message: str) -> None:
+        self.conditions = conds.merge(
+            self.conditions, [conds.make_condition(type_, status, reason, message, self.generation)]
+        )
+
+    def remove(self, type_: str) -> None:
+        self.conditions = [x for x in self.conditions if x["type"] != type_]
+
+    def fail(self, failed: StepFailed) -> None:
+        if failed.code is not None:
+            self.failure = {"code": failed.code, "message": failed.message}
+        self.stopped_at = failed.reason
+        self.set(c.COND_READY, False, failed.reason, failed.message)
+
+    @property
+    def ready(self) -> bool:
+        needed = [c.COND_WORKSPACE_READY, c.COND_SOURCES_READY]
+        if self.env.spec.gitea.enabled:
+            needed.append(c.COND_GITEA_READY)
+        return all(conds.is_true(self.conditions, t) for t in needed)
+
+    def waiting_for(self) -> str:
+        needed = [c.COND_WORKSPACE_READY, c.COND_GITEA_READY, c.COND_SOURCES_READY]
+        missing = [t for t in needed if not conds.is_true(self.conditions, t)]
+        if not self.env.spec.gitea.enabled and c.COND_GITEA_READY in missing:
+            missing.remove(c.COND_GITEA_READY)
+        return ", ".join(missing) or "nothing"
+
+    def finish(self) -> dict[str, Any]:
+        if self.failure is not None:
+            self.set(c.COND_READY, False, self.failure["code"], self.failure["message"])
+        elif self.ready:
+            self.set(c.COND_READY, True, "EnvironmentReady", "workspace, Gitea and sources are ready")
+        elif self.stopped_at is None:
+            self.set(c.COND_READY, False, "Progressing", f"waiting for {self.waiting_for()}")
+        out: dict[str, Any] = {
+            **{k: v for k, v in self.status.items() if v is not None},
+            "conditions": self.conditions,
+            "observedGeneration": self.generation,
+            "failure": self.failure,  # None clears it (merge patch)
+        }
+        return out

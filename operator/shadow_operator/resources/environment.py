@@ -1,0 +1,383 @@
+"""Child objects of a ShadowEnvironment: its Gitea (Secret, Service, StatefulSet) and its workspace Sandbox.
+
+Pure functions, dict in and dict out. The workspace Sandbox starts from the environment's SandboxTemplate and
+gains a PVC at `spec.workspace.mountPath`, the environment's variables, and git configuration through
+`GIT_CONFIG_COUNT`/`GIT_CONFIG_KEY_n`/`GIT_CONFIG_VALUE_n` (git >= 2.31 reads these from the environment): the
+`insteadOf` rules apply to every git process in the Pod (pip, uv and npm run git too) without a file in the
+workspace that a diff or a promote would pick up.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from shadow_operator.api import constants as c
+from shadow_operator.api import naming
+from shadow_operator.resources.blueprint import sandbox_spec_from_template
+from shadow_operator.resources.sandbox import runtime_container_index
+
+Body = Mapping[str, Any]
+Manifest = dict[str, Any]
+
+GITEA_DATA_VOLUME = "data"
+GITEA_DATA_PATH = "/data"
+# Git identity of the snapshot commits the operator makes of uncommitted work.
+SNAPSHOT_AUTHOR = ("shadow-operator", "shadow-operator@shadow.dev")
+
+
+# ------------------------------------------------------------------------------------------------ names
+def gitea_name(env: str) -> str:
+    """StatefulSet and Service of the environment's Gitea (52 characters leave room for the Pod's suffix
+    and the StatefulSet's revision label)."""
+    return naming.bounded(f"{env}-gitea", 52)
+
+
+def gitea_secret_name(env: str) -> str:
+    return naming.bounded(f"{env}-gitea-admin")
+
+
+def gitea_url(env: Body, cluster_domain: str) -> str:
+    meta = env["metadata"]
+    return f"http://{gitea_name(meta['name'])}.{meta['namespace']}.svc.{cluster_domain}:{c.GITEA_HTTP_PORT}"
+
+
+def environment_labels(env: Body, component: str) -> dict[str, str]:
+    return {
+        c.LABEL_ENVIRONMENT: env["metadata"]["name"],
+        c.LABEL_COMPONENT: component,
+        c.LABEL_MANAGED_BY: c.MANAGED_BY_VALUE,
+    }
+
+
+def cached_labels(env: Body, component: str) -> dict[str, str]:
+    """Labels of the Secret and Service: the operator's caches of those kinds watch objects that carry the
+    sandbox name hash, here the hash of the environment (whose workspace Sandbox has the same name)."""
+    return {
+        **environment_labels(env, component),
+        c.LABEL_SANDBOX_NAME_HASH: naming.name_hash(env["metadata"]["name"]),
+    }
+
+
+# -------------------------------------------------------------------------------------------- sources
+@dataclass(frozen=True)
+class SourcePlan:
+    """Where a source goes: its directory in the workspace and its Gitea repository."""
+
+    name: str
+    path: str
+    org: str
+    repo: str
+    git_url: str | None
+    git_ref: str | None
+    upload: bool
+
+    @property
+    def full_repo(self) -> str:
+        return f"{self.org}/{self.repo}"
+
+
+def plan_sources(env: Body) -> list[SourcePlan]:
+    spec = env["spec"]
+    default_org = (spec.get("gitea") or {}).get("organization") or "shadow"
+    plans = []
+    for source in spec["sources"]:
+        org, _, repo = source["repo"].rpartition("/")
+        git = source.get("git")
+        plans.append(
+            SourcePlan(
+                name=source["name"],
+                path=source.get("path") or source["name"],
+                org=org or default_org,
+                repo=repo,
+                git_url=git["url"] if git else None,
+                git_ref=(git or {}).get("ref"),
+                upload=git is None,
+            )
+        )
+    return plans
+
+
+def public_url(plan: SourcePlan, rewrites: Sequence[Mapping[str, str]]) -> str | None:
+    """The URL people (and lockfiles) use for the repository, when a rewrite sends it to this Gitea."""
+    for rule in rewrites:
+        if rule["to"] == plan.org:
+            return f"{rule['from']}{plan.repo}"
+    return None
+
+
+def git_config_env(rewrites: Sequence[Mapping[str, str]], base_url: str) -> list[dict[str, str]]:
+    """`url.<gitea>/<org>/.insteadOf <from>` for each rewrite, as git's environment configuration."""
+    pairs = [(f"url.{base_url}/{rule['to']}/.insteadOf", rule["from"]) for rule in rewrites]
+    env = [{"name": "GIT_CONFIG_COUNT", "value": str(len(pairs))}]
+    for i, (key, value) in enumerate(pairs):
+        env.append({"name": f"GIT_CONFIG_KEY_{i}", "value": key})
+        env.append({"name": f"GIT_CONFIG_VALUE_{i}", "value": value})
+    return env
+
+
+# ------------------------------------------------------------------------------------------------ Gitea
+def build_gitea_secret(env: Body, username: str, password: str) -> Manifest:
+    meta = env["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": gitea_secret_name(meta["name"]),
+            "namespace": meta["namespace"],
+            "labels": cached_labels(env, c.COMPONENT_GITEA),
+        },
+        "stringData": {c.GITEA_SECRET_USERNAME: username, c.GITEA_SECRET_PASSWORD: password},
+    }
+
+
+def _gitea_selector(env: Body) -> dict[str, str]:
+    return {c.LABEL_ENVIRONMENT: env["metadata"]["name"], c.LABEL_COMPONENT: c.COMPONENT_GITEA}
+
+
+def build_gitea_service(env: Body) -> Manifest:
+    meta = env["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": gitea_name(meta["name"]),
+            "namespace": meta["namespace"],
+            "labels": cached_labels(env, c.COMPONENT_GITEA),
+        },
+        "spec": {
+            "selector": _gitea_selector(env),
+            "ports": [{"name": "http", "port": c.GITEA_HTTP_PORT, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
+
+
+def build_gitea_statefulset(env: Body, *, image: str, cluster_domain: str) -> Manifest:
+    meta, spec = env["metadata"], env["spec"]
+    name = gitea_name(meta["name"])
+    gitea = spec.get("gitea") or {}
+    persistence = gitea.get("persistence") or {}
+    secret = gitea_secret_name(meta["name"])
+    storage_class = (spec.get("workspace") or {}).get("storageClassName")
+    pvc_spec: dict[str, Any] = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": persistence.get("size", "1Gi")}},
+    }
+    if storage_class:
+        pvc_spec["storageClassName"] = storage_class
+
+    def from_secret(key: str) -> dict[str, Any]:
+        return {"secretKeyRef": {"name": secret, "key": key}}
+
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {
+            "name": name,
+            "namespace": meta["namespace"],
+            "labels": environment_labels(env, c.COMPONENT_GITEA),
+        },
+        "spec": {
+            "serviceName": name,
+            "replicas": 1,
+            "selector": {"matchLabels": _gitea_selector(env)},
+            # The data volume goes with the StatefulSet (and so with the environment) unless retained.
+            "persistentVolumeClaimRetentionPolicy": {
+                "whenDeleted": "Retain" if persistence.get("retain") else "Delete",
+                "whenScaled": "Retain",
+            },
+            "template": {
+                "metadata": {
+                    "labels": {
+                        **environment_labels(env, c.COMPONENT_GITEA),
+                        "app.kubernetes.io/name": "gitea",
+                    }
+                },
+                "spec": {
+                    "automountServiceAccountToken": False,
+                    "enableServiceLinks": False,
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": 1000,
+                        "runAsGroup": 1000,
+                        "fsGroup": 1000,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "containers": [
+                        {
+                            "name": "gitea",
+                            "image": image,
+                            "imagePullPolicy": "IfNotPresent",
+                            "env": [
+                                {"name": "GITEA_ROOT_URL", "value": gitea_url(env, cluster_domain) + "/"},
+                                {
+                                    "name": "GITEA_ADMIN_USERNAME",
+                                    "valueFrom": from_secret(c.GITEA_SECRET_USERNAME),
+                                },
+                                {
+                                    "name": "GITEA_ADMIN_PASSWORD",
+                                    "valueFrom": from_secret(c.GITEA_SECRET_PASSWORD),
+                                },
+                            ],
+                            "ports": [
+                                {"name": "http", "containerPort": c.GITEA_HTTP_PORT, "protocol": "TCP"}
+                            ],
+                            "readinessProbe": {
+                                "httpGet": {"path": "/api/healthz", "port": "http"},
+                                "periodSeconds": 1,
+                                "failureThreshold": 3,
+                            },
+                            "resources": {
+                                "requests": {"cpu": "50m", "memory": "128Mi"},
+                                "limits": {"memory": "1Gi"},
+                            },
+                            "securityContext": {
+                                "allowPrivilegeEscalation": False,
+                                "capabilities": {"drop": ["ALL"]},
+                            },
+                            "volumeMounts": [{"name": GITEA_DATA_VOLUME, "mountPath": GITEA_DATA_PATH}],
+                        }
+                    ],
+                },
+            },
+            "volumeClaimTemplates": [{"metadata": {"name": GITEA_DATA_VOLUME}, "spec": pvc_spec}],
+        },
+    }
+
+
+# -------------------------------------------------------------------------------------------- workspace
+def _set_env(container: dict[str, Any], extra: Sequence[Mapping[str, Any]]) -> None:
+    names = {e["name"] for e in extra}
+    container["env"] = [e for e in container.get("env") or () if e.get("name") not in names] + [
+        dict(e) for e in extra
+    ]
+
+
+def _set_root_arg(container: dict[str, Any], mount_path: str) -> None:
+    args = list(container.get("args") or ())
+    for i, arg in enumerate(args):
+        if arg == "--root" and i + 1 < len(args):
+            args[i + 1] = mount_path
+        elif arg.startswith("--root="):
+            args[i] = f"--root={mount_path}"
+    if args:
+        container["args"] = args
+
+
+def build_workspace_sandbox(env: Body, template: Body, *, gitea_base_url: str | None) -> Manifest:
+    """The Sandbox the workspace runs in: the template's Pod with the workspace volume at mountPath."""
+    meta, spec = env["metadata"], env["spec"]
+    workspace = spec.get("workspace") or {}
+    mount_path = workspace.get("mountPath", "/workspace")
+    sandbox_spec = sandbox_spec_from_template(template)
+    pod_spec = sandbox_spec["podTemplate"]["spec"]
+    container = pod_spec["containers"][runtime_container_index(pod_spec)]
+
+    # The template's own workspace volume (an emptyDir in the default template) gives way to the PVC.
+    mounts = [m for m in container.get("volumeMounts") or () if m.get("name") != c.WORKSPACE_VOLUME]
+    mounts = [m for m in mounts if m.get("mountPath") != mount_path]
+    container["volumeMounts"] = [*mounts, {"name": c.WORKSPACE_VOLUME, "mountPath": mount_path}]
+    pod_spec["volumes"] = [v for v in pod_spec.get("volumes") or () if v.get("name") != c.WORKSPACE_VOLUME]
+    container["workingDir"] = mount_path
+    _set_root_arg(container, mount_path)
+
+    extra: list[dict[str, Any]] = [{"name": "SANDBOX_RUNTIME_ROOT", "value": mount_path}]
+    if spec.get("journal", True):
+        extra.append({"name": "SANDBOX_RUNTIME_HANDOFF", "value": "1"})
+    if gitea_base_url is not None:
+        org = (spec.get("gitea") or {}).get("organization") or "shadow"
+        extra += [
+            {"name": c.ENV_GITEA_URL, "value": gitea_base_url},
+            {"name": c.ENV_GITEA_ORG, "value": org},
+        ]
+        extra += git_config_env(spec.get("gitRewrites") or (), gitea_base_url)
+    extra += [{"name": e["name"], "value": e["value"]} for e in spec.get("env") or ()]
+    _set_env(container, extra)
+    if spec.get("resources"):
+        container["resources"] = copy.deepcopy(dict(spec["resources"]))
+    preview_port = (spec.get("preview") or {}).get("port")
+    if preview_port:
+        ports = [p for p in container.get("ports") or () if p.get("name") != c.PREVIEW_PORT_NAME]
+        ports = [p for p in ports if p.get("containerPort") != preview_port]
+        container["ports"] = [
+            *ports,
+            {"name": c.PREVIEW_PORT_NAME, "containerPort": preview_port, "protocol": "TCP"},
+        ]
+    pod_meta = sandbox_spec["podTemplate"].setdefault("metadata", {})
+    pod_meta.setdefault("labels", {})[c.LABEL_ENVIRONMENT] = meta["name"]
+    pod_spec.setdefault("securityContext", {}).setdefault("fsGroup", 1000)
+
+    pvc_spec: dict[str, Any] = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": workspace.get("size", "10Gi")}},
+    }
+    if workspace.get("storageClassName"):
+        pvc_spec["storageClassName"] = workspace["storageClassName"]
+    vcts = [
+        t
+        for t in sandbox_spec.get("volumeClaimTemplates") or ()
+        if t["metadata"]["name"] != c.WORKSPACE_VOLUME
+    ]
+    sandbox_spec["volumeClaimTemplates"] = [
+        *vcts,
+        {"metadata": {"name": c.WORKSPACE_VOLUME}, "spec": pvc_spec},
+    ]
+    # The runtime URL in status is the headless Service's name.
+    sandbox_spec["service"] = True
+    if spec.get("shutdownTime"):
+        sandbox_spec["shutdownTime"] = spec["shutdownTime"]
+    return {
+        "apiVersion": c.SANDBOX_API_VERSION,
+        "kind": "Sandbox",
+        "metadata": {
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "labels": environment_labels(env, c.COMPONENT_WORKSPACE),
+        },
+        "spec": sandbox_spec,
+    }
+
+
+# ---------------------------------------------------------------------------------------------- failures
+IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
+
+
+def pod_failure(pod: Body | None, what: str) -> tuple[str, str] | None:
+    """A failure code and message for a Pod that will not start on its own, or None."""
+    if pod is None:
+        return None
+    status = pod.get("status") or {}
+    for cs in [*(status.get("initContainerStatuses") or ()), *(status.get("containerStatuses") or ())]:
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in IMAGE_PULL_REASONS:
+            image = cs.get("image", "")
+            detail = waiting.get("message") or waiting["reason"]
+            return (
+                "ImagePullFailed",
+                f"{what}: image {image} cannot be pulled ({detail}); check the image name and that the "
+                "registry is reachable from the nodes",
+            )
+    for cond in status.get("conditions") or ():
+        if (
+            cond.get("type") == "PodScheduled"
+            and cond.get("status") == "False"
+            and cond.get("reason") == "Unschedulable"
+        ):
+            message = cond.get("message", "")
+            if "persistentvolumeclaim" in message.lower() or "volume" in message.lower():
+                return (
+                    "StorageUnavailable",
+                    f"{what}: its volume cannot be provisioned ({message}); check the storage class",
+                )
+            return ("Unschedulable", f"{what} cannot be scheduled: {message}")
+    return None
+
+
+def pvc_failure(pvc: Body | None, what: str) -> tuple[str, str] | None:
+    """A PVC that the provisioner gave up on (Lost) is a storage failure."""
+    if pvc is not None and (pvc.get("status") or {}).get("phase") == "Lost":
+        return ("StorageUnavailable", f"{what}: volume claim {pvc['metadata']['name']} is Lost")
+    return None
