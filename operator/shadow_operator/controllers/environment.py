@@ -157,9 +157,8 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
         if workspace_ready:
             state.set(c.COND_WORKSPACE_READY, True, "WorkspaceReady", "the workspace Pod is Ready")
         else:
-            failure = res.pod_failure(
-                self.cache.store(POD).get(ns, env.name), "workspace Pod"
-            ) or res.pvc_failure(
+            pod = self.cache.store(POD).get(ns, env.name)
+            failure = res.pod_failure(pod, "workspace Pod", datetime.now(UTC)) or res.pvc_failure(
                 self.cache.store(PVC).get(ns, naming.pvc_name(c.WORKSPACE_VOLUME, env.name)), "workspace"
             )
             if failure:
@@ -231,7 +230,7 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
         key = (env.namespace, env.name)
         if (sts.get("status") or {}).get("readyReplicas", 0) < 1:
             pod = await self.client.get_live(POD, env.namespace, f"{sts['metadata']['name']}-0")
-            failure = res.pod_failure(pod, "Gitea Pod")
+            failure = res.pod_failure(pod, "Gitea Pod", datetime.now(UTC))
             if failure:
                 raise StepFailed(failure[0], failure[0], failure[1])
             state.set(c.COND_GITEA_READY, False, "GiteaStarting", "waiting for the Gitea Pod")

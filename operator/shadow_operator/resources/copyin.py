@@ -35,6 +35,10 @@ GIT_INDEX_FILE="$index" git add --all
 tree=$(GIT_INDEX_FILE="$index" git write-tree)
 rm -f "$index"
 parent=$(git rev-parse --quiet --verify 'HEAD^{commit}' || true)
+# Dated like its parent, the snapshot of the same tree is the same commit every time (a retried copy-in
+# pushes what the first attempt pushed).
+stamp=$( [ -n "$parent" ] && git log -1 --format=%cI "$parent" || echo 1970-01-01T00:00:00Z)
+export GIT_AUTHOR_DATE="$stamp" GIT_COMMITTER_DATE="$stamp"
 if [ -n "$parent" ] && [ "$(git rev-parse "$parent^{tree}")" = "$tree" ]; then
   commit=$parent
 elif [ -n "$parent" ]; then

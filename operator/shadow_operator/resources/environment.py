@@ -12,11 +12,13 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
 from shadow_operator.resources.blueprint import sandbox_spec_from_template
+from shadow_operator.resources.conditions import parse_time
 from shadow_operator.resources.sandbox import runtime_container_index
 
 Body = Mapping[str, Any]
@@ -343,9 +345,11 @@ def build_workspace_sandbox(env: Body, template: Body, *, gitea_base_url: str | 
 
 # ---------------------------------------------------------------------------------------------- failures
 IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
+# A Pod waits for its volume while the provisioner works (Immediate binding): only a wait this long is a failure.
+UNSCHEDULABLE_GRACE_SECONDS = 30.0
 
 
-def pod_failure(pod: Body | None, what: str) -> tuple[str, str] | None:
+def pod_failure(pod: Body | None, what: str, now: datetime) -> tuple[str, str] | None:
     """A failure code and message for a Pod that will not start on its own, or None."""
     if pod is None:
         return None
@@ -366,6 +370,9 @@ def pod_failure(pod: Body | None, what: str) -> tuple[str, str] | None:
             and cond.get("status") == "False"
             and cond.get("reason") == "Unschedulable"
         ):
+            since = parse_time(cond.get("lastTransitionTime"))
+            if since is not None and (now - since).total_seconds() < UNSCHEDULABLE_GRACE_SECONDS:
+                continue
             message = cond.get("message", "")
             if "persistentvolumeclaim" in message.lower() or "volume" in message.lower():
                 return (
