@@ -27,7 +27,14 @@ SANDBOX = ("agents.x-k8s.io", "sandboxes")
 CLAIM = ("extensions.agents.x-k8s.io", "sandboxclaims")
 TEMPLATE = ("extensions.agents.x-k8s.io", "sandboxtemplates")
 POOL = ("extensions.agents.x-k8s.io", "sandboxwarmpools")
-KINDS = {SANDBOX: "Sandbox", CLAIM: "SandboxClaim", TEMPLATE: "SandboxTemplate", POOL: "SandboxWarmPool"}
+ENVIRONMENT = ("shadow.dev", "shadowenvironments")
+KINDS = {
+    SANDBOX: "Sandbox",
+    CLAIM: "SandboxClaim",
+    TEMPLATE: "SandboxTemplate",
+    POOL: "SandboxWarmPool",
+    ENVIRONMENT: "ShadowEnvironment",
+}
 OPERATOR_ENV = {"SHADOW_METRICS_PORT": "0"}
 
 

@@ -1,0 +1,323 @@
+"""ShadowEnvironment on the local control plane, bootstrapping a real Gitea binary on loopback.
+
+kwok plays the kubelet, so the workspace and Gitea Pods become Ready without running anything; the operator
+reaches "their" Gitea at the loopback address SHADOW_GITEA_API_URL names, where the test starts the pinned
+Gitea with the credentials the operator generated into the environment's Secret, as the Gitea Pod would.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from shadow_operator.api import constants as c
+from shadow_operator.resources.verdict import SOURCE_VERIFICATION, CheckResult, score_verdict
+
+from tests.support.controlplane import free_port, wait_for
+from tests.support.gitea import GiteaServer, missing_tools
+from tests.support.sandbox_operator import (
+    ENVIRONMENT,
+    SANDBOX,
+    TEMPLATE,
+    Objects,
+    in_process_operator,
+    install_crds,
+    template_body,
+)
+
+pytestmark = pytest.mark.integration
+V = "v1alpha1"
+GITEA_PORT = free_port()
+
+
+@pytest.fixture(scope="module")
+def operator(k8s_api: client.ApiClient) -> Iterator[Any]:
+    reason = missing_tools()
+    if reason is not None:
+        pytest.fail(reason)
+    install_crds(k8s_api)
+    with in_process_operator(
+        SHADOW_GITEA_API_URL=f"http://127.0.0.1:{GITEA_PORT}", SHADOW_GITEA_IMAGE="gitea:test"
+    ) as runner:
+        yield runner
+
+
+def env_body(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "sources": [
+                {"name": "core", "repo": "microsoft/amplifier-core", "upload": {}},
+                {"name": "tools", "repo": "tools", "upload": {}},
+            ],
+            "workspace": {"size": "1Gi"},
+            "gitRewrites": [{"from": "https://github.com/microsoft/", "to": "microsoft"}],
+            **spec,
+        },
+    }
+
+
+def bind_volumes(objs: Objects, env: str, tmp_path: Path) -> list[str]:
+    """Static PersistentVolumes pre-bound to the environment's two claims (the control plane has no
+    provisioner), so that the scheduler places its Pods."""
+    names = []
+    for claim in (f"workspace-{env}", f"data-{env}-gitea-0"):
+        name = f"{objs.namespace}-{claim}"[:63]
+        pv = {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": name},
+            "spec": {
+                "capacity": {"storage": "10Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": "",
+                "hostPath": {"path": str(tmp_path / claim)},
+                "claimRef": {"namespace": objs.namespace, "name": claim},
+                "persistentVolumeReclaimPolicy": "Delete",
+            },
+        }
+        objs.core.create_persistent_volume(pv)
+        names.append(name)
+    return names
+
+
+def secret_data(objs: Objects, name: str) -> dict[str, str]:
+    secret = objs.core.read_namespaced_secret(name, objs.namespace)
+    return {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
+
+
+def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next((x for x in (obj.get("status") or {}).get("conditions") or () if x["type"] == type_), {})
+
+
+def events_text(objs: Objects) -> str:
+    return json.dumps(
+        [e.to_dict() for e in objs.core.list_namespaced_event(objs.namespace).items], default=str
+    )
+
+
+def controller_of(obj: Any) -> Any:
+    refs = obj.metadata.owner_references if hasattr(obj, "metadata") else obj["metadata"]["ownerReferences"]
+    return next(r for r in refs if (r.controller if hasattr(r, "controller") else r.get("controller")))
+
+
+def test_children_gitea_bootstrap_and_no_secret_leaks(objs: Objects, tmp_path: Path) -> None:
+    objs.create(TEMPLATE, template_body("workspace"))
+    volumes = bind_volumes(objs, "env1", tmp_path)
+    try:
+        env = objs.create(ENVIRONMENT, env_body("env1"), version=V)
+        uid = env["metadata"]["uid"]
+        wait_for(lambda: _exists(objs, "env1-gitea-admin"), timeout=30, what="Gitea admin Secret")
+        creds = secret_data(objs, "env1-gitea-admin")
+        with GiteaServer(
+            tmp_path / "gitea",
+            admin_username=creds["username"],
+            admin_password=creds["password"],
+            port=GITEA_PORT,
+        ) as gitea:
+            env = objs.wait_condition(ENVIRONMENT, "env1", type_="GiteaReady", timeout=120, version=V)
+
+            # Children, each controlled by the environment.
+            sandbox = objs.get(SANDBOX, "env1")
+            assert sandbox is not None and controller_of(sandbox)["uid"] == uid
+            sts = client.AppsV1Api(objs.api).read_namespaced_stateful_set("env1-gitea", objs.namespace)
+            assert controller_of(sts).uid == uid and controller_of(sts).kind == "ShadowEnvironment"
+            svc = objs.core.read_namespaced_service("env1-gitea", objs.namespace)
+            assert controller_of(svc).uid == uid
+            secret = objs.core.read_namespaced_secret("env1-gitea-admin", objs.namespace)
+            assert controller_of(secret).uid == uid
+            container = sandbox["spec"]["podTemplate"]["spec"]["containers"][0]
+            env_vars = {e["name"]: e.get("value") for e in container["env"]}
+            gitea_url = f"http://env1-gitea.{objs.namespace}.svc.cluster.local:3000"
+            assert env_vars["GIT_CONFIG_KEY_0"] == f"url.{gitea_url}/microsoft/.insteadOf"
+            assert env_vars["GIT_CONFIG_VALUE_0"] == "https://github.com/microsoft/"
+            assert env["status"]["giteaURL"] == gitea_url
+
+            # Bootstrap: one organization per owner, one repository per source, the token kept.
+            token = secret_data(objs, "env1-gitea-admin")["token"]
+            orgs = sorted(o["username"] for o in gitea.api("GET", "admin/orgs"))
+            assert orgs == ["microsoft", "shadow"]
+            assert [r["name"] for r in gitea.api("GET", "orgs/microsoft/repos")] == ["amplifier-core"]
+            assert [r["name"] for r in gitea.api("GET", "orgs/shadow/repos")] == ["tools"]
+
+            # Uploads are awaited, not guessed.
+            env = objs.wait_condition(
+                ENVIRONMENT, "env1", "False", "WaitingForUpload", type_="SourcesReady", timeout=60, version=V
+            )
+            assert condition(env, "WorkspaceReady")["status"] == "True"
+            assert condition(env, "Ready")["status"] == "False"
+
+            # Run the bootstrap again (a new generation): nothing is duplicated, the token is reused.
+            objs.custom.patch_namespaced_custom_object(
+                "shadow.dev",
+                V,
+                objs.namespace,
+                "shadowenvironments",
+                "env1",
+                {"spec": {"verify": {"passThreshold": 80}}},
+            )
+            objs.wait(
+                ENVIRONMENT,
+                "env1",
+                lambda o: (
+                    condition(o, "GiteaReady").get("observedGeneration") == 2
+                    and condition(o, "GiteaReady").get("status") == "True"
+                ),
+                timeout=60,
+                version=V,
+            )
+            assert sorted(o["username"] for o in gitea.api("GET", "admin/orgs")) == orgs
+            assert len(gitea.api("GET", "orgs/microsoft/repos")) == 1
+            tokens = gitea.api("GET", f"users/{creds['username']}/tokens")
+            assert [t["name"] for t in tokens] == ["shadow-operator"]
+            assert secret_data(objs, "env1-gitea-admin")["token"] == token
+
+            # No credential in status or events.
+            text = json.dumps(objs.get(ENVIRONMENT, "env1", V)) + events_text(objs)
+            for value in (creds["password"], token):
+                assert value not in text
+
+        # Deleting the environment removes every child (garbage collection through owner references).
+        objs.custom.delete_namespaced_custom_object(
+            "shadow.dev", V, objs.namespace, "shadowenvironments", "env1"
+        )
+        wait_for(lambda: objs.get(SANDBOX, "env1") is None, timeout=60, what="workspace Sandbox to go")
+        wait_for(lambda: not _exists(objs, "env1-gitea-admin"), timeout=60, what="Gitea Secret to go")
+        wait_for(
+            lambda: (
+                not objs.core.list_namespaced_service(
+                    objs.namespace, label_selector=f"{c.LABEL_ENVIRONMENT}=env1"
+                ).items
+            ),
+            timeout=60,
+            what="Gitea Service to go",
+        )
+    finally:
+        for name in volumes:
+            with contextlib.suppress(ApiException):
+                objs.core.delete_persistent_volume(name)
+
+
+def _exists(objs: Objects, secret: str) -> bool:
+    try:
+        objs.core.read_namespaced_secret(secret, objs.namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
+
+
+def test_missing_template_is_reported_and_heals(objs: Objects) -> None:
+    objs.create(ENVIRONMENT, env_body("lost", template="no-such-template"), version=V)
+    env = objs.wait(
+        ENVIRONMENT, "lost", lambda o: (o.get("status") or {}).get("failure"), timeout=30, version=V
+    )
+    assert env["status"]["failure"]["code"] == "TemplateNotFound"
+    assert "no-such-template" in env["status"]["failure"]["message"]
+    assert condition(env, "Ready")["reason"] == "TemplateNotFound"
+    assert objs.get(SANDBOX, "lost") is None
+    objs.create(TEMPLATE, template_body("no-such-template"))
+    env = objs.wait(
+        ENVIRONMENT, "lost", lambda o: not (o.get("status") or {}).get("failure"), timeout=30, version=V
+    )
+    wait_for(lambda: objs.get(SANDBOX, "lost") is not None, timeout=30, what="workspace Sandbox")
+
+
+def test_missing_storage_class_is_reported(objs: Objects) -> None:
+    objs.create(TEMPLATE, template_body("workspace"))
+    body = env_body("nostorage", workspace={"storageClassName": "no-such-class"})
+    objs.create(ENVIRONMENT, body, version=V)
+    env = objs.wait(
+        ENVIRONMENT, "nostorage", lambda o: (o.get("status") or {}).get("failure"), timeout=30, version=V
+    )
+    assert env["status"]["failure"]["code"] == "StorageUnavailable"
+    assert "no-such-class" in env["status"]["failure"]["message"]
+    events = objs.core.list_namespaced_event(
+        objs.namespace, field_selector="involvedObject.name=nostorage"
+    ).items
+    assert any(e.reason == "StorageUnavailable" for e in events)
+
+
+def test_verdict_round_trips_through_the_api(objs: Objects) -> None:
+    """The schema keeps every field of a verdict (nothing pruned by the structural schema)."""
+    objs.create(ENVIRONMENT, env_body("judged", template="absent"), version=V)
+    objs.wait(ENVIRONMENT, "judged", lambda o: (o.get("status") or {}).get("failure"), timeout=30, version=V)
+    verdict = score_verdict(
+        {
+            SOURCE_VERIFICATION: [
+                CheckResult("core: workspace has abc", True),
+                CheckResult("core: Gitea", False, "branch main is at nothing"),
+            ]
+        },
+        pass_threshold=75,
+        verified_at=datetime(2026, 11, 23, 12, 0, tzinfo=UTC),
+        generation=1,
+    )
+    objs.custom.patch_namespaced_custom_object_status(
+        "shadow.dev", V, objs.namespace, "shadowenvironments", "judged", {"status": {"verdict": verdict}}
+    )
+    stored = objs.get(ENVIRONMENT, "judged", V)
+    assert stored is not None and stored["status"]["verdict"] == verdict
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (
+            {"sources": [{"name": "a", "repo": "a", "upload": {}, "git": {"url": "https://x/a.git"}}]},
+            "exactly one of git",
+        ),
+        (
+            {"sources": [{"name": "a", "repo": "a", "path": "../escape", "upload": {}}]},
+            "spec.sources[0].path",
+        ),
+        (
+            {"sources": [{"name": "a", "repo": "a", "upload": {}}], "workspace": {"mountPath": "relative"}},
+            "mountPath",
+        ),
+        (
+            {
+                "sources": [
+                    {"name": "a", "repo": "o/a", "upload": {}},
+                    {"name": "b", "repo": "o/a", "upload": {}},
+                ]
+            },
+            "share one Gitea repo",
+        ),
+        (
+            {
+                "sources": [{"name": "a", "repo": "a", "upload": {}}],
+                "gitRewrites": [{"from": "https://github.com/x", "to": "x"}],
+            },
+            "gitRewrites",
+        ),
+    ],
+)
+def test_admission_rejects_bad_environments(objs: Objects, spec: dict[str, Any], message: str) -> None:
+    with pytest.raises(ApiException) as err:
+        objs.create(ENVIRONMENT, {"metadata": {"name": "bad"}, "spec": spec}, version=V)
+    assert err.value.status == 422
+    assert message in err.value.body
+
+
+def test_sources_are_immutable(objs: Objects) -> None:
+    objs.create(ENVIRONMENT, env_body("fixed", template="absent"), version=V)
+    with pytest.raises(ApiException) as err:
+        objs.custom.patch_namespaced_custom_object(
+            "shadow.dev",
+            V,
+            objs.namespace,
+            "shadowenvironments",
+            "fixed",
+            {"spec": {"sources": [{"name": "core", "repo": "other/repo", "upload": {}}]}},
+        )
+    assert err.value.status == 422 and "immutable" in err.value.body
