@@ -2,9 +2,9 @@
 # Build the pinned external tools from Go modules into ~/.cache/shadow-operator/bin.
 # Idempotent: a tool whose versioned binary exists is skipped, so a warm run is a no-op.
 #
-#   hack/build-tools.sh                 # the control-plane set used by `make test`
+#   hack/build-tools.sh                 # the set used by `make test`: control-plane, helm, gitea
 #   hack/build-tools.sh kind helm node  # named groups (control-plane, etcd, kwok, kind, helm, node,
-#                                       # coredns, local-path-provisioner)
+#                                       # coredns, local-path-provisioner, gitea)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -106,6 +106,82 @@ build_k8s() {
   rm -rf "$out"
 }
 
+# Gitea: its go.mod declares the module path gitea.dev (not code.gitea.io/gitea) and has replace
+# directives, so `go install` cannot build it; the downloaded module is copied and built as the main module.
+# v1.27 picks its SQLite driver by tag: the default is the pure-Go modernc driver (what upstream ships);
+# `sqlite` is no longer a tag and `sqlite_unlock_notify` only matters with `sqlite_mattn` (cgo). So no tags
+# and CGO_ENABLED=0: a static binary and no C compiler needed.
+# Without the bindata tag Gitea reads templates/, options/ and public/ from [server] STATIC_ROOT_PATH: they
+# go to share/gitea-VERSION. The web UI bundle (public/assets, built with npm/pnpm) is not built: the API,
+# /api/healthz and git smart HTTP do not use it; only HTML pages would lack scripts and styles.
+gitea_share_dir() { echo "${SHADOW_CACHE}/share/gitea-$1"; }
+
+# Modules Gitea requires under gitea.dev, a host the module proxy may refuse. The same releases are served
+# under their former paths (their go.mod already says gitea.dev/...): they are re-packaged under gitea.dev
+# into a local file proxy, and Go checks them against Gitea's own go.sum, so the content is upstream's.
+GITEA_MOVED_MODULES=("gitea.dev/actions-proto-go=code.gitea.io/actions-proto-go" "gitea.dev/sdk=code.gitea.io/sdk")
+# Versions the proxy refuses, replaced by the nearest newer release it serves (verified by the checksum
+# database). client-go is only used by Gitea's GitLab migration importer.
+GITEA_VERSION_REPLACES=("gitlab.com/gitlab-org/api/client-go/v2=gitlab.com/gitlab-org/api/client-go/v2@v2.43.0")
+
+# gitea_local_proxy SRC_DIR PROXY_DIR: fill PROXY_DIR (a file:// GOPROXY) with the moved modules.
+gitea_local_proxy() {
+  local src=$1 proxy=$2 pair path old version json zip mod
+  for pair in "${GITEA_MOVED_MODULES[@]}"; do
+    path=${pair%%=*} old=${pair#*=}
+    version=$(awk -v m="$path" '$1 == m {print $2}' "$src/go.mod")
+    [[ -n $version ]] || die "gitea: $path is not required by Gitea's go.mod"
+    [[ -f "$proxy/$path/@v/$version.zip" ]] && continue
+    # The checksum database need not list the old path (it has no code.gitea.io/sdk v1.1.0): skip that
+    # lookup; the build checks the re-packaged module against Gitea's go.sum, which is what counts.
+    json=$(cd "${SRC_DIR}" && GONOSUMDB="$old" go mod download -json "$old@$version")
+    zip=$(sed -n 's/.*"Zip": "\(.*\)",/\1/p' <<<"$json")
+    mod=$(sed -n 's/.*"GoMod": "\(.*\)",/\1/p' <<<"$json")
+    [[ -f $zip && -f $mod ]] || die "gitea: could not download $old@$version"
+    mkdir -p "$proxy/$path/@v"
+    cp "$mod" "$proxy/$path/@v/$version.mod"
+    printf '{"Version":"%s"}\n' "$version" >"$proxy/$path/@v/$version.info"
+    echo "$version" >>"$proxy/$path/@v/list"
+    python3 - "$zip" "$old@$version/" "$path@$version/" "$proxy/$path/@v/$version.zip" <<'PY'
+import sys, zipfile
+src, old, new, out = sys.argv[1:]
+with zipfile.ZipFile(src) as zin, zipfile.ZipFile(out + ".tmp", "w", zipfile.ZIP_DEFLATED) as zout:
+    for info in zin.infolist():
+        assert info.filename.startswith(old), info.filename
+        zout.writestr(new + info.filename[len(old):], zin.read(info))
+PY
+    mv "$proxy/$path/@v/$version.zip.tmp" "$proxy/$path/@v/$version.zip"
+  done
+}
+
+build_gitea() {
+  local v=${GITEA_VERSION} dir share mod proxy tmp r
+  share=$(gitea_share_dir "$v")
+  if have gitea "$v" && [[ -f "$share/.complete" ]]; then info "gitea $v: cached"; link gitea "$v"; return; fi
+  step "building gitea $v from code.gitea.io/gitea (cold: several minutes on 2 cores)"
+  mod=$(cd "${SRC_DIR}" && go mod download -json "code.gitea.io/gitea@$v" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')
+  [[ -f "$mod/main.go" ]] || die "gitea $v sources not found in the Go module cache"
+  dir="${SRC_DIR}/gitea-$v"
+  if [[ ! -f "$dir/.prepared" ]]; then
+    rm -rf "$dir" && cp -r "$mod" "$dir" && chmod -R u+w "$dir"
+    for r in "${GITEA_VERSION_REPLACES[@]}"; do (cd "$dir" && go mod edit -replace "$r"); done
+    touch "$dir/.prepared"
+  fi
+  proxy="${SRC_DIR}/gitea-goproxy"
+  gitea_local_proxy "$dir" "$proxy"
+  if ! have gitea "$v"; then
+    tmp="${TOOLS_BIN}/.gitea-$v.tmp"
+    (cd "$dir" && GOPROXY="file://${proxy},$(go env GOPROXY)" GOFLAGS="${GOFLAGS} -mod=mod" \
+      go build "${GO_BUILD_FLAGS[@]}" -ldflags="-s -w -X main.Version=${v#v}" -o "$tmp" .)
+    mv "$tmp" "${TOOLS_BIN}/gitea-$v"
+  fi
+  rm -rf "$share.tmp" && mkdir -p "$share.tmp"
+  cp -r "$dir/templates" "$dir/options" "$dir/public" "$share.tmp/"
+  touch "$share.tmp/.complete"
+  rm -rf "$share" && mv "$share.tmp" "$share"
+  link gitea "$v"
+}
+
 build_group() {
   case $1 in
     control-plane) build_etcd; build_k8s kube-apiserver kube-controller-manager kube-scheduler
@@ -118,11 +194,12 @@ build_group() {
     coredns) install_module coredns "${COREDNS_VERSION}" github.com/coredns/coredns ;;
     local-path-provisioner)
       install_module local-path-provisioner "${LOCAL_PATH_PROVISIONER_VERSION}" github.com/rancher/local-path-provisioner ;;
-    *) die "unknown tool group '$1' (control-plane, etcd, kwok, kind, helm, node, coredns, local-path-provisioner)" ;;
+    gitea) build_gitea ;;
+    *) die "unknown tool group '$1' (control-plane, etcd, kwok, kind, helm, node, coredns, local-path-provisioner, gitea)" ;;
   esac
 }
 
 command -v go >/dev/null || die "Go is required (https://go.dev/dl); it builds every pinned tool"
-groups=("$@"); ((${#groups[@]})) || groups=(control-plane helm)
+groups=("$@"); ((${#groups[@]})) || groups=(control-plane helm gitea)
 for g in "${groups[@]}"; do build_group "$g"; done
 step "tools ready in ${TOOLS_BIN}"
