@@ -134,6 +134,14 @@ def test_children_gitea_bootstrap_and_no_secret_leaks(objs: Objects, tmp_path: P
             assert controller_of(svc).uid == uid
             secret = objs.core.read_namespaced_secret("env1-gitea-admin", objs.namespace)
             assert controller_of(secret).uid == uid
+            policies = client.NetworkingV1Api(objs.api).list_namespaced_network_policy(
+                objs.namespace, label_selector=f"{c.LABEL_ENVIRONMENT}=env1"
+            )
+            assert sorted(p.metadata.name for p in policies.items) == [
+                "env1-gitea",
+                "env1-workspace-to-gitea",
+            ]
+            assert all(controller_of(p).uid == uid for p in policies.items)
             container = sandbox["spec"]["podTemplate"]["spec"]["containers"][0]
             env_vars = {e["name"]: e.get("value") for e in container["env"]}
             gitea_url = f"http://env1-gitea.{objs.namespace}.svc.cluster.local:3000"

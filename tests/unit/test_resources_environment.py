@@ -165,6 +165,21 @@ def test_gitea_statefulset_keeps_or_drops_its_volume() -> None:
     assert service["spec"]["selector"] == sts["spec"]["selector"]["matchLabels"]
 
 
+def test_network_policies_open_only_gitea_for_the_namespace_sandboxes() -> None:
+    ingress, egress = res.build_gitea_network_policies(environment(), "shadow-system")
+    assert ingress["spec"]["podSelector"]["matchLabels"] == {
+        c.LABEL_ENVIRONMENT: "demo",
+        c.LABEL_COMPONENT: c.COMPONENT_GITEA,
+    }
+    sources = ingress["spec"]["ingress"][0]["from"]
+    assert sources[1] == {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "shadow-system"}}
+    }
+    assert ingress["spec"]["ingress"][0]["ports"] == [{"protocol": "TCP", "port": 3000}]
+    assert egress["spec"]["policyTypes"] == ["Egress"]
+    assert egress["spec"]["egress"][0]["ports"] == [{"protocol": "TCP", "port": 3000}]
+
+
 def test_sources_are_planned_with_default_organization_and_public_url() -> None:
     plans = res.plan_sources(environment(gitea={"organization": "team"}))
     assert [(p.name, p.path, p.full_repo, p.upload) for p in plans] == [

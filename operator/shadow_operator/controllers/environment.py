@@ -25,6 +25,7 @@ from shadow_operator.api import constants as c
 from shadow_operator.api import naming
 from shadow_operator.api.environment import ShadowEnvironment
 from shadow_operator.api.kinds import (
+    NETWORK_POLICY,
     POD,
     PVC,
     SANDBOX,
@@ -90,7 +91,7 @@ class StepFailed(Exception):
 
 class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
     kind = SHADOW_ENVIRONMENT
-    owns = (SANDBOX, STATEFUL_SET, SERVICE, SECRET)
+    owns = (SANDBOX, STATEFUL_SET, SERVICE, SECRET, NETWORK_POLICY)
     watches = (Watch(SANDBOX_TEMPLATE, _envs_in_namespace), Watch(POD, _env_of_pod))
     cached = (Cached(STATEFUL_SET, c.LABEL_ENVIRONMENT),)
     workers = 4
@@ -135,6 +136,8 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
         if gitea_on:
             creds = await self._ensure_gitea_secret(env)
             await self._apply(SERVICE, res.build_gitea_service(body), env)
+            for policy in res.build_gitea_network_policies(body, self.config.operator_namespace):
+                await self._apply(NETWORK_POLICY, policy, env)
             sts = await self._apply(
                 STATEFUL_SET,
                 res.build_gitea_statefulset(
