@@ -1,0 +1,77 @@
+"""The ArgoCD health check of ShadowEnvironment, run by a real Lua interpreter on sample objects."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+SCRIPT = Path(__file__).resolve().parents[2] / "charts/shadow-operator/argocd/shadowenvironment-health.lua"
+LUA = shutil.which("lua5.4") or shutil.which("lua")
+
+
+def lua_value(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"[{json.dumps(k)}] = {lua_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "{" + ", ".join(lua_value(v) for v in value) + "}"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "nil"
+    return json.dumps(value)
+
+
+def health(obj: dict[str, Any]) -> tuple[str, str]:
+    if LUA is None:
+        pytest.fail("no Lua interpreter: apt-get install lua5.4 (.ci/run installs it)")
+    program = (
+        f"obj = {lua_value(obj)}\n"
+        f"local hs = (function() {SCRIPT.read_text()} end)()\n"
+        'io.write(hs.status, "\\n", hs.message or "")\n'
+    )
+    out = subprocess.run([LUA, "-"], input=program, capture_output=True, text=True, check=True)
+    status, _, message = out.stdout.partition("\n")
+    return status, message
+
+
+def env(generation: int = 1, **status: Any) -> dict[str, Any]:
+    return {"metadata": {"name": "e", "generation": generation}, "status": status or None}
+
+
+def cond(
+    type_: str, status: str, reason: str = "R", message: str = "m", generation: int = 1
+) -> dict[str, Any]:
+    return {
+        "type": type_,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "observedGeneration": generation,
+    }
+
+
+def test_health_follows_conditions_and_failure_codes() -> None:
+    assert health(env())[0] == "Progressing"
+    assert health(env(conditions=[cond("Ready", "True", message="all good")])) == ("Healthy", "all good")
+    status, message = health(
+        env(conditions=[cond("Ready", "False", "Progressing", "waiting for SourcesReady")])
+    )
+    assert status == "Progressing" and "SourcesReady" in message
+    failed = env(
+        conditions=[cond("Ready", "False", "TemplateNotFound")],
+        failure={"code": "TemplateNotFound", "message": "SandboxTemplate 'x' does not exist"},
+    )
+    assert health(failed) == ("Degraded", "TemplateNotFound: SandboxTemplate 'x' does not exist")
+    verdict_failed = env(
+        conditions=[cond("Ready", "True"), cond("Verified", "False", message="FAIL: score 50/100")]
+    )
+    assert health(verdict_failed) == ("Degraded", "FAIL: score 50/100")
+    stale = env(generation=2, conditions=[cond("Ready", "True", generation=1)])
+    assert health(stale)[0] == "Progressing"
