@@ -26,6 +26,7 @@ step "helm upgrade --install ${RELEASE} (namespace ${NAMESPACE}, images from ${S
   --set "operator.image.tag=$(tag "${SHADOW_OPERATOR_IMAGE}")" \
   --set "workspace.image.tag=$(tag "${SHADOW_WORKSPACE_IMAGE}")" \
   --set "previewRouter.image.tag=$(tag "${SHADOW_ROUTER_IMAGE}")" \
+  --set "gitea.image.tag=$(tag "${SHADOW_GITEA_IMAGE:?no gitea image pushed yet: run hack/images.sh}")" \
   --set previewRouter.enabled=true --set previewRouter.domain=preview.localhost --set previewRouter.scheme=http \
   --wait --timeout 3m "$@" >/dev/null \
   || {
