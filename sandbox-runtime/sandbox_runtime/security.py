@@ -9,6 +9,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 # Health endpoints stay open: kubelet probes and load balancers carry no token.
 OPEN_PATHS = frozenset({"/", "/healthz", "/v1/health"})
+# The API server's pod proxy authenticates its caller with `Authorization` and strips it, so a client that
+# reaches the runtime through `pods/NAME:PORT/proxy` sends the runtime's token in this header instead.
+TOKEN_HEADER = b"x-sandbox-runtime-token"
 
 
 async def _json_error(
@@ -29,20 +32,7 @@ class AuthMiddleware:
         if self.expected is None or scope["type"] not in ("http", "websocket") or scope["path"] in OPEN_PATHS:
             await self.app(scope, receive, send)
             return
-        got = b""
-        for k, v in scope["headers"]:
-            if k == b"authorization":
-                got = v
-                break
-        if not got and scope["type"] == "websocket":
-            # Browsers cannot set headers on WebSockets; accept the token as a subprotocol "bearer.<token>".
-            for k, v in scope["headers"]:
-                if k == b"sec-websocket-protocol":
-                    for proto in v.split(b","):
-                        proto = proto.strip()
-                        if proto.startswith(b"bearer."):
-                            got = b"Bearer " + proto[len(b"bearer.") :]
-        if hmac.compare_digest(got, self.expected):
+        if any(hmac.compare_digest(got, self.expected) for got in _presented(scope)):
             await self.app(scope, receive, send)
             return
         if scope["type"] == "websocket":
@@ -55,6 +45,23 @@ class AuthMiddleware:
             "missing or invalid bearer token",
             [(b"www-authenticate", b"Bearer")],
         )
+
+
+def _presented(scope: Scope) -> list[bytes]:
+    """Every credential the request carries, each in the `Bearer <token>` form."""
+    got: list[bytes] = []
+    for k, v in scope["headers"]:
+        if k == b"authorization":
+            got.append(v)
+        elif k == TOKEN_HEADER:
+            got.append(b"Bearer " + v)
+        elif k == b"sec-websocket-protocol" and scope["type"] == "websocket":
+            # Browsers cannot set headers on WebSockets; accept the token as a subprotocol "bearer.<token>".
+            for proto in v.split(b","):
+                proto = proto.strip()
+                if proto.startswith(b"bearer."):
+                    got.append(b"Bearer " + proto[len(b"bearer.") :])
+    return got
 
 
 class BodyLimitMiddleware:

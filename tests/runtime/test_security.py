@@ -204,6 +204,20 @@ class TestAuth:
         assert ok.status_code == 200 and ok.json()["stdout"] == "ok\n"
         anon.close()
 
+    def test_token_header_for_clients_behind_the_api_server_proxy(self, secured: Server) -> None:
+        # The kube-apiserver's pod proxy strips Authorization, so the token also travels in its own header.
+        anon = httpx.Client(base_url=secured.url)
+        header = "X-Sandbox-Runtime-Token"
+        assert anon.get("/v1/files/", headers={header: "correct-horse-battery"}).status_code == 200
+        for wrong in ("correct-horse-batterY", "Bearer correct-horse-battery", ""):
+            r = anon.get("/v1/files/", headers={header: wrong})
+            assert r.status_code == 401 and r.json()["code"] == "UNAUTHENTICATED", wrong
+        assert anon.get("/v1/files/").status_code == 401
+        # Either credential is enough: a foreign Authorization (the API server's own) does not shadow it.
+        both = {header: "correct-horse-battery", "Authorization": "Bearer something-else"}
+        assert anon.get("/v1/files/", headers=both).status_code == 200
+        anon.close()
+
     def test_flag_and_env_token_sources(self, launch: Callable[..., Server], tmp_path: Path) -> None:
         f = tmp_path / "flag-token"
         f.write_text("from-flag")
