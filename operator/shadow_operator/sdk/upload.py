@@ -1,0 +1,437 @@
+"""Copy a local working tree into a ShadowEnvironment: the client side of a source declared `upload: {}`.
+
+Nothing of the user's machine is mounted into an environment, so the tree travels as one gzip'd tar, streamed
+with constant memory. It carries what `git add --all` would snapshot (uncommitted and untracked-but-not-ignored
+files included) and the whole `.git`, so that commits pinned in lockfiles resolve in the environment's Gitea
+too. The operator waits for the annotation `uploads.shadow.dev/<source>` before it snapshots the directory.
+
+The runtime is reached through the API server's pod proxy, so nothing but the API server has to be exposed.
+The proxy consumes `Authorization` (the caller's credentials for the API server), which is why the runtime's
+token travels in `X-Sandbox-Runtime-Token`. RBAC needed: get/watch/patch shadowenvironments, get secrets,
+create pods/proxy.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import os
+import stat
+import subprocess
+import tarfile
+import time
+import zlib
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any, TypedDict
+from urllib.parse import quote, urlsplit
+
+import httpx
+
+from shadow_operator.api import constants as c
+from shadow_operator.api import naming
+from shadow_operator.api.environment import ShadowEnvironment, ShadowEnvironmentStatus
+from shadow_operator.api.kinds import POD, SECRET, SHADOW_ENVIRONMENT
+from shadow_operator.resources.environment import SourcePlan, plan_sources
+from shadow_operator.sdk import kube
+
+CHUNK = 256 * 1024
+TOKEN_HEADER = "X-Sandbox-Runtime-Token"
+# Extraction streams too, so the answer comes soon after the last byte; a long quiet spell means trouble.
+UPLOAD_TIMEOUT = httpx.Timeout(300.0, connect=10.0)
+WATCH_SECONDS = 60  # one watch request; the wait re-watches until its deadline
+
+Progress = Callable[[int, int], None]
+
+
+class UploadError(Exception):
+    """The upload cannot be done; the message says why and what to do."""
+
+
+class EnvironmentNotFound(UploadError):
+    pass
+
+
+class SourceNotFound(UploadError):
+    pass
+
+
+class NotAnUploadSource(UploadError):
+    pass
+
+
+class UploadTimeout(UploadError):
+    pass
+
+
+class RuntimeUnreachable(UploadError):
+    pass
+
+
+class RuntimeRefused(UploadError):
+    """The runtime (or the API server's proxy in front of it) answered with an error status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"the workspace runtime refused the upload: {status} {message}")
+        self.status = status
+        self.message = message
+
+
+class UploadResult(TypedDict):
+    """The runtime's answer, plus the sha256 of the archive as sent."""
+
+    path: str
+    files: int
+    bytes: int
+    sha256: str
+
+
+# ---------------------------------------------------------------------------------------------- the tree
+def worktree_files(path: str | os.PathLike[str]) -> list[str]:
+    """What an upload of `path` carries: relative `/`-separated paths of files and symlinks, sorted.
+
+    In a git working tree: what `git add --all` would snapshot (tracked files, deleted ones skipped, and
+    untracked files that are not ignored), nested repositories and submodules the same way, and every file of
+    `.git/` (the history; transient `*.lock` files left out). A directory inside a repository carries its files
+    without history. Anywhere else: every file. Symlinks are listed, never followed; directories are implied.
+    """
+    root = Path(path)
+    if not root.is_dir():
+        raise UploadError(f"{root} is not a directory")
+    if (root / ".git").is_file():
+        raise UploadError(
+            f"{root}/.git is a file (a linked worktree or a submodule): its history lives outside {root}; "
+            "upload the repository's main working tree"
+        )
+    in_repo = (root / ".git").is_dir() or _inside_work_tree(root)
+    return sorted(_repo_files(root, "") if in_repo else _all_files(root))
+
+
+def _repo_files(root: Path, rel: str) -> Iterator[str]:
+    here = root / rel
+    for name in dict.fromkeys(_ls_files(here)):  # an unmerged path is listed once per stage
+        full = here / name
+        if not os.path.lexists(full):
+            continue
+        if full.is_dir() and not full.is_symlink():
+            # A submodule or an untracked nested repository; an uninitialised submodule is an empty directory.
+            if (full / ".git").exists():
+                yield from _repo_files(root, f"{rel}{name.rstrip('/')}/")
+            continue
+        yield rel + name
+    git = here / ".git"
+    if git.is_dir():
+        yield from (f"{rel}.git/{f}" for f in _all_files(git) if not f.endswith(".lock"))
+    elif git.is_file() and rel:
+        yield f"{rel}.git"  # a submodule's pointer into the parent's .git/modules, which is carried too
+
+
+def _all_files(root: Path) -> Iterator[str]:
+    stack = [""]
+    while stack:
+        rel = stack.pop()
+        with os.scandir(root / rel) as entries:
+            for entry in entries:
+                if entry.is_symlink() or entry.is_file(follow_symlinks=False):
+                    yield rel + entry.name
+                elif entry.is_dir(follow_symlinks=False):
+                    stack.append(f"{rel}{entry.name}/")
+
+
+def _inside_work_tree(root: Path) -> bool:
+    try:
+        done = _run_git(root, "rev-parse", "--is-inside-work-tree")
+    except FileNotFoundError:
+        return False  # no git: nothing here can be treated as a repository anyway
+    return done.returncode == 0 and done.stdout.strip() == "true"
+
+
+def _ls_files(here: Path) -> list[str]:
+    try:
+        done = _run_git(here, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+    except FileNotFoundError:
+        raise UploadError(f"{here} is a git repository and git is not installed") from None
+    if done.returncode != 0:
+        raise UploadError(f"git ls-files in {here} failed: {done.stderr.strip()}")
+    return [name for name in done.stdout.split("\0") if name]
+
+
+def _run_git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    # GIT_DIR, GIT_WORK_TREE or GIT_INDEX_FILE from the caller's shell would list another repository.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    return subprocess.run(
+        ["git", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        errors="surrogateescape",
+        check=False,
+    )
+
+
+# -------------------------------------------------------------------------------------------- the archive
+def stream_worktree(
+    path: str | os.PathLike[str],
+    files: Iterable[str] | None = None,
+    chunk: int = CHUNK,
+    *,
+    progress: Progress | None = None,
+) -> Iterator[bytes]:
+    """A tar.gz of `files` (default: `worktree_files(path)`), yielded in pieces of about `chunk` bytes.
+
+    The tar is written here rather than by `tarfile` so that one file is read a piece at a time between yields:
+    memory stays near `chunk` however large the files are. Headers come from `TarInfo` (PAX, for long names).
+    Owners are not recorded (they mean nothing in the workspace); hard links travel as separate files.
+    `progress(done, total)` counts file bytes read, of all the files' sizes.
+    """
+    root = Path(path)
+    entries: list[tuple[str, os.stat_result]] = []
+    for name in worktree_files(root) if files is None else files:
+        with contextlib.suppress(FileNotFoundError):  # gone since it was listed, as `git add` would see it
+            entries.append((name, os.lstat(root / name)))
+    total = sum(st.st_size for _, st in entries if stat.S_ISREG(st.st_mode))
+    done = 0
+    written = 0  # uncommitted tar bytes, for the end-of-archive padding
+    gz = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)  # gzip framing, mtime 0
+    out = bytearray()
+
+    def emit(data: bytes) -> None:
+        nonlocal written
+        written += len(data)
+        out.extend(gz.compress(data))
+
+    for name, st in entries:
+        info = _tar_info(root, name, st)
+        if info is None:
+            continue
+        emit(info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape"))
+        if info.isreg():
+            try:
+                with open(root / name, "rb") as f:
+                    left = info.size
+                    while left:
+                        data = f.read(min(chunk, left))
+                        if not data:
+                            raise UploadError(f"{name} shrank while it was being read; upload again")
+                        left -= len(data)
+                        done += len(data)
+                        emit(data)
+                        if progress is not None:
+                            progress(done, total)
+                        if len(out) >= chunk:
+                            yield bytes(out)
+                            out.clear()
+            except OSError as exc:
+                raise UploadError(f"cannot read {root / name}: {exc.strerror or exc}") from None
+            emit(bytes(-info.size % tarfile.BLOCKSIZE))
+        if len(out) >= chunk:
+            yield bytes(out)
+            out.clear()
+    emit(bytes(2 * tarfile.BLOCKSIZE))  # end of archive, padded to a whole record as tar writes it
+    emit(bytes(-written % tarfile.RECORDSIZE))
+    out.extend(gz.flush())
+    for i in range(0, len(out), chunk):
+        yield bytes(out[i : i + chunk])
+
+
+def _tar_info(root: Path, name: str, st: os.stat_result) -> tarfile.TarInfo | None:
+    info = tarfile.TarInfo(name)
+    info.mode = stat.S_IMODE(st.st_mode)
+    info.mtime = int(st.st_mtime)
+    if stat.S_ISREG(st.st_mode):
+        info.size = st.st_size
+    elif stat.S_ISLNK(st.st_mode):
+        info.type = tarfile.SYMTYPE
+        info.linkname = os.readlink(root / name)
+    else:
+        return None  # sockets, fifos, devices: nothing a working tree needs
+    return info
+
+
+# ------------------------------------------------------------------------------------------- the upload
+def upload_to_runtime(
+    runtime_base_url: str,
+    token: str,
+    dest_dir: str,
+    path: str | os.PathLike[str],
+    *,
+    headers: dict[str, str] | None = None,
+    client: httpx.Client | None = None,
+    progress: Progress | None = None,
+) -> UploadResult:
+    """Stream the working tree at `path` into `dest_dir` (relative to the workspace root) of a runtime.
+
+    The token goes in `X-Sandbox-Runtime-Token` and, unless `headers` is given, also as `Authorization:
+    Bearer`. Through the API server's proxy pass `headers` (e.g. `{}` with a client that carries the API
+    server's credentials): `Authorization` then belongs to the API server. Returns the runtime's answer
+    ({path, files, bytes}) and the sha256 of the archive.
+    """
+    url = f"{runtime_base_url.rstrip('/')}/v1/archive/{quote(dest_dir.strip('/'))}"
+    sent = {TOKEN_HEADER: token, "Content-Type": "application/gzip"}
+    sent.update({"Authorization": f"Bearer {token}"} if headers is None else headers)
+    digest = hashlib.sha256()
+
+    def body() -> Iterator[bytes]:
+        for piece in stream_worktree(path, progress=progress):
+            digest.update(piece)
+            yield piece
+
+    http = client or httpx.Client(trust_env=False)
+    try:
+        response = http.post(url, content=body(), headers=sent, timeout=UPLOAD_TIMEOUT)
+    except httpx.TransportError as exc:
+        raise RuntimeUnreachable(f"cannot reach the workspace runtime at {url}: {exc!r}") from None
+    finally:
+        if client is None:
+            http.close()
+    if not response.is_success:
+        raise RuntimeRefused(response.status_code, kube.error_of(response).message)
+    answer: dict[str, Any] = response.json()
+    return UploadResult(
+        path=str(answer["path"]),
+        files=int(answer["files"]),
+        bytes=int(answer["bytes"]),
+        sha256=digest.hexdigest(),
+    )
+
+
+def upload_source(
+    environment: str,
+    source: str,
+    path: str | os.PathLike[str],
+    *,
+    namespace: str = "default",
+    timeout: float = 300.0,
+    progress: Progress | None = None,
+) -> UploadResult:
+    """Upload the working tree at `path` as source `source` of a ShadowEnvironment, and tell the operator.
+
+    Waits (watching, up to `timeout` seconds) for the workspace to be Ready, streams the tree through the API
+    server's pod proxy into the source's directory, then sets `uploads.shadow.dev/<source>` to the archive's
+    sha256: the operator snapshots the directory once that annotation is there. Uploading again overwrites
+    files but removes none, and the operator snapshots a source only once.
+    """
+    deadline = time.monotonic() + timeout
+    with kube.connect() as http:
+        env = _read_environment(http, namespace, environment)
+        plan = _upload_plan(env, source)
+        env = _wait_workspace_ready(http, env, deadline, timeout)
+        status = env.status or ShadowEnvironmentStatus()  # never None: it holds WorkspaceReady
+        pod = status.sandbox or env.name
+        port = (urlsplit(status.runtime_url).port if status.runtime_url else None) or c.RUNTIME_DEFAULT_PORT
+        token = _runtime_token(
+            http, namespace, status.runtime_token_secret or naming.token_secret_name(env.name)
+        )
+        result = upload_to_runtime(
+            POD.path(namespace, f"{pod}:{port}", "proxy"),
+            token,
+            plan.path,
+            path,
+            headers={},
+            client=http,
+            progress=progress,
+        )
+        patch = {"metadata": {"annotations": {c.ANNOTATION_UPLOAD_PREFIX + plan.name: result["sha256"]}}}
+        kube.request(
+            http,
+            "PATCH",
+            SHADOW_ENVIRONMENT.path(namespace, environment),
+            body=patch,
+            content_type=kube.MERGE_PATCH,
+        )
+        return result
+
+
+def _read_environment(http: httpx.Client, namespace: str, name: str) -> ShadowEnvironment:
+    try:
+        body = kube.request(http, "GET", SHADOW_ENVIRONMENT.path(namespace, name))
+    except kube.KubeError as exc:
+        if exc.not_found:
+            raise EnvironmentNotFound(f"ShadowEnvironment {namespace}/{name} does not exist") from None
+        raise
+    return ShadowEnvironment.from_body(body)
+
+
+def _runtime_token(http: httpx.Client, namespace: str, secret: str) -> str:
+    body = kube.request(http, "GET", SECRET.path(namespace, secret))
+    encoded = (body.get("data") or {}).get(c.RUNTIME_TOKEN_KEY)
+    if not encoded:
+        raise UploadError(
+            f"Secret {namespace}/{secret} has no key {c.RUNTIME_TOKEN_KEY!r} (the runtime's token)"
+        )
+    return base64.b64decode(encoded).decode().strip()
+
+
+def _upload_plan(env: ShadowEnvironment, source: str) -> SourcePlan:
+    plans = {p.name: p for p in plan_sources(env.body)}
+    plan = plans.get(source)
+    where = f"ShadowEnvironment {env.namespace}/{env.name}"
+    if plan is None:
+        raise SourceNotFound(f"{where} has no source {source!r} (its sources: {', '.join(plans)})")
+    if not plan.upload:
+        raise NotAnUploadSource(
+            f"source {source!r} of {where} is cloned from {plan.git_url}; only `upload: {{}}` sources are uploaded"
+        )
+    return plan
+
+
+def _wait_workspace_ready(
+    http: httpx.Client, env: ShadowEnvironment, deadline: float, timeout: float
+) -> ShadowEnvironment:
+    """The environment once WorkspaceReady=True, following its changes with a watch (no polling)."""
+    collection = SHADOW_ENVIRONMENT.path(env.namespace)
+    selector = f"metadata.name={env.name}"
+    version = env.metadata.resource_version
+    while not _workspace_ready(env):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise UploadTimeout(_timeout_message(env, timeout))
+        params = {"fieldSelector": selector, "resourceVersion": version}
+        try:
+            with contextlib.closing(
+                kube.watch(http, collection, params, max(1, min(WATCH_SECONDS, int(left))))
+            ) as events:
+                for kind, obj in events:
+                    version = obj.get("metadata", {}).get("resourceVersion") or version
+                    if kind == "DELETED":
+                        raise EnvironmentNotFound(f"ShadowEnvironment {env.namespace}/{env.name} was deleted")
+                    if kind == "ERROR":
+                        raise kube.KubeError(
+                            int(obj.get("code") or 500), str(obj.get("reason")), str(obj.get("message"))
+                        )
+                    if kind in ("ADDED", "MODIFIED"):
+                        env = ShadowEnvironment.from_body(obj)
+                        if _workspace_ready(env):
+                            break
+        except (httpx.TransportError, kube.KubeError) as exc:
+            if isinstance(exc, kube.KubeError) and exc.status != 410:
+                raise
+            # A dropped watch, or a version too old to watch from: read the object again and watch on.
+            env = _read_environment(http, env.namespace, env.name)
+            version = env.metadata.resource_version
+    return env
+
+
+def _workspace_ready(env: ShadowEnvironment) -> bool:
+    conditions = (env.status.conditions if env.status else None) or []
+    return any(x.type == c.COND_WORKSPACE_READY and x.status == "True" for x in conditions)
+
+
+def _timeout_message(env: ShadowEnvironment, timeout: float) -> str:
+    conditions = {x.type: x for x in (env.status.conditions if env.status else None) or []}
+    condition = conditions.get(c.COND_WORKSPACE_READY)
+    now = (
+        f"it is {condition.status} ({condition.reason}): {condition.message}"
+        if condition
+        else "it is not set yet"
+    )
+    message = (
+        f"timed out after {timeout:g}s waiting for condition {c.COND_WORKSPACE_READY}=True on ShadowEnvironment "
+        f"{env.namespace}/{env.name}; {now}"
+    )
+    failure = env.status.failure if env.status else None
+    if failure is not None:
+        message += f"; failure {failure.code}: {failure.message}"
+    return message
