@@ -339,8 +339,16 @@ def test_cluster_role_is_least_privilege(helm: str) -> None:
     assert granted[("", "events")] == {"create", "patch"}
     assert granted[("apiextensions.k8s.io", "customresourcedefinitions")] == {"get", "list", "watch"}
     assert granted[("", "namespaces")] == {"get", "list", "watch"}
+    # ShadowEnvironments: read and status, a Gitea StatefulSet each, storage classes only read.
+    assert "create" not in granted[("shadow.dev", "shadowenvironments")], "users create these, not us"
+    assert "patch" in granted[("shadow.dev", "shadowenvironments/status")]
+    assert granted[("apps", "statefulsets")] == rw
+    assert granted[("storage.k8s.io", "storageclasses")] == {"get"}
     # Nothing beyond the list above: no nodes, no RBAC, no cluster-scoped writes.
     allowed_groups = SANDBOX_GROUPS | {
+        "shadow.dev",
+        "apps",
+        "storage.k8s.io",
         "",
         "networking.k8s.io",
         "events.k8s.io",

@@ -8,7 +8,10 @@ from typing import Any
 import pytest
 import yaml
 from shadow_operator.api import crdgen
-from shadow_operator.api.kinds import CUSTOM_KINDS, ResourceKind
+from shadow_operator.api.kinds import CUSTOM_KINDS, SHADOW_ENVIRONMENT, ResourceKind
+
+# The agent-sandbox kinds (v1beta1 storage, v1alpha1 served); ShadowEnvironment is our own v1alpha1 API.
+SANDBOX_KINDS = [k for k in CUSTOM_KINDS if k is not SHADOW_ENVIRONMENT]
 
 pytestmark = pytest.mark.unit
 
@@ -72,11 +75,22 @@ def _without_defaults(node: Any) -> Any:
 
 def test_versions_share_one_schema_and_v1beta1_is_storage() -> None:
     """One schema for all versions (no conversion webhook needed); only defaults may differ per version."""
-    for kind in CUSTOM_KINDS:
+    for kind in SANDBOX_KINDS:
         versions = crdgen.build_crd(kind)["spec"]["versions"]
         assert [v["name"] for v in versions] == ["v1beta1", "v1alpha1"]
         assert [v["storage"] for v in versions] == [True, False]
         assert _without_defaults(versions[0]["schema"]) == _without_defaults(versions[1]["schema"]), kind.kind
+
+
+def test_shadow_environment_is_v1alpha1_only_and_not_deprecated() -> None:
+    crd = crdgen.build_crd(next(k for k in CUSTOM_KINDS if k.kind == "ShadowEnvironment"))
+    (version,) = crd["spec"]["versions"]
+    assert crd["spec"]["group"] == "shadow.dev"
+    assert version["name"] == "v1alpha1" and version["storage"] is True
+    assert "deprecated" not in version
+    assert crd["spec"]["names"]["categories"] == ["shadow"]
+    columns = [col["name"] for col in version["additionalPrinterColumns"] if not col.get("priority")]
+    assert columns == ["Ready", "Sources", "Verdict", "Age"]
 
 
 def test_v1alpha1_templates_default_to_a_headless_service_and_v1beta1_ones_do_not() -> None:
@@ -91,8 +105,9 @@ def test_v1alpha1_templates_default_to_a_headless_service_and_v1beta1_ones_do_no
 
 def test_names_columns_and_subresources() -> None:
     crds = {k.kind: crdgen.build_crd(k) for k in CUSTOM_KINDS}
+    for kind in SANDBOX_KINDS:
+        assert crds[kind.kind]["spec"]["names"]["categories"] == ["agent-sandbox"]
     for crd in crds.values():
-        assert crd["spec"]["names"]["categories"] == ["agent-sandbox"]
         assert crd["spec"]["conversion"] == {"strategy": "None"}
     sandbox = crds["Sandbox"]["spec"]
     assert sandbox["names"]["shortNames"] == ["sbx"]
