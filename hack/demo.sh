@@ -101,6 +101,11 @@ serve_preview() {
   echo "    router answered: ${body}"
 }
 run_step "serve a preview (python http.server on port 3000) through the nginx preview router" serve_preview
+# A ShadowEnvironment from a local repository (SHADOW_DEMO_SOURCE=PATH[:org/name], default: a sample package
+# with an uncommitted change): upload, its own Gitea, install from the rewritten GitHub URL, verdict, diff.
+run_step "a ShadowEnvironment from a local repository: upload, Gitea, verdict and diff" \
+  "${REPO_ROOT}/.venv/bin/python" "${HACK_DIR}/demo_environment.py" --namespace "$NAMESPACE" \
+  ${SHADOW_DEMO_SOURCE:+--source "$SHADOW_DEMO_SOURCE"}
 steps_end
 
 cat <<EOF
@@ -115,6 +120,10 @@ cat <<EOF
   Cluster:      export KUBECONFIG=${KUBECONFIG}
                 kubectl get pods -A
 
+  Environment:  kubectl -n ${NAMESPACE} get shadowenvironments demo-env   # READY, SOURCES, VERDICT
+                try your own repository: SHADOW_DEMO_SOURCE=~/src/myrepo make demo
+
   Clean up:     kubectl -n ${NAMESPACE} delete sandboxclaims.extensions.agents.x-k8s.io ${CLAIM}  # the sandbox and everything it owns
+                kubectl -n ${NAMESPACE} delete shadowenvironment demo-env   # its workspace, Gitea and volumes
                 make kind-down                                        # the whole cluster
 EOF
