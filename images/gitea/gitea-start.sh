@@ -9,7 +9,8 @@
 #   GITEA_HTTP_PORT      listen port (default 3000)
 #   GITEA_ROOT_URL       public URL (default http://localhost:$GITEA_HTTP_PORT/)
 #   GITEA_ADMIN_USERNAME, GITEA_ADMIN_PASSWORD, GITEA_ADMIN_EMAIL (default <username>@shadow.local):
-#                        an admin account created once, when no user of that name exists
+#                        an admin account created once, when no user of that name exists (the password
+#                        is passed to `gitea admin user create` and never printed)
 #   GITEA__section__KEY  any other app.ini setting (`gitea config edit-ini --apply-env`)
 #
 # app.ini is written on the first start, with generated secrets. Every start re-applies the settings
@@ -147,7 +148,8 @@ GITEA____RUN_USER="${RUN_USER}" \
 gitea_cmd migrate >/dev/null
 
 if [ -n "${GITEA_ADMIN_USERNAME}" ]; then
-  if gitea_cmd admin user list --admin | awk -v u="${GITEA_ADMIN_USERNAME}" 'NR > 1 && $2 == u {found = 1} END {exit !found}'; then
+  # Any existing account of that name counts: its password and admin flag are left as they are.
+  if gitea_cmd admin user list | awk -v u="${GITEA_ADMIN_USERNAME}" 'NR > 1 && $2 == u {found = 1} END {exit !found}'; then
     log "admin user '${GITEA_ADMIN_USERNAME}' exists"
   else
     log "creating admin user '${GITEA_ADMIN_USERNAME}'"
