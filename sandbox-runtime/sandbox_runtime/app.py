@@ -22,6 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp
 
 from . import __version__, files
+from .activity import Activity, ActivityMiddleware
 from .config import Settings
 from .errors import ApiError, bad_request, conflict, not_found
 from .execution import (
@@ -106,6 +107,7 @@ class Runtime:
         )
         self.processes = ProcessManager(self.limiter, on_exit=self._on_process_exit)
         self.started = time.time()
+        self.activity = Activity()
 
     def _on_process_exit(self, p: Process) -> None:
         self.metrics.processes.set(self.limiter.active)
@@ -248,7 +250,11 @@ def build_router(rt: Runtime) -> APIRouter:
         summary="Health (sandboxd)",
     )
     async def v1_health() -> Health:
-        return Health(status="ok", uptime_seconds=int(time.time() - rt.started))
+        return Health(
+            status="ok",
+            uptime_seconds=int(time.time() - rt.started),
+            idle_seconds=int(rt.activity.idle_seconds()),
+        )
 
     @r.get("/v1/metadata", response_model=Metadata, tags=["health"])
     async def v1_metadata() -> Metadata:
@@ -709,6 +715,7 @@ def create_app(settings: Settings) -> ASGIApp:
         app, settings.max_json_body, ("/upload", "/v1/files/", "/v1/archive")
     )
     wrapped = AuthMiddleware(wrapped, settings.token)
+    wrapped = ActivityMiddleware(wrapped, rt.activity)
     wrapped = MetricsMiddleware(wrapped, rt.metrics)
     return wrapped
 

@@ -164,6 +164,9 @@ class Health(BaseModel):
     status: str
     message: str | None = None
     uptime_seconds: int | None = None
+    idle_seconds: int | None = Field(
+        default=None, description="Seconds since the last API request ended (0 while one is in flight)."
+    )
 
 
 class Metadata(BaseModel):

@@ -18,7 +18,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 from shadow_operator.sdk import upload_source
 
-from tests.e2e.cluster import READY_TIMEOUT, Cluster, condition, eventually
+from tests.e2e.cluster import READY_TIMEOUT, Cluster, condition, eventually, is_ready
 
 pytestmark = pytest.mark.e2e
 
@@ -69,7 +69,7 @@ def python_package(root: Path, *, broken: bool = False) -> Path:
 
 
 def environment(
-    name: str, source: dict[str, Any], commands: list[dict[str, Any]] | None = None
+    name: str, source: dict[str, Any], commands: list[dict[str, Any]] | None = None, **extra: Any
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "sources": [{"name": "pkg", "repo": f"{ORG}/shadowpkg", **source}],
@@ -79,6 +79,7 @@ def environment(
     }
     if commands:
         spec["verify"] = {"commands": commands}
+    spec.update(extra)
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "ShadowEnvironment",
@@ -105,6 +106,16 @@ def wait_verdict(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
         return env if status.get("verdict") else None
 
     return eventually(probe, f"ShadowEnvironment {namespace}/{name} verdict", ENV_TIMEOUT)
+
+
+def pod_exists(cluster: Cluster, namespace: str, name: str) -> bool:
+    try:
+        cluster.core.read_namespaced_pod(name, namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
 
 
 def sh(cluster: Cluster, namespace: str, sandbox: str, command: str) -> dict[str, Any]:
@@ -182,10 +193,11 @@ def test_shadow_environments_end_to_end(
         diff = http.get("/v1/diff").json()
     assert "pkg/shadowpkg/__init__.py" in str(diff)
 
-    # A second environment clones its git source from the first one's Gitea (real git over HTTP).
+    # A second environment clones its git source from the first one's Gitea (real git over HTTP); left
+    # alone, it is suspended when idle (its Pod goes, its volume stays) and resumes on request.
     url = f"http://{good}-gitea.{ns}.svc.cluster.local:3000/{ORG}/shadowpkg.git"
     cluster.custom.create_namespaced_custom_object(
-        GROUP, VERSION, ns, PLURAL, environment(cloned, {"git": {"url": url}})
+        GROUP, VERSION, ns, PLURAL, environment(cloned, {"git": {"url": url}}, idleTimeoutSeconds=60)
     )
     env = wait_verdict(cluster, ns, cloned)
     assert env["status"]["verdict"]["result"] == "PASS", env["status"]["verdict"]
@@ -199,6 +211,30 @@ def test_shadow_environments_end_to_end(
     assert not install["passed"] and "exit code" in install["detail"]
     assert any("installationHealth" in issue for issue in verdict["issues"])
     assert (condition(env, "Verified") or {}).get("reason") == "VerificationFailed"
+
+    # The idle environment: suspended without losing its workspace, then resumed.
+    def suspended() -> dict[str, Any] | None:
+        env = get_env(cluster, ns, cloned)
+        ready = condition(env, "Ready") or {}
+        return env if ready.get("reason") == "Suspended" and not pod_exists(cluster, ns, cloned) else None
+
+    env = eventually(suspended, f"{cloned} suspended after 60 s idle", 240)
+    assert env["status"]["idle"]["suspendedAt"]
+    cluster.custom.patch_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        ns,
+        PLURAL,
+        cloned,
+        {"metadata": {"annotations": {"shadow.dev/resume-requested": "1"}}},
+    )
+    eventually(
+        lambda: is_ready(get_env(cluster, ns, cloned)) or None,
+        f"{cloned} Ready again after resume",
+        ENV_TIMEOUT,
+    )
+    out = sh(cluster, ns, cloned, "git -C pkg rev-parse HEAD")
+    assert out["stdout"].strip() == source["commit"]
 
     # Deleting the environments removes everything they created.
     for name in (good, cloned, broken):

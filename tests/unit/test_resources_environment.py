@@ -112,6 +112,10 @@ def test_workspace_sandbox_mounts_a_volume_at_the_preserved_path() -> None:
     assert not any(p["containerPort"] == 3000 for p in container["ports"])
     assert container["resources"] == {"limits": {"memory": "1Gi"}}
     assert spec["service"] is True
+    assert spec["operatingMode"] == "Running"
+    idle = res.build_workspace_sandbox(env, template(), gitea_base_url=None, suspended=True)
+    assert idle["spec"]["operatingMode"] == "Suspended"
+    assert idle["spec"]["volumeClaimTemplates"] == spec["volumeClaimTemplates"]  # the volume stays
     # The template itself is not modified.
     assert template()["spec"]["podTemplate"]["spec"]["volumes"] == [{"name": "workspace", "emptyDir": {}}]
 

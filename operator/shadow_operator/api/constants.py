@@ -102,6 +102,8 @@ COMPONENT_WORKSPACE: Final = "workspace"
 ANNOTATION_UPLOAD_PREFIX: Final = f"uploads.{OPERATOR_PREFIX}/"
 # Changing its value asks for a new verification (e.g. `shadowctl verify` writes a timestamp).
 ANNOTATION_VERIFY_REQUEST: Final = f"{OPERATOR_PREFIX}/verify-requested"
+# Changing its value resumes a workspace suspended for idleness.
+ANNOTATION_RESUME_REQUEST: Final = f"{OPERATOR_PREFIX}/resume-requested"
 COND_WORKSPACE_READY: Final = "WorkspaceReady"
 COND_GITEA_READY: Final = "GiteaReady"
 COND_SOURCES_READY: Final = "SourcesReady"

@@ -266,8 +266,8 @@ class ShadowEnvironmentSpec(ApiModel):
     idle_timeout_seconds: int | None = Field(
         default=None,
         ge=60,
-        description="Suspend the workspace after this long without runtime activity; resuming keeps the "
-        "volume.",
+        description="Suspend the workspace after this long without runtime API activity (its Pod is removed, "
+        "its volume kept); set the annotation shadow.dev/resume-requested to a new value to resume.",
     )
     startup_timeout_seconds: int = Field(
         default=600,
@@ -346,6 +346,18 @@ class Verdict(ApiModel):
     )
 
 
+class IdleStatus(ApiModel):
+    """Suspension after spec.idleTimeoutSeconds without runtime activity."""
+
+    suspended_at: datetime | None = Field(
+        default=None, description="When the idle workspace was suspended (its Pod removed, its volume kept)."
+    )
+    resume_request: str | None = Field(
+        default=None,
+        description="The shadow.dev/resume-requested annotation value that last resumed the workspace.",
+    )
+
+
 class ShadowEnvironmentStatus(ApiModel):
     """Observed state of a ShadowEnvironment."""
 
@@ -368,6 +380,7 @@ class ShadowEnvironmentStatus(ApiModel):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
     sources_ready: str | None = Field(default=None, description="Sources copied in, of all (e.g. 2/2).")
+    idle: IdleStatus | None = Field(default=None, description="Idle suspension of the workspace.")
     failure: Failure | None = Field(default=None, description="Set while the environment cannot work.")
     verdict: Verdict | None = Field(default=None, description="The last verification's verdict.")
 

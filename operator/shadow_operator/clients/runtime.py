@@ -61,6 +61,11 @@ class Runtime:
             return False
         return True
 
+    async def idle_seconds(self) -> float:
+        """Seconds since the runtime's last API request ended (0 while one is in flight)."""
+        data = await self._request("GET", "/v1/health", timeout=10.0)
+        return float(data.get("idle_seconds") or 0)
+
     async def sh(
         self,
         script: str,

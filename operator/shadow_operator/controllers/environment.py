@@ -113,7 +113,9 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
         except StepFailed as failed:
             state.fail(failed)
             retry = failed.retry
-        if not state.ready and state.failure is None:
+        # The start-up deadline: once the sources were in, a workspace that is not Ready is suspended or
+        # recovering, not starting.
+        if not state.ready and state.failure is None and not conds.is_true(state.conditions, c.COND_SOURCES_READY):
             created = env.metadata.creation_timestamp
             deadline = env.spec.startup_timeout_seconds
             if created is not None and (datetime.now(UTC) - created).total_seconds() > deadline:
@@ -145,8 +147,11 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
                 ),
                 env,
             )
+        suspended = self._suspended(env, state)
         sandbox = await self._apply(
-            SANDBOX, res.build_workspace_sandbox(body, template, gitea_base_url=base_url), env
+            SANDBOX,
+            res.build_workspace_sandbox(body, template, gitea_base_url=base_url, suspended=suspended),
+            env,
         )
         sb_status = sandbox.get("status") or {}
         state.status.update(
@@ -156,6 +161,13 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
             previewURL=sb_status.get("previewURL"),
         )
 
+        if suspended:
+            message = (
+                f"suspended after {env.spec.idle_timeout_seconds}s without activity; its volume is kept. "
+                f"Set the annotation {c.ANNOTATION_RESUME_REQUEST} to a new value to resume"
+            )
+            state.set(c.COND_WORKSPACE_READY, False, "Suspended", message)
+            raise StepFailed(None, "Suspended", message, retry=None)
         workspace_ready = conds.is_true(sb_status.get("conditions"), c.COND_READY)
         if workspace_ready:
             state.set(c.COND_WORKSPACE_READY, True, "WorkspaceReady", "the workspace Pod is Ready")
@@ -181,7 +193,37 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
         if not conds.is_true(state.conditions, c.COND_SOURCES_READY):
             return None  # waiting for an upload: its annotation wakes us
         await self._verify(env, state)
-        return None
+        return await self._suspend_if_idle(env, state)
+
+    # ------------------------------------------------------------------------------------------ idleness
+    def _suspended(self, env: ShadowEnvironment, state: _Status) -> bool:
+        idle = dict(state.status.get("idle") or {})
+        resume = env.metadata.annotations.get(c.ANNOTATION_RESUME_REQUEST)
+        if idle.get("suspendedAt") and resume and resume != idle.get("resumeRequest"):
+            idle = {"resumeRequest": resume, "suspendedAt": None}
+            state.status["idle"] = idle
+            self.recorder.info(env.body, reason="Resumed", message="workspace resumed on request")
+        return bool(idle.get("suspendedAt"))
+
+    async def _suspend_if_idle(self, env: ShadowEnvironment, state: _Status) -> float | None:
+        timeout = env.spec.idle_timeout_seconds
+        if not timeout:
+            return None
+        async with self._runtime(env, state) as runtime:
+            try:
+                idle = await runtime.idle_seconds()
+            except RuntimeUnavailable:
+                return POLL_SECONDS * 10
+        if idle < timeout:
+            return timeout - idle + 1.0
+        state.status["idle"] = {
+            **(state.status.get("idle") or {}),
+            "suspendedAt": conds.now_rfc3339(),
+        }
+        self.recorder.info(
+            env.body, reason="Suspended", message=f"no runtime activity for {int(idle)}s: workspace suspended"
+        )
+        return 0.0  # the next pass suspends the Sandbox and reports it
 
     # ----------------------------------------------------------------------------------------- preflight
     async def _preflight(self, env: ShadowEnvironment) -> Body:
@@ -549,7 +591,9 @@ class _Status:
         self.generation = env.metadata.generation
         self.conditions: list[dict[str, Any]] = [dict(x) for x in old.get("conditions") or ()]
         self.status: dict[str, Any] = {
-            k: old[k] for k in ("sources", "sourcesReady", "verdict", "runtimeURL", "sandbox") if k in old
+            k: old[k]
+            for k in ("sources", "sourcesReady", "verdict", "runtimeURL", "sandbox", "idle")
+            if k in old
         }
         self.failure: dict[str, str] | None = None
         self.stopped_at: str | None = None  # reason of the step that could not complete in this pass

@@ -269,7 +269,9 @@ def _set_root_arg(container: dict[str, Any], mount_path: str) -> None:
         container["args"] = args
 
 
-def build_workspace_sandbox(env: Body, template: Body, *, gitea_base_url: str | None) -> Manifest:
+def build_workspace_sandbox(
+    env: Body, template: Body, *, gitea_base_url: str | None, suspended: bool = False
+) -> Manifest:
     """The Sandbox the workspace runs in: the template's Pod with the workspace volume at mountPath."""
     meta, spec = env["metadata"], env["spec"]
     workspace = spec.get("workspace") or {}
@@ -329,6 +331,7 @@ def build_workspace_sandbox(env: Body, template: Body, *, gitea_base_url: str | 
     ]
     # The runtime URL in status is the headless Service's name.
     sandbox_spec["service"] = True
+    sandbox_spec["operatingMode"] = "Suspended" if suspended else "Running"
     if spec.get("shutdownTime"):
         sandbox_spec["shutdownTime"] = spec["shutdownTime"]
     return {
