@@ -19,6 +19,7 @@ class Config:
     # ShadowEnvironment: the SandboxTemplate a workspace starts from unless it names one, and Gitea's image.
     default_template: str = "workspace"
     gitea_image: str = "shadow-operator/gitea:latest"
+    gitea_image_pull_policy: str = "IfNotPresent"
     # Where the operator reaches an environment's Gitea API; default: its in-cluster Service. Set it when the
     # operator runs outside the cluster (with a port-forward) or in tests against a Gitea on loopback.
     gitea_api_url: str | None = None
@@ -40,5 +41,6 @@ class Config:
             json_logs=env.get("SHADOW_LOG_FORMAT", "").lower() == "json",
             default_template=env.get("SHADOW_DEFAULT_TEMPLATE") or "workspace",
             gitea_image=env.get("SHADOW_GITEA_IMAGE") or "shadow-operator/gitea:latest",
+            gitea_image_pull_policy=env.get("SHADOW_GITEA_IMAGE_PULL_POLICY") or "IfNotPresent",
             gitea_api_url=env.get("SHADOW_GITEA_API_URL") or None,
         )

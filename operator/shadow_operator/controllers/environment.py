@@ -115,7 +115,11 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
             retry = failed.retry
         # The start-up deadline: once the sources were in, a workspace that is not Ready is suspended or
         # recovering, not starting.
-        if not state.ready and state.failure is None and not conds.is_true(state.conditions, c.COND_SOURCES_READY):
+        if (
+            not state.ready
+            and state.failure is None
+            and not conds.is_true(state.conditions, c.COND_SOURCES_READY)
+        ):
             created = env.metadata.creation_timestamp
             deadline = env.spec.startup_timeout_seconds
             if created is not None and (datetime.now(UTC) - created).total_seconds() > deadline:
@@ -143,7 +147,10 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
             sts = await self._apply(
                 STATEFUL_SET,
                 res.build_gitea_statefulset(
-                    body, image=self.config.gitea_image, cluster_domain=self.config.cluster_domain
+                    body,
+                    image=self.config.gitea_image,
+                    cluster_domain=self.config.cluster_domain,
+                    pull_policy=self.config.gitea_image_pull_policy,
                 ),
                 env,
             )

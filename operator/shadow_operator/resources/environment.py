@@ -157,7 +157,9 @@ def build_gitea_service(env: Body) -> Manifest:
     }
 
 
-def build_gitea_statefulset(env: Body, *, image: str, cluster_domain: str) -> Manifest:
+def build_gitea_statefulset(
+    env: Body, *, image: str, cluster_domain: str, pull_policy: str = "IfNotPresent"
+) -> Manifest:
     meta, spec = env["metadata"], env["spec"]
     name = gitea_name(meta["name"])
     gitea = spec.get("gitea") or {}
@@ -212,7 +214,7 @@ def build_gitea_statefulset(env: Body, *, image: str, cluster_domain: str) -> Ma
                         {
                             "name": "gitea",
                             "image": image,
-                            "imagePullPolicy": "IfNotPresent",
+                            "imagePullPolicy": pull_policy,
                             "env": [
                                 {"name": "GITEA_ROOT_URL", "value": gitea_url(env, cluster_domain) + "/"},
                                 {
