@@ -6,7 +6,7 @@
 #
 #   hack/images.sh                 # everything below, in order
 #   hack/images.sh base            # shadow-operator/debian:$DEBIAN_SUITE via debootstrap + docker import
-#   hack/images.sh apps            # operator, workspace, preview-router
+#   hack/images.sh apps            # operator, workspace, preview-router, gitea
 #   hack/images.sh system          # pause, etcd, coredns, kindnetd, local-path-provisioner/-helper
 #   hack/images.sh kind-base       # the kind node base image only
 #   hack/images.sh node            # kind base image, Kubernetes server tarball, kind node image
@@ -93,6 +93,7 @@ compute_workspace_ref() {
     "$(sha256sum /etc/ssl/certs/ca-certificates.crt)")"
 }
 compute_router_ref() { echo "${PREFIX}/preview-router:$(hash_inputs images/preview-router "$(image_id "${BASE_IMAGE}")")"; }
+compute_gitea_ref() { echo "${PREFIX}/gitea:$(hash_inputs images/gitea "${GITEA_VERSION}" "$(image_id "${BASE_IMAGE}")")"; }
 
 # The app references are computed once per run: sources may change while images build.
 resolve_refs() {
@@ -100,10 +101,12 @@ resolve_refs() {
   OPERATOR_REF=$(compute_operator_ref)
   WORKSPACE_REF=$(compute_workspace_ref)
   ROUTER_REF=$(compute_router_ref)
+  GITEA_REF=$(compute_gitea_ref)
 }
 operator_ref() { resolve_refs; echo "${OPERATOR_REF}"; }
 workspace_ref() { resolve_refs; echo "${WORKSPACE_REF}"; }
 router_ref() { resolve_refs; echo "${ROUTER_REF}"; }
+gitea_ref() { resolve_refs; echo "${GITEA_REF}"; }
 
 wheels() { # wheels DIR PROJECT: wheels of PROJECT and its dependencies, from the host's pip.
   local py="${REPO_ROOT}/.venv/bin/python"
@@ -130,6 +133,21 @@ build_apps() {
   ref=$(router_ref)
   image_exists "$ref" || docker_build "$ref" "$(stage preview-router)"
   image_exists "$ref" && info "$ref: ready"
+  ref=$(gitea_ref)
+  if ! image_exists "$ref"; then
+    ctx=$(stage gitea)
+    prepare_gitea "$ctx"
+    docker_build "$ref" "$ctx"
+  else info "$ref: cached"; fi
+}
+
+# The gitea binary and the templates/options/public it serves from (hack/build-tools.sh gitea).
+prepare_gitea() {
+  local share="${SHADOW_CACHE}/share/gitea-${GITEA_VERSION}"
+  [[ -f "$share/.complete" ]] || "${HACK_DIR}/build-tools.sh" gitea >&2
+  [[ -f "$share/.complete" ]] || die "gitea ${GITEA_VERSION}: $share was not installed (hack/build-tools.sh gitea)"
+  cp "$(tool gitea "${GITEA_VERSION}" gitea)" "$1/gitea"
+  cp -r "$share" "$1/share" && rm -f "$1/share/.complete"
 }
 
 # -------------------------------------------------------------------------------------------- system
@@ -224,11 +242,13 @@ push_all() {
   push_one "$(operator_ref)"
   push_one "$(workspace_ref)"
   push_one "$(router_ref)"
+  push_one "$(gitea_ref)"
   # What was pushed, for hack/kind/deploy.sh (`hack/images.sh env`).
   {
     echo "SHADOW_OPERATOR_IMAGE=$(operator_ref)"
     echo "SHADOW_WORKSPACE_IMAGE=$(workspace_ref)"
     echo "SHADOW_ROUTER_IMAGE=$(router_ref)"
+    echo "SHADOW_GITEA_IMAGE=$(gitea_ref)"
     echo "SHADOW_REGISTRY=$("${HACK_DIR}/docker.sh" registry-host)"
   } >"${STATE_DIR}/pushed.env"
 }
@@ -356,6 +376,7 @@ prune_all() {
   prune_old "${PREFIX}/operator" "$(operator_ref)"
   prune_old "${PREFIX}/workspace" "$(workspace_ref)"
   prune_old "${PREFIX}/preview-router" "$(router_ref)"
+  prune_old "${PREFIX}/gitea" "$(gitea_ref)"
   prune_old "${PREFIX}/kind-base" "$(kind_base_ref)"
   [[ -f "${STATE_DIR}/node-image" ]] && prune_old "${PREFIX}/kind-node" "$(<"${STATE_DIR}/node-image")"
   return 0
