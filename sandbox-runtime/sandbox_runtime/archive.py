@@ -120,6 +120,53 @@ def _walk_all(base: str, excluder: Excluder) -> list[tuple[str, os.DirEntry[str]
     return out
 
 
+# Python's extraction filters (PEP 706) arrived in 3.11.4; Debian bookworm's Python, which the workspace
+# image runs, is 3.11.2. Without them, `check_member` applies the same rules as the "data" filter.
+HAS_TAR_FILTERS = hasattr(tarfile, "data_filter")
+
+
+def refused(member: tarfile.TarInfo, why: str) -> ApiError:
+    return ApiError(400, "INVALID_ARGUMENT", f"refused archive member {member.name!r}: {why}")
+
+
+def _inside(dest: str, path: str) -> bool:
+    path = os.path.normpath(path)
+    return path == dest or path.startswith(dest.rstrip(os.sep) + os.sep)
+
+
+def check_member(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo:
+    """The "data" filter's rules: regular files, directories and links that stay inside `dest` only; no
+    set-user/group-id bits, no write bits for others; owners are not restored."""
+    dest = os.path.realpath(dest)
+    target = os.path.join(dest, member.name)
+    if not _inside(dest, target):
+        raise refused(member, "it would land outside the destination")
+    if member.issym():
+        if os.path.isabs(member.linkname):
+            raise refused(member, f"absolute symlink target {member.linkname!r}")
+        if not _inside(dest, os.path.join(os.path.dirname(target), member.linkname)):
+            raise refused(member, f"symlink to {member.linkname!r} points outside the destination")
+    elif member.islnk():
+        if os.path.isabs(member.linkname) or not _inside(dest, os.path.join(dest, member.linkname)):
+            raise refused(member, f"hard link to {member.linkname!r} points outside the destination")
+    elif not (member.isfile() or member.isdir()):
+        raise refused(member, "only files, directories and links are accepted (no devices or FIFOs)")
+    if member.isfile() or member.isdir():
+        member.mode = (member.mode & 0o755) | (0o700 if member.isdir() else 0o600)
+    # Owners are not restored: the runtime never runs as root, so tarfile does not chown.
+    return member
+
+
+def extract_safely(tar: tarfile.TarFile, member: tarfile.TarInfo, dest: str) -> None:
+    if HAS_TAR_FILTERS:
+        try:
+            tar.extract(member, dest, filter="data")
+        except tarfile.FilterError as err:
+            raise refused(member, str(err)) from None
+    else:
+        tar.extract(check_member(member, dest), dest)
+
+
 class _QueueSource:
     """File-like reader for the worker thread, fed with request chunks by the event loop."""
 
@@ -169,12 +216,7 @@ async def import_stream(
                         continue
                     full = os.path.join(base_rel, rel) if base_rel else rel
                     root.resolve(full)  # an existing symlink on the way must not lead outside
-                    try:
-                        tar.extract(m, dest, filter="data")
-                    except tarfile.FilterError as err:
-                        raise ApiError(
-                            400, "INVALID_ARGUMENT", f"refused archive member {m.name!r}: {err}"
-                        ) from None
+                    extract_safely(tar, m, dest)
                     if m.isfile():
                         count += 1
                         total += m.size
