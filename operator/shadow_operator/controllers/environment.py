@@ -196,9 +196,12 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
         if not (workspace_ready and gitea_ready):
             return POLL_SECONDS
 
+        sources_were_ready = conds.is_true(state.conditions, c.COND_SOURCES_READY)
         await self._copy_in(env, state, creds.get(c.GITEA_SECRET_TOKEN))
         if not conds.is_true(state.conditions, c.COND_SOURCES_READY):
             return None  # waiting for an upload: its annotation wakes us
+        if not sources_were_ready:
+            return 0.0  # Ready now (written at the end of this pass); verification runs in the next one
         await self._verify(env, state)
         return await self._suspend_if_idle(env, state)
 
