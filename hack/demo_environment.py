@@ -150,7 +150,7 @@ def main() -> int:
         def progress(done: int, total: int) -> None:
             if time.monotonic() - last[0] > 0.5 or done == total:
                 last[0] = time.monotonic()
-                say(f"uploading {done / 1e6:.1f} / {total / 1e6:.1f} MB")
+                say(f"uploading {done / 1e3:.0f} / {total / 1e3:.0f} kB")
 
         result = upload_source(name, "src", path, namespace=ns, timeout=args.timeout, progress=progress)
         say(

@@ -131,7 +131,7 @@ class Runtime:
             raise bad_request(f"cwd is not a directory: {raw!r}")
         return res.path
 
-    async def run(self, spec: ExecSpec, api: str) -> ExecResult:
+    async def run(self, spec: ExecSpec, api: str, *, journal: bool = True) -> ExecResult:
         self.limiter.acquire()
         self.metrics.processes.set(self.limiter.active)
         try:
@@ -142,6 +142,8 @@ class Runtime:
         outcome = "timeout" if result.timed_out else ("ok" if result.exit_code == 0 else "nonzero")
         self.metrics.execs.labels(api, outcome).inc()
         self.metrics.exec_duration.labels(api).observe(result.duration)
+        if not journal:
+            return result
         self.journal.record_command(
             argv=result.argv,
             cwd=result.cwd,
@@ -481,7 +483,7 @@ def build_router(rt: Runtime) -> APIRouter:
     )
     async def v1_exec(req: ExecRequest) -> ExecResponse:
         """Run a command to completion; output capped (`truncated`), whole process group killed on timeout."""
-        res = await rt.run(rt.spec_from(req), "exec")
+        res = await rt.run(rt.spec_from(req), "exec", journal=req.journal)
         return ExecResponse(
             argv=res.argv,
             exit_code=res.exit_code,

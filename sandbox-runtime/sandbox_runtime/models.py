@@ -43,6 +43,11 @@ class ExecRequest(BaseModel):
     timeout_seconds: float | None = Field(default=None, gt=0, le=86400)
     max_output_bytes: int | None = Field(default=None, ge=0, le=1 << 30)
     tag: str | None = Field(default=None, max_length=200, description="Free label, shown in listings.")
+    journal: bool = Field(
+        default=True,
+        description="POST /v1/exec: record the command in the journal (and HANDOFF.md); an orchestrator's "
+        "own plumbing sets false.",
+    )
 
 
 class ExecResponse(BaseModel):

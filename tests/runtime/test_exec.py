@@ -178,3 +178,14 @@ def test_streaming_exec_client_disconnect_kills_the_command(server: Server) -> N
         pid = first["pid"]
         wait_until(lambda: alive(pid), 5, "the streamed command to start")
     wait_until(lambda: not alive(pid), 10, "the streamed command to be killed after the client left")
+
+
+def test_exec_can_stay_out_of_the_journal(client: httpx.Client) -> None:
+    """An orchestrator's own commands (the operator's copy-in and checks) are not the agent's work."""
+    marker = f"plumbing-{time.monotonic_ns()}"
+    hidden = client.post("/v1/exec", json={"argv": ["echo", marker, "hidden"], "journal": False})
+    shown = client.post("/v1/exec", json={"argv": ["echo", marker, "shown"]})
+    assert hidden.status_code == shown.status_code == 200
+    entries = json.dumps(client.get("/v1/journal").json()["entries"])
+    assert f"{marker} shown" in entries or f'"{marker}", "shown"' in entries
+    assert "hidden" not in entries

@@ -82,6 +82,8 @@ class Runtime:
             "cwd": cwd,
             "timeout_seconds": timeout,
             "tag": tag,
+            # The operator's plumbing is not the agent's work: keep it out of the journal and HANDOFF.md.
+            "journal": False,
         }
         data = await self._request("POST", "/v1/exec", json=body, timeout=timeout + 30.0)
         return ExecResult(

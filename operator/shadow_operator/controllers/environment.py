@@ -57,7 +57,7 @@ POLL_SECONDS = 3.0  # while Pods start: Gitea's Pod is not watched, and start-up
 RETRY_SECONDS = 30.0  # after a failure that may heal (a source that could not be fetched, a missing class)
 BOOTSTRAP_ATTEMPTS = 20  # consecutive failures of a ready Gitea before GiteaBootstrapFailed
 ADMIN_USERNAME = "shadow-admin"
-BASELINE_EXCLUDE = [".git/", ".sandbox-runtime/"]
+BASELINE_EXCLUDE = [".git/", ".sandbox-runtime/", "__pycache__/"]
 
 
 def _envs_in_namespace(template: Body, cache: Cache) -> Iterable[Key]:
