@@ -4,13 +4,14 @@ chart handing the Gitea image to the operator. tests/integration/test_gitea_bina
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
+
+from tests.unit.test_chart import _helm
 
 pytestmark = pytest.mark.unit
 
@@ -128,17 +129,6 @@ def test_admin_without_password_is_refused(tmp_path: Path) -> None:
     assert result.returncode != 0
     assert "GITEA_ADMIN_PASSWORD is required" in result.stderr
     assert not (tmp_path / "data").exists()
-
-
-def _helm() -> str:
-    cache = Path(os.environ.get("SHADOW_CACHE", Path.home() / ".cache" / "shadow-operator"))
-    for candidate in (os.environ.get("HELM", ""), str(cache / "bin" / "helm"), shutil.which("helm") or ""):
-        if candidate and os.access(candidate, os.X_OK):
-            return candidate
-    message = "helm not found: build it with `hack/build-tools.sh helm` (or set HELM)"
-    if os.environ.get("SHADOW_REQUIRE_INTEGRATION") == "1":
-        pytest.fail(message)
-    pytest.skip(message)
 
 
 def operator_env(*values: str) -> dict[str, str]:
