@@ -12,6 +12,15 @@ class RuntimeUnavailable(Exception):
     """The runtime could not be reached or refused a request."""
 
 
+class RuntimeRefused(RuntimeUnavailable):
+    """The runtime answered with an error status."""
+
+    def __init__(self, status: int, message: str, detail: str) -> None:
+        super().__init__(f"{message}: {detail}")
+        self.status = status
+        self.detail = detail
+
+
 @dataclass(frozen=True)
 class ExecResult:
     exit_code: int
@@ -34,6 +43,7 @@ class Runtime:
         self._http = httpx.AsyncClient(
             base_url=base_url.rstrip("/"), headers=headers, timeout=timeout, trust_env=False
         )
+        self._journal_flag = True
 
     async def __aenter__(self) -> Runtime:
         return self
@@ -49,8 +59,8 @@ class Runtime:
         except httpx.HTTPError as exc:
             raise RuntimeUnavailable(f"runtime unreachable: {type(exc).__name__}: {exc}") from None
         if resp.status_code >= 400:
-            raise RuntimeUnavailable(
-                f"runtime answered {resp.status_code} to {method} {path}: {resp.text[:300]}"
+            raise RuntimeRefused(
+                resp.status_code, f"runtime answered {resp.status_code} to {method} {path}", resp.text[:300]
             )
         return resp.json() if resp.content else None
 
@@ -82,10 +92,20 @@ class Runtime:
             "cwd": cwd,
             "timeout_seconds": timeout,
             "tag": tag,
-            # The operator's plumbing is not the agent's work: keep it out of the journal and HANDOFF.md.
-            "journal": False,
         }
-        data = await self._request("POST", "/v1/exec", json=body, timeout=timeout + 30.0)
+        if self._journal_flag:
+            # The operator's plumbing is not the agent's work: keep it out of the journal and HANDOFF.md.
+            body["journal"] = False
+        try:
+            data = await self._request("POST", "/v1/exec", json=body, timeout=timeout + 30.0)
+        except RuntimeRefused as exc:
+            # A workspace image with an older runtime (a template pinned to it) refuses the field: run the
+            # command anyway, journaled, rather than never copying anything in.
+            if not (exc.status == 422 and "journal" in exc.detail and self._journal_flag):
+                raise
+            self._journal_flag = False
+            body.pop("journal")
+            data = await self._request("POST", "/v1/exec", json=body, timeout=timeout + 30.0)
         return ExecResult(
             exit_code=int(data["exit_code"]),
             stdout=str(data["stdout"]),

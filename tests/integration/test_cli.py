@@ -1,0 +1,60 @@
+"""shadowctl against a real API server: create, list, status, destroy, and the errors of a missing object."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.sandbox_operator import ENVIRONMENT, Objects
+
+pytestmark = pytest.mark.integration
+
+SHADOWCTL = str(Path(sys.executable).parent / "shadowctl")
+
+
+def run(kubeconfig: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KUBECONFIG": kubeconfig, "COLUMNS": "200"}
+    return subprocess.run([SHADOWCTL, *args], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_create_list_status_destroy(objs: Objects, kubeconfig: str) -> None:
+    ns = objs.namespace
+    created = run(
+        kubeconfig,
+        "create", "cli", "-n", ns, "--no-wait",
+        "--git", "https://example.com/org/tool.git@v1:org/tool",
+        "--rewrite", "https://github.com/org/=org",
+        "--template", "absent",
+    )  # fmt: skip
+    assert created.returncode == 0, created.stderr
+    env: dict[str, Any] | None = objs.get(ENVIRONMENT, "cli", "v1alpha1")
+    assert env is not None
+    assert env["spec"]["sources"] == [
+        {"name": "tool", "repo": "org/tool", "git": {"url": "https://example.com/org/tool.git", "ref": "v1"}}
+    ]
+    assert env["spec"]["gitRewrites"] == [{"from": "https://github.com/org/", "to": "org"}]
+
+    objs.wait(
+        ENVIRONMENT, "cli", lambda o: (o.get("status") or {}).get("failure"), timeout=30, version="v1alpha1"
+    )
+    listed = run(kubeconfig, "list", "-n", ns, "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    assert json.loads(listed.stdout) == [
+        {"name": "cli", "ready": "False", "sources": "", "verdict": "", "failure": "TemplateNotFound"}
+    ]
+    status = run(kubeconfig, "status", "cli", "-n", ns)
+    assert status.returncode == 0 and "TemplateNotFound" in status.stdout
+
+    missing = run(kubeconfig, "status", "nope", "-n", ns)
+    assert missing.returncode == 1 and missing.stderr.startswith("error: nope: not found")
+    assert "Traceback" not in missing.stderr
+
+    destroyed = run(kubeconfig, "destroy", "cli", "-n", ns)
+    assert destroyed.returncode == 0, destroyed.stderr
+    assert run(kubeconfig, "destroy", "cli", "-n", ns).stderr.startswith("error: cli: not found")
