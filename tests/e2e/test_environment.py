@@ -76,6 +76,8 @@ def environment(
         "workspace": {"size": "1Gi"},
         "gitea": {"persistence": {"size": "1Gi"}},
         "gitRewrites": REWRITES,
+        # Small requests: the e2e cluster is one node of 2 CPUs shared with the other tests' sandboxes.
+        "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "1Gi"}},
     }
     if commands:
         spec["verify"] = {"commands": commands}
