@@ -13,7 +13,6 @@ and the change shown as a diff against what was copied in. Runs against the curr
 from __future__ import annotations
 
 import argparse
-import base64
 import os
 import shutil
 import subprocess
@@ -23,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from shadow_operator.api import constants as c
-from shadow_operator.api.kinds import POD, SHADOW_ENVIRONMENT
-from shadow_operator.sdk import kube, upload_source
+from shadow_operator.api.environment import ShadowEnvironment
+from shadow_operator.api.kinds import SHADOW_ENVIRONMENT
+from shadow_operator.sdk import kube, runtime_endpoint, upload_source
 
 CACHE = Path(os.environ.get("SHADOW_CACHE") or Path.home() / ".cache" / "shadow-operator")
 
@@ -109,19 +108,10 @@ def wait_verdict(http: httpx.Client, namespace: str, name: str, timeout: float) 
     )
 
 
-def runtime_call(
-    http: httpx.Client, namespace: str, env: dict[str, Any], method: str, path: str, **kw: Any
-) -> Any:
+def runtime_call(http: httpx.Client, env: dict[str, Any], method: str, path: str, **kw: Any) -> Any:
     """A call to the workspace's runtime through the API server's pod proxy (no port-forward needed)."""
-    status = env["status"]
-    secret = kube.request(
-        http, "GET", f"/api/v1/namespaces/{namespace}/secrets/{status['runtimeTokenSecret']}"
-    )
-    token = base64.b64decode(secret["data"][c.RUNTIME_TOKEN_KEY]).decode()
-    proxy = POD.path(namespace, f"{status['sandbox']}:{c.RUNTIME_DEFAULT_PORT}", "proxy")
-    response = http.request(
-        method, proxy + path, headers={"X-Sandbox-Runtime-Token": token}, timeout=600, **kw
-    )
+    proxy, headers = runtime_endpoint(http, ShadowEnvironment.from_body(env))
+    response = http.request(method, proxy + path, headers=headers, timeout=600, **kw)
     response.raise_for_status()
     return response.json()
 
@@ -180,7 +170,7 @@ def main() -> int:
                 f"--no-build-isolation git+https://github.com/{repo} && cd / && "
                 "/tmp/demo/bin/python -c 'import shadowpkg; print(shadowpkg.VERSION)'"
             )
-            install = runtime_call(http, ns, env, "POST", "/v1/exec", json={"command": command})
+            install = runtime_call(http, env, "POST", "/v1/exec", json={"command": command})
             print()
             say(
                 f"in the workspace: pip install git+https://github.com/{repo} -> VERSION = {install['stdout'].strip()!r}"
@@ -189,13 +179,12 @@ def main() -> int:
         # An agent's change inside the workspace, then the diff against what was copied in.
         runtime_call(
             http,
-            ns,
             env,
             "POST",
             "/v1/exec",
             json={"command": "cd src && printf '\\n# edited inside the shadow environment\\n' >> README.md"},
         )
-        diff = runtime_call(http, ns, env, "GET", "/v1/diff")
+        diff = runtime_call(http, env, "GET", "/v1/diff")
         print()
         say("diff inside the workspace since the copy-in (GET /v1/diff):")
         for line in (diff.get("patch") or "").splitlines()[:40]:

@@ -12,7 +12,6 @@ through the API server's pod proxy, so no Ingress or port-forward is needed. Err
 
 from __future__ import annotations
 
-import base64
 import json
 import sys
 import time
@@ -27,8 +26,9 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, Trans
 from rich.table import Table
 
 from shadow_operator.api import constants as c
-from shadow_operator.api.kinds import POD, SHADOW_ENVIRONMENT
-from shadow_operator.sdk import KubeError, UploadError, kube, upload_source
+from shadow_operator.api.environment import ShadowEnvironment
+from shadow_operator.api.kinds import SHADOW_ENVIRONMENT
+from shadow_operator.sdk import KubeError, UploadError, kube, runtime_endpoint, upload_source
 
 app = typer.Typer(
     name="shadowctl",
@@ -121,18 +121,16 @@ def emit(data: Any, output: str) -> bool:
     return False
 
 
-def runtime(http: httpx.Client, namespace: str, env: dict[str, Any]) -> tuple[str, dict[str, str]]:
-    status = env.get("status") or {}
-    if not status.get("runtimeTokenSecret") or condition(env, c.COND_WORKSPACE_READY).get("status") != "True":
+def runtime(http: httpx.Client, env: dict[str, Any]) -> tuple[str, dict[str, str]]:
+    if condition(env, c.COND_WORKSPACE_READY).get("status") != "True":
         fail(f"{env['metadata']['name']}: the workspace is not ready", "wait for it: shadowctl status NAME")
-    secret = call(
-        http, "GET", f"/api/v1/namespaces/{namespace}/secrets/{status['runtimeTokenSecret']}", "runtime token"
-    )
-    token = base64.b64decode(secret["data"][c.RUNTIME_TOKEN_KEY]).decode()
-    proxy = POD.path(
-        namespace, f"{status.get('sandbox') or env['metadata']['name']}:{c.RUNTIME_DEFAULT_PORT}", "proxy"
-    )
-    return proxy, {"X-Sandbox-Runtime-Token": token}
+    try:
+        return runtime_endpoint(http, ShadowEnvironment.from_body(env))
+    except (KubeError, UploadError) as exc:
+        fail(
+            f"{env['metadata']['name']}: cannot read the runtime token: {exc}",
+            "check `kubectl auth can-i get secrets`",
+        )
 
 
 # ---------------------------------------------------------------------------------------------- verbs
@@ -311,7 +309,7 @@ def exec_(
     """Run a command in the workspace; its output is printed and its exit code returned."""
     with connect() as http:
         env = call(http, "GET", SHADOW_ENVIRONMENT.path(namespace, name), name)
-        proxy, headers = runtime(http, namespace, env)
+        proxy, headers = runtime(http, env)
         body = {"argv": command, "timeout_seconds": timeout}
         response = http.post(proxy + "/v1/exec", json=body, headers=headers, timeout=timeout + 30)
     if not response.is_success:
@@ -335,7 +333,7 @@ def diff(
     """What changed in the workspace since the sources were copied in."""
     with connect() as http:
         env = call(http, "GET", SHADOW_ENVIRONMENT.path(namespace, name), name)
-        proxy, headers = runtime(http, namespace, env)
+        proxy, headers = runtime(http, env)
         response = http.get(
             proxy + "/v1/diff", params={"paths_only": str(stat).lower()}, headers=headers, timeout=300
         )

@@ -15,6 +15,7 @@ restart of the operator (or a second replica taking over) resumes where the last
 from __future__ import annotations
 
 import base64
+import contextlib
 import logging
 import secrets
 from collections.abc import Iterable
@@ -248,7 +249,13 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
                 retry=None,  # the template's creation wakes us
             )
         storage_class = env.spec.workspace.storage_class_name
-        if storage_class and await self.client.get_live(STORAGE_CLASS, "", storage_class) is None:
+        # Checked with a live read until the workspace's volume claim exists; after that the class is moot.
+        claim = self.cache.store(PVC).get(env.namespace, naming.pvc_name(c.WORKSPACE_VOLUME, env.name))
+        if (
+            storage_class
+            and claim is None
+            and await self.client.get_live(STORAGE_CLASS, "", storage_class) is None
+        ):
             raise StepFailed(
                 "StorageUnavailable",
                 "StorageUnavailable",
@@ -303,7 +310,7 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
         except GiteaError as exc:
             failures = self._bootstrap_failures.get(key, 0) + 1
             self._bootstrap_failures[key] = failures
-            message = copyin.redact(str(exc), creds)
+            message = copyin.redact(str(exc), creds.values())
             if failures >= BOOTSTRAP_ATTEMPTS:
                 raise StepFailed(
                     "GiteaBootstrapFailed",
@@ -373,7 +380,13 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
         rewrites = [r.model_dump(by_alias=True) for r in env.spec.git_rewrites or ()]
         annotations = env.metadata.annotations
         waiting = []
-        async with self._runtime(env, state) as runtime:
+        async with contextlib.AsyncExitStack() as stack:
+            runtime = await stack.enter_async_context(self._runtime(env, state))
+            gitea = None
+            if base_url and token:
+                gitea = await stack.enter_async_context(
+                    Gitea(self._gitea_api_url(env), username="", token=token)
+                )
             for plan in plans:
                 if plan.name in done:
                     continue
@@ -403,12 +416,11 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
                         retry=RETRY_SECONDS,
                     )
                 commit, branch = fields
-                if base_url and token:
-                    async with Gitea(self._gitea_api_url(env), username="", token=token) as gitea:
-                        try:
-                            await gitea.set_default_branch(plan.org, plan.repo, branch)
-                        except GiteaError as exc:
-                            raise StepFailed(None, "GiteaBootstrapRetrying", str(exc)) from None
+                if gitea is not None:
+                    try:
+                        await gitea.set_default_branch(plan.org, plan.repo, branch)
+                    except GiteaError as exc:
+                        raise StepFailed(None, "GiteaBootstrapRetrying", str(exc)) from None
                 entry: dict[str, Any] = {
                     "name": plan.name,
                     "repo": plan.full_repo,
@@ -511,36 +523,26 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
     async def _check_sources(
         self, env: ShadowEnvironment, runtime: Runtime, sources: list[dict[str, Any]], out: list[CheckResult]
     ) -> None:
-        base_url = self._gitea_api_url(env) if env.spec.gitea.enabled else None
-        for src in sources:
-            result = await runtime.sh(
-                copyin.VERIFY_SOURCE,
-                env={"SHADOW_PATH": src["path"], "SHADOW_COMMIT": src["commit"]},
-                timeout=60.0,
-                tag="shadow-operator: verify source",
-            )
-            out.append(
-                CheckResult(
-                    f"{src['name']}: workspace has {src['commit'][:12]}",
-                    result.ok,
-                    "" if result.ok else copyin.tail(result.output, 300),
+        async with contextlib.AsyncExitStack() as stack:
+            gitea = None
+            if env.spec.gitea.enabled:
+                gitea = await stack.enter_async_context(Gitea(self._gitea_api_url(env), username=""))
+            for src in sources:
+                result = await runtime.sh(
+                    copyin.VERIFY_SOURCE,
+                    env={"SHADOW_PATH": src["path"], "SHADOW_COMMIT": src["commit"]},
+                    timeout=60.0,
+                    tag="shadow-operator: verify source",
                 )
-            )
-            if base_url is None:
-                continue
-            org, _, repo = src["repo"].partition("/")
-            async with Gitea(base_url, username="") as gitea:
-                try:
-                    head = await gitea.branch_commit(org, repo, src["branch"])
-                except GiteaError as exc:
-                    head, error = None, str(exc)
-                else:
-                    error = ""
-            ok = head == src["commit"]
-            detail = error or ("" if ok else f"branch {src['branch']} is at {head or 'nothing'}")
-            out.append(
-                CheckResult(f"{src['name']}: Gitea {src['repo']}@{src['branch']} is the snapshot", ok, detail)
-            )
+                out.append(
+                    CheckResult(
+                        f"{src['name']}: workspace has {src['commit'][:12]}",
+                        result.ok,
+                        "" if result.ok else copyin.tail(result.output, 300),
+                    )
+                )
+                if gitea is not None:
+                    out.append(await _gitea_holds_snapshot(gitea, src))
 
     async def _check_installs(
         self, runtime: Runtime, sources: list[dict[str, Any]], out: list[CheckResult]
@@ -581,6 +583,17 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
         if failure and failure != old_failure:
             self.recorder.warn(env.body, reason=failure["code"], message=failure["message"][:1000])
         await self.client.patch_status(SHADOW_ENVIRONMENT, env.body, new)
+
+
+async def _gitea_holds_snapshot(gitea: Gitea, src: dict[str, Any]) -> CheckResult:
+    org, _, repo = src["repo"].partition("/")
+    try:
+        head, error = await gitea.branch_commit(org, repo, src["branch"]), ""
+    except GiteaError as exc:
+        head, error = None, str(exc)
+    ok = head == src["commit"]
+    detail = error or ("" if ok else f"branch {src['branch']} is at {head or 'nothing'}")
+    return CheckResult(f"{src['name']}: Gitea {src['repo']}@{src['branch']} is the snapshot", ok, detail)
 
 
 def _secret_data(secret: Body | None) -> dict[str, str]:

@@ -6,7 +6,7 @@ no secret in a command line) and print one `SHADOW_RESULT ...` line that the ope
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable
 
 from shadow_operator.resources.environment import SNAPSHOT_AUTHOR, SourcePlan
 
@@ -149,10 +149,9 @@ def tail(text: str, limit: int = 600) -> str:
     return "…" + cut[cut.find("\n") + 1 :] if "\n" in cut else "…" + cut
 
 
-def redact(text: str, secrets: Mapping[str, str] | list[str]) -> str:
+def redact(text: str, secrets: Iterable[str]) -> str:
     """Remove secret values from text that goes into status, events or logs."""
-    values = secrets.values() if isinstance(secrets, Mapping) else secrets
-    for value in values:
+    for value in secrets:
         if value:
             text = text.replace(value, "***")
     return text

@@ -318,15 +318,10 @@ def upload_source(
         env = _read_environment(http, namespace, environment)
         plan = _upload_plan(env, source)
         env = _wait_workspace_ready(http, env, deadline, timeout)
-        status = env.status or ShadowEnvironmentStatus()  # never None: it holds WorkspaceReady
-        pod = status.sandbox or env.name
-        port = (urlsplit(status.runtime_url).port if status.runtime_url else None) or c.RUNTIME_DEFAULT_PORT
-        token = _runtime_token(
-            http, namespace, status.runtime_token_secret or naming.token_secret_name(env.name)
-        )
+        base_url, headers = runtime_endpoint(http, env)
         result = upload_to_runtime(
-            POD.path(namespace, f"{pod}:{port}", "proxy"),
-            token,
+            base_url,
+            headers[TOKEN_HEADER],
             plan.path,
             path,
             headers={},
@@ -352,6 +347,17 @@ def _read_environment(http: httpx.Client, namespace: str, name: str) -> ShadowEn
             raise EnvironmentNotFound(f"ShadowEnvironment {namespace}/{name} does not exist") from None
         raise
     return ShadowEnvironment.from_body(body)
+
+
+def runtime_endpoint(http: httpx.Client, env: ShadowEnvironment) -> tuple[str, dict[str, str]]:
+    """The workspace's runtime as seen through the API server's pod proxy: its base URL and the header that
+    carries the runtime token (the proxy consumes `Authorization`), so no port-forward is needed."""
+    status = env.status or ShadowEnvironmentStatus()
+    pod = status.sandbox or env.name
+    port = (urlsplit(status.runtime_url).port if status.runtime_url else None) or c.RUNTIME_DEFAULT_PORT
+    secret = status.runtime_token_secret or naming.token_secret_name(env.name)
+    token = _runtime_token(http, env.namespace, secret)
+    return POD.path(env.namespace, f"{pod}:{port}", "proxy"), {TOKEN_HEADER: token}
 
 
 def _runtime_token(http: httpx.Client, namespace: str, secret: str) -> str:
