@@ -4,6 +4,7 @@ Synchronous and light to import: kopf is loaded only to read credentials, when a
 """
 
 from shadow_operator.sdk.kube import KubeError
+from shadow_operator.sdk.preview import PreviewUnavailable, preview_link
 from shadow_operator.sdk.upload import (
     EnvironmentNotFound,
     NotAnUploadSource,
@@ -24,12 +25,14 @@ __all__ = [
     "EnvironmentNotFound",
     "KubeError",
     "NotAnUploadSource",
+    "PreviewUnavailable",
     "RuntimeRefused",
     "RuntimeUnreachable",
     "SourceNotFound",
     "UploadError",
     "UploadResult",
     "UploadTimeout",
+    "preview_link",
     "runtime_endpoint",
     "stream_worktree",
     "upload_source",
