@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -545,6 +546,52 @@ def test_sdk_headers_are_validated(world: World, headers: dict[str, str], status
     assert detail in response.json()["detail"]
 
 
+def test_sdk_repeated_routing_header_is_400(world: World) -> None:
+    headers = [
+        ("X-Sandbox-ID", "sb-a"),
+        ("X-Sandbox-ID", "sb-b"),
+        ("X-Sandbox-Namespace", world.namespace),
+        ("X-Sandbox-Port", str(world.boxes["sb-a"].runtime_port)),
+    ]
+    status, _, body = raw_get(world.router.sdk_port, "/execute", headers, host="localhost")
+    assert status == 400 and json.loads(body) == {"detail": "X-Sandbox-ID given more than once"}
+
+
 def test_sdk_request_without_headers_is_400(world: World) -> None:
     response = httpx.get(f"{world.router.sdk}/list/.", timeout=10)
     assert response.status_code == 400 and response.json() == {"detail": "missing X-Sandbox-ID"}
+
+
+def test_sdk_tokenreview_mode_admits_only_authenticated_callers(
+    world: World, k8s_api: client.ApiClient, kubeconfig: str, tmp_path: Path
+) -> None:
+    core = client.CoreV1Api(k8s_api)
+    core.create_namespaced_service_account(world.namespace, {"metadata": {"name": "sdk-user"}})
+    request = {"spec": {"expirationSeconds": 600}}
+    token = core.create_namespaced_service_account_token("sdk-user", world.namespace, request).status.token
+    values = [
+        "--set=previewRouter.enabled=true",
+        f"--set=previewRouter.domain={DOMAIN}",
+        f"--set=previewRouter.sandboxNamespaces={{{world.namespace}}}",
+        "--set=previewRouter.sdk.authorizationMode=tokenreview",
+    ]
+    box = world.boxes["sb-b"]
+    headers = {
+        "X-Sandbox-ID": "sb-b",
+        "X-Sandbox-Namespace": world.namespace,
+        "X-Sandbox-Port": str(box.runtime_port),
+    }
+    with running_router(tmp_path, kubeconfig, values) as router:
+        for authorization in (None, "Bearer not-a-real-token", f"Basic {token}"):
+            extra = {"Authorization": authorization} if authorization else {}
+            refused = httpx.get(f"{router.sdk}/list/.", headers={**headers, **extra}, timeout=10)
+            assert refused.status_code == 401, refused.text
+            assert refused.json() == {"detail": "a valid bearer token is required"}
+            assert refused.headers["www-authenticate"] == "Bearer"
+        allowed = httpx.get(
+            f"{router.sdk}/list/.", headers={**headers, "Authorization": f"Bearer {token}"}, timeout=10
+        )
+        assert allowed.status_code == 200, allowed.text
+        seen = allowed.json()["headers"]
+        # The caller's credential stops at the router; the sandbox gets its own runtime token instead.
+        assert "Authorization" not in seen and seen["X-Sandbox-Runtime-Token"] == box.token

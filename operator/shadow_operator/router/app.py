@@ -28,6 +28,7 @@ from shadow_operator.router.decisions import HEADER, Decision, PreviewPolicy, Sd
 from shadow_operator.router.tokens import KeyRing
 
 log = logging.getLogger(__name__)
+SDK_HEADERS = ("X-Sandbox-ID", "X-Sandbox-Namespace", "X-Sandbox-Port", "X-Sandbox-Pod-IP", "X-Sandbox-UID")
 TITLES = {
     400: "Bad request",
     401: "This preview is private",
@@ -146,6 +147,10 @@ def build_app(
     async def sdk_decision(request: web.Request) -> Decision:
         if authorize is not None and not await authorize(request.headers.get("Authorization", "")):
             return Decision(401, "a valid bearer token is required")
+        # nginx keys its cache on one value per header: a repeated routing header is ambiguous, so refused.
+        repeated = [h for h in SDK_HEADERS if len(request.headers.getall(h, ())) > 1]
+        if repeated:
+            return Decision(400, f"{repeated[0]} given more than once")
         return sdk.decide(request.headers)
 
     async def auth_preview(request: web.Request) -> web.Response:
