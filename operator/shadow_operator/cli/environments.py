@@ -104,6 +104,8 @@ def create(
         list[str] | None,
         typer.Option("--verify", help="A command that must succeed for the verdict (repeatable)."),
     ] = None,
+    cpu: Annotated[str | None, typer.Option(help="CPU request of the workspace, e.g. 500m.")] = None,
+    memory: Annotated[str | None, typer.Option(help="Memory request of the workspace, e.g. 1Gi.")] = None,
     namespace: NamespaceOpt = "default",
     wait: Annotated[bool, typer.Option(help="Wait for Ready and the verdict.")] = True,
     timeout: Annotated[float, typer.Option(help="Seconds to wait.")] = 600.0,
@@ -117,6 +119,7 @@ def create(
         template=template,
         mount_path=mount_path,
         verify_commands=verify_command or (),
+        requests={k: v for k, v in (("cpu", cpu), ("memory", memory)) if v},
     )
     if not spec.local and not spec.git:
         fail("nothing to copy in", "give --local PATH or --git URL")

@@ -82,6 +82,7 @@ class EnvironmentSpec:
     template: str | None = None
     mount_path: str | None = None
     verify_commands: Sequence[str] = ()
+    requests: dict[str, str] = field(default_factory=dict)  # resource requests of the workspace, e.g. cpu
 
 
 def source_name(text: str) -> str:
@@ -115,8 +116,14 @@ def build_environment(name: str, namespace: str, spec: EnvironmentSpec) -> Body:
         body_spec["template"] = spec.template
     if spec.mount_path:
         body_spec["workspace"] = {"mountPath": spec.mount_path}
+    if spec.requests:
+        body_spec["resources"] = {"requests": dict(spec.requests)}
     if spec.verify_commands:
-        body_spec["verify"] = {"commands": list(spec.verify_commands)}
+        body_spec["verify"] = {
+            "commands": [
+                {"name": f"check-{i}", "command": cmd} for i, cmd in enumerate(spec.verify_commands, 1)
+            ]
+        }
     annotations = {ANNOTATION_LOCAL_PREFIX + s.source_name: str(s.path.resolve()) for s in spec.local}
     return {
         "apiVersion": SHADOW_ENVIRONMENT.api_version,
