@@ -111,7 +111,11 @@ def create(
     timeout: Annotated[float, typer.Option(help="Seconds to wait.")] = 600.0,
     output: OutputOpt = "text",
 ) -> None:
-    """Create an environment from local repositories and/or git URLs, upload, and wait for its verdict."""
+    """Create an environment from local directories and git URLs.
+
+    Local directories are uploaded with their uncommitted and untracked (not ignored) files, with a progress
+    bar; then it waits for Ready and the verdict.
+    """
     spec = EnvironmentSpec(
         local=[parse_local(x) for x in local or ()],
         git=[parse_git(x) for x in git or ()],
@@ -208,7 +212,10 @@ def exec_(
     cwd: Annotated[str, typer.Option(help="Working directory, relative to the workspace.")] = "",
     timeout: Annotated[float, typer.Option(help="Seconds before the command is killed.")] = 600.0,
 ) -> None:
-    """Run a command in the workspace: its output streams as it comes, its exit code is returned."""
+    """Run a command in the workspace.
+
+    Output streams as it comes; shadowctl exits with the command's exit code (124 on timeout).
+    """
     code = 1
     with gateway(name, namespace) as gw:
         for event in gw.exec_stream(command, timeout, cwd=cwd):
@@ -236,7 +243,10 @@ def shell(
     namespace: NamespaceOpt = "default",
     cwd: Annotated[str, typer.Option(help="Start in this directory of the workspace.")] = "",
 ) -> None:
-    """An interactive shell in the workspace (a PTY over a WebSocket, through the API server)."""
+    """An interactive shell in the workspace.
+
+    A PTY over a WebSocket through the API server. From a pipe, the input runs and the shell ends with it.
+    """
     from shadow_operator.cli.terminal import run_terminal
 
     with gateway(name, namespace) as gw:
@@ -249,7 +259,10 @@ def cp(
     dest: Annotated[str, typer.Argument(help="NAME:PATH or a local path.", show_default=False)],
     namespace: NamespaceOpt = "default",
 ) -> None:
-    """Copy a file or directory between this machine and a workspace (like kubectl cp)."""
+    """Copy files between this machine and a workspace.
+
+    One side is NAME:PATH, as with kubectl cp; directories travel as a tar.gz stream.
+    """
     src_env, src_path = split_remote(source)
     dst_env, dst_path = split_remote(dest)
     if (src_env is None) == (dst_env is None):
@@ -320,7 +333,7 @@ def diff(
     stat: Annotated[bool, typer.Option("--stat", help="Only the changed paths.")] = False,
     output: OutputOpt = "text",
 ) -> None:
-    """What changed in the workspace since the sources were copied in."""
+    """What changed in the workspace since the copy-in."""
     with gateway(name, namespace) as gw:
         data = gw.diff(paths_only=stat)
     if emit(data, output):
@@ -373,7 +386,11 @@ def promote(
     ] = False,
     output: OutputOpt = "text",
 ) -> None:
-    """Bring the workspace's changes back into the local directory (never touching .git)."""
+    """Bring the workspace's changes back into your directories.
+
+    Only files changed in the workspace since the copy-in are written or deleted, in the directory each source
+    was uploaded from (or --to); .git is never touched. Asks first unless --force.
+    """
     with gateway(name, namespace) as gw:
         if to_branch:
             pushed = gw.promote(source=source, to_branch=to_branch)
@@ -430,7 +447,10 @@ def publish(
     namespace: NamespaceOpt = "default",
     output: OutputOpt = "text",
 ) -> None:
-    """Push a local repository (uncommitted work included) into the environment's Gitea."""
+    """Push a local repository into the environment's Gitea.
+
+    Uncommitted work is included (as a snapshot commit); the repository is created if missing.
+    """
     local = parse_local(path)
     with gateway(name, namespace) as gw, byte_progress(f"publishing {local.path.name}") as report:
         result = gw.publish_module(local.path, local.repo or None, progress=report)
@@ -450,7 +470,7 @@ def sync(
     namespace: NamespaceOpt = "default",
     output: OutputOpt = "text",
 ) -> None:
-    """Publish every git repository directly under a directory into the environment's Gitea."""
+    """Publish every git repository under a directory into the Gitea."""
     root = workspace.expanduser().resolve()
     repos = sorted(p for p in root.iterdir() if (p / ".git").exists() and fnmatch.fnmatch(p.name, pattern))
     if not repos:
@@ -475,7 +495,7 @@ def logs(
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines.")] = False,
     tail: Annotated[int, typer.Option(help="Lines from the end (-1: all).")] = 200,
 ) -> None:
-    """The workspace container's log (the runtime's own output)."""
+    """The workspace container's log."""
     with gateway(name, namespace) as gw:
         env = gw.status()
         pod = (env.status.sandbox if env.status else None) or name
@@ -500,7 +520,7 @@ def journal(
     since: Annotated[int, typer.Option(help="Entries after this sequence number.")] = 0,
     output: OutputOpt = "text",
 ) -> None:
-    """The workspace's command journal (what was run, exit codes, decisions)."""
+    """The workspace's command journal: what ran, exit codes, decisions."""
     with gateway(name, namespace) as gw:
         entries = (
             gw.follow_journal(since, significant=significant)
@@ -527,7 +547,7 @@ def journal(
 
 
 def handoff(name: NameArg, namespace: NamespaceOpt = "default") -> None:
-    """Print the workspace's HANDOFF.md (kept by the runtime when its journal writes one)."""
+    """Print the workspace's HANDOFF.md."""
     with gateway(name, namespace) as gw:
         text = gw.handoff()
     if text is None:
@@ -541,7 +561,7 @@ def verify(
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the verdict.")] = 600.0,
     output: OutputOpt = "text",
 ) -> None:
-    """Run the smoke checks again and print the new verdict (exit 1 on FAIL)."""
+    """Run the smoke checks again; exit 1 on FAIL."""
     with gateway(name, namespace) as gw, err.status(f"verifying {name}"):
         verdict = gw.verify(timeout)
     if not emit(verdict, output):
@@ -559,7 +579,7 @@ def destroy(
     namespace: NamespaceOpt = "default",
     wait: Annotated[bool, typer.Option(help="Wait until everything is gone.")] = True,
 ) -> None:
-    """Delete an environment: its workspace, Gitea, Secrets and volumes go with it."""
+    """Delete an environment with its workspace, Gitea and volumes."""
     with gateway(name, namespace) as gw, err.status(f"deleting {name}"):
         gw.stop(wait=wait)
     err.print(f"deleted ShadowEnvironment {namespace}/{name}")

@@ -160,7 +160,10 @@ def doctor(
     ] = "default",
     output: OutputOpt = "text",
 ) -> None:
-    """Check the cluster: kubeconfig, CRDs, operator, storage and snapshot classes; each failure with its fix."""
+    """Check the cluster, each failure with its fix.
+
+    kubeconfig, CRDs, the operator (its leader Lease), storage and snapshot classes, templates.
+    """
     try:
         http = connect()
     except ShadowError as exc:
@@ -192,7 +195,11 @@ def cleanup(
     ] = False,
     output: OutputOpt = "text",
 ) -> None:
-    """Find volumes, snapshots and Secrets left by deleted environments; --yes deletes them."""
+    """Find what deleted environments left behind.
+
+    Volumes, VolumeSnapshots and Secrets labelled with an environment that no longer exists. A dry run unless
+    --yes.
+    """
     with connect() as http:
         orphans = kube.run(http, cleanup_ops.find(namespace))
         if yes:
