@@ -52,7 +52,9 @@ def test_create_list_status_destroy(objs: Objects, kubeconfig: str) -> None:
     assert status.returncode == 0 and "TemplateNotFound" in status.stdout
 
     missing = run(kubeconfig, "status", "nope", "-n", ns)
-    assert missing.returncode == 1 and missing.stderr.startswith(f"error: ShadowEnvironment {ns}/nope does not exist")
+    assert missing.returncode == 1 and missing.stderr.startswith(
+        f"error: ShadowEnvironment {ns}/nope does not exist"
+    )
     assert "hint: list the environments: shadowctl list" in missing.stderr
     assert "Traceback" not in missing.stderr
 
