@@ -360,7 +360,7 @@ def diff(
             if line.startswith("@@")
             else None
         )
-        out.print(line, style=style, markup=False)
+        out.print(line, style=style, markup=False, soft_wrap=True)  # a patch line is never re-wrapped
 
 
 def promote(
