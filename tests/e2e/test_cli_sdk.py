@@ -222,3 +222,43 @@ def test_seed_workflow_with_the_async_sdk(
     assert "".join(asyncio.run(scenario())) == "one\ntwo\n"
     assert_promoted(core, head)
     assert_clean(cluster, e2e_namespace)
+
+
+def test_plain_sandboxes_from_shadowctl_and_the_sdk(
+    cluster: Cluster, e2e_namespace: str, tmp_path: Path, monkeypatch: Any
+) -> None:
+    ns = e2e_namespace
+    claim = f"cli-sbx-{uuid.uuid4().hex[:6]}"
+    assert ok(ctl(cluster, "sandbox", "claim", claim, "--template", "workspace", "-n", ns)).strip() == claim
+    assert (
+        ok(ctl(cluster, "sandbox", "exec", claim, "-n", ns, "--", "sh", "-c", "echo hi > f.txt; cat f.txt"))
+        == "hi\n"
+    )
+    ok(ctl(cluster, "sandbox", "cp", f"{claim}:f.txt", str(tmp_path / "f.txt"), "-n", ns))
+    assert (tmp_path / "f.txt").read_text() == "hi\n"
+    assert ctl(cluster, "sandbox", "exec", claim, "-n", ns, "--", "false").returncode == 1
+    ok(ctl(cluster, "sandbox", "delete", claim, "-n", ns))
+
+    monkeypatch.setenv("KUBECONFIG", cluster.kubeconfig)
+    from shadow_operator.sdk import AsyncSandboxClient, SandboxClient
+
+    with SandboxClient(namespace=ns) as client:
+        sandbox = client.create_sandbox("workspace", sandbox_ready_timeout=300)
+        sandbox.files.write("hello.txt", "from the sdk")
+        assert sandbox.files.read("hello.txt") == b"from the sdk" and sandbox.files.exists("hello.txt")
+        assert sandbox.commands.run("cat hello.txt").stdout == "from the sdk"
+        events = list(sandbox.commands.stream("echo a; echo b >&2"))
+        assert events[0]["type"] == "start"
+        assert events[-1]["type"] == "exit" and events[-1]["exit_code"] == 0
+        assert "".join(e["data"] for e in events if e["type"] == "stdout") == "a\n"
+        name = sandbox.claim_name
+    assert name not in [c["metadata"]["name"] for c in cluster.list(ns, "sandboxclaims")]
+
+    async def scenario() -> str:
+        async with AsyncSandboxClient(namespace=ns) as client:
+            sandbox = await client.create_sandbox("workspace", sandbox_ready_timeout=300)
+            result = await sandbox.commands.run(["echo", "async"])
+            await sandbox.terminate()
+            return result.stdout
+
+    assert asyncio.run(scenario()) == "async\n"

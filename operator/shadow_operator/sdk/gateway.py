@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import secrets
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
@@ -356,16 +355,11 @@ class ShadowGateway:
         self, command: str | Sequence[str], timeout: float = 300.0, *, cwd: str = ""
     ) -> Iterator[dict[str, Any]]:
         """Output events as they come: {type: start|stdout|stderr|exit, ...}."""
-        ep = self._run(self._ops.endpoint())
+        ep = self.runtime_endpoint()
         argv = command if isinstance(command, str) else list(command)
-        call = runtime.exec_call(ep, argv, cwd=cwd, timeout=timeout, stream=True)
-        with self._http.stream(
-            call.method, call.path, json=call.body, headers=dict(call.headers), timeout=call.timeout
-        ) as response:
-            if not response.is_success:
-                response.read()
-                raise kube.error_of(response, call)
-            yield from kube.iter_lines(response)
+        yield from runtime.stream_events(
+            self._http, runtime.exec_call(ep, argv, cwd=cwd, timeout=timeout, stream=True)
+        )
 
     def read_file(self, path: str) -> bytes:
         return self._run(self._ops.read_file(path))  # type: ignore[no-any-return]
@@ -420,17 +414,10 @@ class ShadowGateway:
         return self._run(self._ops.journal(since, significant))  # type: ignore[no-any-return]
 
     def follow_journal(self, since: int = 0, *, significant: bool = False) -> Iterator[JournalEntry]:
-        ep = self._run(self._ops.endpoint())
+        ep = self.runtime_endpoint()
         call = runtime.journal_follow_call(ep, since=since, significant=significant)
-        timeout = httpx.Timeout(None, connect=10.0)
-        with self._http.stream(
-            "GET", call.path, params=call.params, headers=dict(call.headers), timeout=timeout
-        ) as response:
-            if not response.is_success:
-                response.read()
-                raise kube.error_of(response, call)
-            for entry in kube.iter_lines(response):
-                yield JournalEntry.model_validate(entry)
+        for entry in runtime.stream_events(self._http, call):
+            yield JournalEntry.model_validate(entry)
 
     def handoff(self) -> str | None:
         return self._run(self._ops.handoff())  # type: ignore[no-any-return]
@@ -510,15 +497,8 @@ class AsyncShadowGateway:
         ep = await self._run(self._ops.endpoint())
         argv = command if isinstance(command, str) else list(command)
         call = runtime.exec_call(ep, argv, cwd=cwd, timeout=timeout, stream=True)
-        async with self._http.stream(
-            call.method, call.path, json=call.body, headers=dict(call.headers), timeout=call.timeout
-        ) as response:
-            if not response.is_success:
-                await response.aread()
-                raise kube.error_of(response, call)
-            async for line in response.aiter_lines():
-                if line.strip():
-                    yield json.loads(line)
+        async for event in runtime.astream_events(self._http, call):
+            yield event
 
     async def read_file(self, path: str) -> bytes:
         return await self._run(self._ops.read_file(path))  # type: ignore[no-any-return]

@@ -7,11 +7,13 @@ token travels in `X-Sandbox-Runtime-Token`. RBAC the caller needs: get secrets (
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator
+import json
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import quote
 
+import httpx
 from pydantic import BaseModel, Field
 
 from shadow_operator.api import constants as c
@@ -231,3 +233,39 @@ def handoff(ep: RuntimeEndpoint) -> Op[str | None]:
     """HANDOFF.md of the workspace, or None when the runtime keeps none."""
     response = yield ep.call("GET", _file_path("HANDOFF.md"), "read HANDOFF.md", ok=(404,))
     return None if response.status_code == 404 else response.text
+
+
+def stream_events(http: httpx.Client, call: Call) -> Iterator[dict[str, Any]]:
+    """The NDJSON events of a streamed call (exec/stream, journal follow), as they come."""
+    timeout = httpx.Timeout(call.timeout, connect=10.0)
+    with http.stream(
+        call.method,
+        call.path,
+        json=call.body,
+        params=call.params,
+        headers=dict(call.headers),
+        timeout=timeout,
+    ) as response:
+        if not response.is_success:
+            response.read()
+            raise kube.error_of(response, call)
+        yield from kube.iter_lines(response)
+
+
+async def astream_events(http: httpx.AsyncClient, call: Call) -> AsyncIterator[dict[str, Any]]:
+    """The async twin of stream_events."""
+    timeout = httpx.Timeout(call.timeout, connect=10.0)
+    async with http.stream(
+        call.method,
+        call.path,
+        json=call.body,
+        params=call.params,
+        headers=dict(call.headers),
+        timeout=timeout,
+    ) as response:
+        if not response.is_success:
+            await response.aread()
+            raise kube.error_of(response, call)
+        async for line in response.aiter_lines():
+            if line.strip():
+                yield json.loads(line)

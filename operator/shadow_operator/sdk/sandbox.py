@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 import time
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
@@ -208,6 +209,13 @@ class CommandExecutor:
         )
         return result
 
+    def stream(
+        self, command: str | list[str], timeout: float = 60.0, *, cwd: str = ""
+    ) -> Iterator[dict[str, Any]]:
+        """Output events as they come: {type: start|stdout|stderr|exit, ...}."""
+        call = runtime.exec_call(self._sandbox.endpoint(), command, cwd=cwd, timeout=timeout, stream=True)
+        yield from runtime.stream_events(self._sandbox._http, call)
+
 
 class Filesystem:
     def __init__(self, sandbox: Sandbox) -> None:
@@ -241,10 +249,14 @@ class Sandbox:
     sandbox_name = property(lambda self: self.ref.sandbox_name)
     namespace = property(lambda self: self.ref.namespace)
 
-    def _run(self, make: Any) -> Any:
+    def endpoint(self) -> RuntimeEndpoint:
+        """The sandbox's runtime through the API server's pod proxy (read once)."""
         if self._ep is None:
             self._ep = kube.run(self._http, endpoint(self.ref))
-        return kube.run(self._http, make(self._ep))
+        return self._ep
+
+    def _run(self, make: Any) -> Any:
+        return kube.run(self._http, make(self.endpoint()))
 
     def run(self, command: str | list[str], timeout: float = 60.0) -> ExecutionResult:
         return self.commands.run(command, timeout)
@@ -335,6 +347,15 @@ class AsyncCommandExecutor:
         )
         return result
 
+    async def stream(
+        self, command: str | list[str], timeout: float = 60.0, *, cwd: str = ""
+    ) -> AsyncIterator[dict[str, Any]]:
+        call = runtime.exec_call(
+            await self._sandbox.endpoint(), command, cwd=cwd, timeout=timeout, stream=True
+        )
+        async for event in runtime.astream_events(self._sandbox._http, call):
+            yield event
+
 
 class AsyncFilesystem:
     def __init__(self, sandbox: AsyncSandbox) -> None:
@@ -366,10 +387,13 @@ class AsyncSandbox:
     sandbox_name = property(lambda self: self.ref.sandbox_name)
     namespace = property(lambda self: self.ref.namespace)
 
-    async def _run(self, make: Any) -> Any:
+    async def endpoint(self) -> RuntimeEndpoint:
         if self._ep is None:
             self._ep = await kube.arun(self._http, endpoint(self.ref))
-        return await kube.arun(self._http, make(self._ep))
+        return self._ep
+
+    async def _run(self, make: Any) -> Any:
+        return await kube.arun(self._http, make(await self.endpoint()))
 
     async def run(self, command: str | list[str], timeout: float = 60.0) -> ExecutionResult:
         return await self.commands.run(command, timeout)
