@@ -96,7 +96,15 @@ def test_workspace_sandbox_mounts_a_volume_at_the_preserved_path() -> None:
     assert pod["volumes"] == []  # the template's emptyDir gives way to the PVC
     assert spec["volumeClaimTemplates"] == [
         {
-            "metadata": {"name": "workspace"},
+            # Labelled with the environment, so `shadowctl cleanup` can tell a leftover volume from a live one.
+            "metadata": {
+                "name": "workspace",
+                "labels": {
+                    "shadow.dev/environment": env["metadata"]["name"],
+                    "shadow.dev/component": "workspace",
+                    "app.kubernetes.io/managed-by": "shadow-operator",
+                },
+            },
             "spec": {
                 "accessModes": ["ReadWriteOnce"],
                 "resources": {"requests": {"storage": "5Gi"}},

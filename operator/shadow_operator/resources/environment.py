@@ -329,7 +329,14 @@ def build_workspace_sandbox(
     ]
     sandbox_spec["volumeClaimTemplates"] = [
         *vcts,
-        {"metadata": {"name": c.WORKSPACE_VOLUME}, "spec": pvc_spec},
+        # Labelled with its environment, so `shadowctl cleanup` can tell a leftover volume from a live one.
+        {
+            "metadata": {
+                "name": c.WORKSPACE_VOLUME,
+                "labels": environment_labels(env, c.COMPONENT_WORKSPACE),
+            },
+            "spec": pvc_spec,
+        },
     ]
     # The runtime URL in status is the headless Service's name.
     sandbox_spec["service"] = True

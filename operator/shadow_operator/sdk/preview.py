@@ -10,14 +10,18 @@ from shadow_operator.api.kinds import SANDBOX, SECRET
 from shadow_operator.router.links import DEFAULT_TTL_SECONDS, signed_link
 from shadow_operator.router.tokens import KeyRing
 from shadow_operator.sdk import kube
+from shadow_operator.sdk.errors import ShadowError
 
 # The chart's defaults for a release named `shadow-operator` in `shadow-system`.
 KEYS_SECRET = "shadow-operator-preview-keys"
 KEYS_NAMESPACE = "shadow-system"
 
 
-class PreviewUnavailable(Exception):
+class PreviewUnavailable(ShadowError):
     """The sandbox has no preview URL (no preview domain configured, or no preview port)."""
+
+    code = "PreviewUnavailable"
+    hint = "set previewRouter.domain in the chart's values, and a preview port in the template"
 
 
 def keys_from_secret(http: httpx.Client, namespace: str, name: str) -> KeyRing:
