@@ -4,7 +4,9 @@
 #
 #   hack/build-tools.sh                 # the set used by `make test`: control-plane, helm, gitea
 #   hack/build-tools.sh kind helm node  # named groups (control-plane, etcd, kwok, kind, helm, node,
-#                                       # coredns, local-path-provisioner, gitea)
+#                                       # coredns, local-path-provisioner, gitea, snapshots, csi-sanity)
+#   hack/build-tools.sh snapshots       # snapshot-controller, csi-snapshotter, csi-provisioner, csi-sanity
+#                                       # and the snapshot CRDs (share/snapshot-crds-VERSION)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -182,6 +184,75 @@ build_gitea() {
   link gitea "$v"
 }
 
+# module_dir MODULE@VERSION: the module's directory in the Go module cache, downloading it when missing.
+module_dir() { (cd "${SRC_DIR}" && go mod download -json "$1" | sed -n 's/.*"Dir": "\(.*\)",/\1/p'); }
+
+# build_main_module NAME VERSION MODULE CMD...: modules whose go.mod has replace directives cannot be
+# built with `go install`; the downloaded module is copied and built as the main module, with its own
+# go.mod and go.sum (so every dependency is checked against upstream's sums). `prepare_NAME DIR`, when
+# defined, completes the copy first. CMD names packages under cmd/; each binary is stamped with VERSION.
+build_main_module() {
+  local name=$1 v=$2 module=$3 missing=() c mod dir out
+  shift 3
+  for c in "$@"; do have "$c" "$v" || missing+=("$c"); done
+  if ((${#missing[@]} == 0)); then info "$* $v: cached"; for c in "$@"; do link "$c" "$v"; done; return; fi
+  step "building ${missing[*]} $v from $module"
+  dir="${SRC_DIR}/$name-$v"
+  if [[ ! -f "$dir/.prepared" ]]; then
+    mod=$(module_dir "$module@$v")
+    [[ -f "$mod/go.mod" ]] || die "$module@$v not found in the Go module cache"
+    rm -rf "$dir" && cp -r "$mod" "$dir" && chmod -R u+w "$dir"
+    if declare -F "prepare_${name//-/_}" >/dev/null; then "prepare_${name//-/_}" "$dir"; fi
+    touch "$dir/.prepared"
+  fi
+  out=$(mktemp -d)
+  for c in "${missing[@]}"; do
+    (cd "$dir" && go build "${GO_BUILD_FLAGS[@]}" -ldflags="-s -w -X main.version=$v" -o "$out/$c" "./cmd/$c")
+    mv "$out/$c" "${TOOLS_BIN}/$c-$v"
+    link "$c" "$v"
+  done
+  rm -rf "$out"
+}
+
+# external-snapshotter replaces its client module with ./client, a nested module that its module zip
+# leaves out: the client module of the same release comes from the proxy instead (its go.mod requires the
+# same Kubernetes libraries). Its config/crd holds the snapshot CRDs, installed beside the binaries.
+prepare_external_snapshotter() {
+  local client
+  client=$(module_dir "github.com/kubernetes-csi/external-snapshotter/client/v8@${SNAPSHOTTER_CLIENT_VERSION}")
+  [[ -f "$client/go.mod" ]] || die "external-snapshotter client ${SNAPSHOTTER_CLIENT_VERSION} not downloaded"
+  grep -q '=> ./client$' "$1/go.mod" || die "external-snapshotter no longer replaces its client with ./client"
+  rm -rf "$1/client" && cp -r "$client" "$1/client" && chmod -R u+w "$1/client"
+}
+
+snapshot_crds_dir() { echo "${SHADOW_CACHE}/share/snapshot-crds-${SNAPSHOTTER_CLIENT_VERSION}"; }
+
+# The VolumeSnapshot, VolumeSnapshotContent and VolumeSnapshotClass CRDs (not the group-snapshot ones:
+# the snapshot controller runs without them when told to), for hack/kind/snapshots.
+install_snapshot_crds() {
+  local dir client
+  dir=$(snapshot_crds_dir)
+  if [[ -f "$dir/.complete" ]]; then info "snapshot CRDs ${SNAPSHOTTER_CLIENT_VERSION}: cached"; return; fi
+  client=$(module_dir "github.com/kubernetes-csi/external-snapshotter/client/v8@${SNAPSHOTTER_CLIENT_VERSION}")
+  rm -rf "$dir.tmp" && mkdir -p "$dir.tmp"
+  cp "$client"/config/crd/snapshot.storage.k8s.io_*.yaml "$dir.tmp/"
+  chmod u+w "$dir.tmp"/*.yaml
+  touch "$dir.tmp/.complete"
+  rm -rf "$dir" && mv "$dir.tmp" "$dir"
+}
+
+build_snapshots() {
+  build_main_module external-snapshotter "${EXTERNAL_SNAPSHOTTER_VERSION}" \
+    github.com/kubernetes-csi/external-snapshotter/v8 snapshot-controller csi-snapshotter
+  install_snapshot_crds
+  build_main_module external-provisioner "${EXTERNAL_PROVISIONER_VERSION}" \
+    github.com/kubernetes-csi/external-provisioner/v5 csi-provisioner
+  build_csi_sanity
+}
+
+# csi-sanity, the CSI conformance suite, runs against images/csi-hostpath in the integration tests.
+build_csi_sanity() { install_module csi-sanity "${CSI_TEST_VERSION}" github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity; }
+
 build_group() {
   case $1 in
     control-plane) build_etcd; build_k8s kube-apiserver kube-controller-manager kube-scheduler
@@ -195,7 +266,9 @@ build_group() {
     local-path-provisioner)
       install_module local-path-provisioner "${LOCAL_PATH_PROVISIONER_VERSION}" github.com/rancher/local-path-provisioner ;;
     gitea) build_gitea ;;
-    *) die "unknown tool group '$1' (control-plane, etcd, kwok, kind, helm, node, coredns, local-path-provisioner, gitea)" ;;
+    snapshots) build_snapshots ;;
+    csi-sanity) build_csi_sanity ;;
+    *) die "unknown tool group '$1' (control-plane, etcd, kwok, kind, helm, node, coredns, local-path-provisioner, gitea, snapshots, csi-sanity)" ;;
   esac
 }
 
