@@ -11,6 +11,8 @@
 #   hack/images.sh kind-base       # the kind node base image only
 #   hack/images.sh node            # kind base image, Kubernetes server tarball, kind node image
 #   hack/images.sh push            # push apps and system images to the local registry
+#   hack/images.sh snapshots       # snapshot-controller, csi-provisioner, csi-snapshotter, csi-hostpath:
+#                                  # build and push (for hack/kind/snapshots.sh; not part of the default)
 #   hack/images.sh env             # print the resolved image references as shell assignments
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -205,6 +207,54 @@ build_system() {
   docker tag "${BASE_IMAGE}" "${LOCAL_PATH_HELPER_IMAGE}"
 }
 
+# ----------------------------------------------------------------------------------------- snapshots
+# Snapshot-capable storage for the kind cluster (hack/kind/snapshots.sh): the external-snapshotter and
+# external-provisioner binaries from `hack/build-tools.sh snapshots`, one static binary per image
+# (images/csi-sidecar), and the project's own CSI driver (images/csi-hostpath). Tags carry the pinned
+# version and a hash of the image's inputs.
+SNAPSHOT_SIDECARS=(
+  "snapshot-controller=${EXTERNAL_SNAPSHOTTER_VERSION}"
+  "csi-snapshotter=${EXTERNAL_SNAPSHOTTER_VERSION}"
+  "csi-provisioner=${EXTERNAL_PROVISIONER_VERSION}"
+)
+sidecar_ref() { echo "${PREFIX}/$1:$2-$(hash_inputs images/csi-sidecar "$1" "$2")"; }
+csi_hostpath_ref() { echo "${PREFIX}/csi-hostpath:$(hash_inputs images/csi-hostpath)"; }
+
+snapshot_refs() { # NAME=REF lines, one per image
+  local pair
+  for pair in "${SNAPSHOT_SIDECARS[@]}"; do echo "${pair%%=*}=$(sidecar_ref "${pair%%=*}" "${pair#*=}")"; done
+  echo "csi-hostpath=$(csi_hostpath_ref)"
+}
+
+build_snapshot_images() {
+  local pair name version ref ctx
+  for pair in "${SNAPSHOT_SIDECARS[@]}"; do
+    name=${pair%%=*} version=${pair#*=}
+    ref=$(sidecar_ref "$name" "$version")
+    if image_exists "$ref"; then info "$ref: cached"; continue; fi
+    ctx=$(stage csi-sidecar)
+    cp "$(tool "$name" "$version" snapshots)" "$ctx/$name"
+    docker_build "$ref" "$ctx" --build-arg "BINARY=$name"
+  done
+  ref=$(csi_hostpath_ref)
+  if image_exists "$ref"; then info "$ref: cached"; return; fi
+  ctx=$(stage csi-hostpath)
+  go_binary csi-hostpath "$ctx/csi-hostpath"
+  docker_build "$ref" "$ctx"
+}
+
+# push_snapshot_images: push them and record the references kind nodes pull (registry included) in
+# snapshots.env, which `hack/images.sh env` prints after pushed.env.
+push_snapshot_images() {
+  "${HACK_DIR}/docker.sh" registry
+  local line registry
+  registry=$("${HACK_DIR}/docker.sh" registry-host)
+  while read -r line; do push_one "${line#*=}"; done < <(snapshot_refs)
+  while read -r line; do
+    printf 'SHADOW_%s_IMAGE=%s/%s\n' "$(echo "${line%%=*}" | tr 'a-z-' 'A-Z_')" "$registry" "${line#*=}"
+  done < <(snapshot_refs) >"${STATE_DIR}/snapshots.env"
+}
+
 # ---------------------------------------------------------------------------------------------- push
 # registry_path REF: where REF lives in the local registry. Mirrored registries keep their path
 # (registry.k8s.io/pause:3.10.1 -> pause:3.10.1, docker.io/kindest/x -> kindest/x), which is what a
@@ -379,6 +429,8 @@ prune_all() {
   prune_old "${PREFIX}/gitea" "$(gitea_ref)"
   prune_old "${PREFIX}/kind-base" "$(kind_base_ref)"
   [[ -f "${STATE_DIR}/node-image" ]] && prune_old "${PREFIX}/kind-node" "$(<"${STATE_DIR}/node-image")"
+  local line
+  while read -r line; do prune_old "${PREFIX}/${line%%=*}" "${line#*=}"; done < <(snapshot_refs)
   return 0
 }
 
@@ -386,6 +438,7 @@ print_env() {
   [[ -f "${STATE_DIR}/pushed.env" ]] || die "no images pushed yet: run hack/images.sh"
   cat "${STATE_DIR}/pushed.env"
   echo "SHADOW_NODE_IMAGE=$(cat "${STATE_DIR}/node-image" 2>/dev/null)"
+  if [[ -f "${STATE_DIR}/snapshots.env" ]]; then cat "${STATE_DIR}/snapshots.env"; fi
 }
 
 case "${1:-}" in
@@ -405,7 +458,8 @@ for t in "${targets[@]}"; do
     push) build_system; build_apps; push_all ;;
     kind-base) build_base; build_kind_base ;;
     node) build_base; build_system; build_node ;;
-    *) die "unknown target '$t' (base, apps, system, push, node, env)" ;;
+    snapshots) build_snapshot_images; push_snapshot_images ;;
+    *) die "unknown target '$t' (base, apps, system, push, node, snapshots, env)" ;;
   esac
 done
 prune_all
