@@ -40,10 +40,14 @@ OPERATOR_ENV = {"SHADOW_METRICS_PORT": "0"}
 
 def install_crds(api: client.ApiClient) -> None:
     """Create or update every generated CRD and wait until the API server serves them."""
+    apply_crds(api, [yaml.safe_load(path.read_text()) for path in sorted(CRD_DIR.glob("*.yaml"))])
+
+
+def apply_crds(api: client.ApiClient, crds: list[dict[str, Any]]) -> None:
+    """Create or update these CRDs and wait until the API server serves them."""
     ext = client.ApiextensionsV1Api(api)
     names = []
-    for path in sorted(CRD_DIR.glob("*.yaml")):
-        crd = yaml.safe_load(path.read_text())
+    for crd in crds:
         names.append(crd["metadata"]["name"])
         try:
             current = ext.read_custom_resource_definition(crd["metadata"]["name"])

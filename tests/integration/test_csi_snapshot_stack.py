@@ -1,0 +1,188 @@
+"""VolumeSnapshots end to end on the local control plane: the pinned snapshot-controller, csi-provisioner and
+csi-snapshotter (hack/build-tools.sh snapshots) against the project's CSI driver, with the VolumeSnapshot
+CRDs and the kind manifests' StorageClass and VolumeSnapshotClass.
+
+What the kind cluster will do, minus pods: a claim is provisioned, snapshotted (readyToUse), restored into a
+new claim and cloned from the claim; each is an independent copy; deleting claims and snapshots removes their
+directories. The sidecars run as processes with the admin kubeconfig; no kubelet is involved, so the
+provisioner is not asked for topology (kind's kubelet registers the driver's topology; here nothing does).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, dynamic
+from kubernetes.client.exceptions import ApiException
+
+from tests.support.controlplane import wait_for
+from tests.support.sandbox_operator import apply_crds
+from tests.support.snapshots import (
+    build_driver,
+    crd_dir,
+    missing,
+    render_kind_manifests,
+    require,
+    running_driver,
+    snapshot_crds,
+    snapshots_tool,
+)
+
+pytestmark = pytest.mark.integration
+
+CLASS = "shadow-snapshots"
+SNAPSHOTS = ("snapshot.storage.k8s.io/v1", "VolumeSnapshot")
+
+
+@pytest.fixture(scope="module")
+def stack(
+    k8s_api: client.ApiClient, kubeconfig: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Path]:
+    """Driver, sidecars and snapshot controller running; yields the driver's state directory."""
+    tools = [snapshots_tool(name) for name in ("snapshot-controller", "csi-provisioner", "csi-snapshotter")]
+    require(missing(crd_dir(), *tools))
+    apply_crds(k8s_api, snapshot_crds())
+    api = dynamic.DynamicClient(k8s_api)
+    for doc in classes():
+        resource = api.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+        try:
+            resource.create(body=doc)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+    work = tmp_path_factory.mktemp("snapshot-stack")
+    build_driver(work / "csi-hostpath")
+    procs: list[subprocess.Popen[bytes]] = []
+    with running_driver(work / "csi-hostpath", work) as socket:
+        controller, provisioner, snapshotter = tools
+        commands = {
+            "snapshot-controller": [str(controller), f"--kubeconfig={kubeconfig}", "--leader-election=false"],
+            "csi-provisioner": [
+                str(provisioner),
+                f"--kubeconfig={kubeconfig}",
+                f"--csi-address={socket}",
+                "--immediate-topology=false",
+                "--timeout=60s",
+            ],
+            "csi-snapshotter": [str(snapshotter), f"--kubeconfig={kubeconfig}", f"--csi-address={socket}"],
+        }
+        try:
+            for name, command in commands.items():
+                with (work / f"{name}.log").open("wb") as log:
+                    procs.append(subprocess.Popen([*command, "--v=4"], stdout=log, stderr=subprocess.STDOUT))
+            yield work / "state"
+        finally:
+            for proc in procs:
+                proc.terminate()
+            for proc in procs:
+                proc.wait(timeout=30)
+
+
+def classes() -> list[dict[str, Any]]:
+    """The kind manifests' StorageClass and VolumeSnapshotClass (their images do not matter here)."""
+    docs = render_kind_manifests(
+        {"SNAPSHOT_CONTROLLER": "x", "CSI_HOSTPATH": "x", "CSI_PROVISIONER": "x", "CSI_SNAPSHOTTER": "x"}
+    )
+    return [d for d in docs if d["kind"] in ("StorageClass", "VolumeSnapshotClass")]
+
+
+def claim(name: str, source: dict[str, str] | None = None) -> client.V1PersistentVolumeClaim:
+    spec: dict[str, Any] = {
+        "accessModes": ["ReadWriteOnce"],
+        "storageClassName": CLASS,
+        "resources": {"requests": {"storage": "1Mi"}},
+    }
+    if source:
+        spec["dataSource"] = source
+    return client.V1PersistentVolumeClaim(metadata=client.V1ObjectMeta(name=name), spec=spec)
+
+
+def bound_volume_dir(core: client.CoreV1Api, namespace: str, name: str, state: Path) -> Path:
+    """Wait until the claim is Bound; the directory of its volume on the 'node'."""
+
+    def bound() -> bool:
+        return core.read_namespaced_persistent_volume_claim(name, namespace).status.phase == "Bound"
+
+    wait_for(bound, timeout=90, what=f"claim {name} to be bound")
+    pv = core.read_persistent_volume(
+        core.read_namespaced_persistent_volume_claim(name, namespace).spec.volume_name
+    )
+    return state / "volumes" / pv.spec.csi.volume_handle / "data"
+
+
+def test_snapshot_restore_and_clone(stack: Path, k8s_api: client.ApiClient, namespace: str) -> None:
+    core = client.CoreV1Api(k8s_api)
+    snapshots = dynamic.DynamicClient(k8s_api).resources.get(api_version=SNAPSHOTS[0], kind=SNAPSHOTS[1])
+
+    core.create_namespaced_persistent_volume_claim(namespace, claim("source"))
+    source_dir = bound_volume_dir(core, namespace, "source", stack)
+    (source_dir / "work.txt").write_text("uncommitted work\n")
+
+    snapshots.create(
+        namespace=namespace,
+        body={
+            "apiVersion": SNAPSHOTS[0],
+            "kind": SNAPSHOTS[1],
+            "metadata": {"name": "baseline"},
+            "spec": {"volumeSnapshotClassName": CLASS, "source": {"persistentVolumeClaimName": "source"}},
+        },
+    )
+
+    def ready() -> bool:
+        status = snapshots.get(name="baseline", namespace=namespace).to_dict().get("status") or {}
+        return bool(status.get("readyToUse"))
+
+    wait_for(ready, timeout=90, what="VolumeSnapshot baseline to be readyToUse")
+    status = snapshots.get(name="baseline", namespace=namespace).to_dict()["status"]
+    content_name = status["boundVolumeSnapshotContentName"]
+    (source_dir / "work.txt").write_text("changed after the snapshot\n")
+
+    for name in ("fork-1", "fork-2"):
+        source = {"apiGroup": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot", "name": "baseline"}
+        core.create_namespaced_persistent_volume_claim(namespace, claim(name, source))
+    core.create_namespaced_persistent_volume_claim(
+        namespace, claim("clone", {"kind": "PersistentVolumeClaim", "name": "source"})
+    )
+    forks = [bound_volume_dir(core, namespace, name, stack) for name in ("fork-1", "fork-2")]
+    clone = bound_volume_dir(core, namespace, "clone", stack)
+
+    assert [(d / "work.txt").read_text() for d in forks] == ["uncommitted work\n"] * 2
+    assert (clone / "work.txt").read_text() == "changed after the snapshot\n"
+    (forks[0] / "work.txt").write_text("fork-1's change\n")
+    assert (forks[1] / "work.txt").read_text() == "uncommitted work\n"
+    assert (source_dir / "work.txt").read_text() == "changed after the snapshot\n"
+
+    # Deleting the snapshot and the forks removes their copies and leaves the source.
+    snapshots.delete(name="baseline", namespace=namespace)
+    for name in ("fork-1", "fork-2", "clone"):
+        core.delete_namespaced_persistent_volume_claim(name, namespace)
+    wait_for(
+        lambda: not any(d.exists() for d in [*forks, clone]),
+        timeout=90,
+        what="the forks' volumes to be deleted",
+    )
+    wait_for(
+        lambda: not list((stack / "snapshots").iterdir()),
+        timeout=90,
+        what="the snapshot's copy to be deleted",
+    )
+    contents = dynamic.DynamicClient(k8s_api).resources.get(
+        api_version=SNAPSHOTS[0], kind="VolumeSnapshotContent"
+    )
+
+    def content_gone() -> bool:
+        try:
+            contents.get(name=content_name)
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_for(content_gone, timeout=90, what=f"VolumeSnapshotContent {content_name} to be deleted")
+    assert (source_dir / "work.txt").read_text() == "changed after the snapshot\n"
+    # The source too, while the provisioner still runs to delete its volume.
+    core.delete_namespaced_persistent_volume_claim("source", namespace)
+    wait_for(lambda: not source_dir.exists(), timeout=90, what="the source's volume to be deleted")
