@@ -2,9 +2,11 @@
 # Build the pinned external tools from Go modules into ~/.cache/shadow-operator/bin.
 # Idempotent: a tool whose versioned binary exists is skipped, so a warm run is a no-op.
 #
-#   hack/build-tools.sh                 # the set used by `make test`: control-plane, helm, gitea
+#   hack/build-tools.sh                 # the set used by `make test`: control-plane, helm, gitea,
+#                                       # csi-sanity, snapshot-crds (both small)
 #   hack/build-tools.sh kind helm node  # named groups (control-plane, etcd, kwok, kind, helm, node,
-#                                       # coredns, local-path-provisioner, gitea, snapshots, csi-sanity)
+#                                       # coredns, local-path-provisioner, gitea, snapshots, csi-sanity,
+#                                       # snapshot-crds)
 #   hack/build-tools.sh snapshots       # snapshot-controller, csi-snapshotter, csi-provisioner, csi-sanity
 #                                       # and the snapshot CRDs (share/snapshot-crds-VERSION)
 set -euo pipefail
@@ -268,11 +270,12 @@ build_group() {
     gitea) build_gitea ;;
     snapshots) build_snapshots ;;
     csi-sanity) build_csi_sanity ;;
-    *) die "unknown tool group '$1' (control-plane, etcd, kwok, kind, helm, node, coredns, local-path-provisioner, gitea, snapshots, csi-sanity)" ;;
+    snapshot-crds) install_snapshot_crds ;;
+    *) die "unknown tool group '$1' (control-plane, etcd, kwok, kind, helm, node, coredns, local-path-provisioner, gitea, snapshots, csi-sanity, snapshot-crds)" ;;
   esac
 }
 
 command -v go >/dev/null || die "Go is required (https://go.dev/dl); it builds every pinned tool"
-groups=("$@"); ((${#groups[@]})) || groups=(control-plane helm gitea)
+groups=("$@"); ((${#groups[@]})) || groups=(control-plane helm gitea csi-sanity snapshot-crds)
 for g in "${groups[@]}"; do build_group "$g"; done
 step "tools ready in ${TOOLS_BIN}"

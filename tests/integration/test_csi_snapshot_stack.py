@@ -47,10 +47,12 @@ def stack(
     require(missing(crd_dir(), *tools))
     apply_crds(k8s_api, snapshot_crds())
     api = dynamic.DynamicClient(k8s_api)
+    created = []
     for doc in classes():
         resource = api.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
         try:
             resource.create(body=doc)
+            created.append((resource, doc["metadata"]["name"]))
         except ApiException as exc:
             if exc.status != 409:
                 raise
@@ -80,6 +82,8 @@ def stack(
                 proc.terminate()
             for proc in procs:
                 proc.wait(timeout=30)
+            for resource, name in created:
+                resource.delete(name=name)
 
 
 def classes() -> list[dict[str, Any]]:
