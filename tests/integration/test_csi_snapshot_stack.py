@@ -4,7 +4,8 @@ CRDs and the kind manifests' StorageClass and VolumeSnapshotClass.
 
 What the kind cluster will do, minus pods: a claim is provisioned, snapshotted (readyToUse), restored into a
 new claim and cloned from the claim; each is an independent copy; deleting claims and snapshots removes their
-directories. The sidecars run as processes with the admin kubeconfig; no kubelet is involved, so the
+directories. The controllers run as processes, each with a token of the kind manifests' service account, so
+the manifests' RBAC (leader election included) is what lets them work. No kubelet is involved, so the
 provisioner is not asked for topology (kind's kubelet registers the driver's topology; here nothing does).
 """
 
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client, dynamic
 from kubernetes.client.exceptions import ApiException
 
@@ -24,6 +26,7 @@ from tests.support.sandbox_operator import apply_crds
 from tests.support.snapshots import (
     build_driver,
     crd_dir,
+    manifest_placeholders,
     missing,
     render_kind_manifests,
     require,
@@ -48,11 +51,11 @@ def stack(
     apply_crds(k8s_api, snapshot_crds())
     api = dynamic.DynamicClient(k8s_api)
     created = []
-    for doc in classes():
+    for doc in deployment_objects():
         resource = api.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
         try:
-            resource.create(body=doc)
-            created.append((resource, doc["metadata"]["name"]))
+            resource.create(body=doc, namespace=doc["metadata"].get("namespace"))
+            created.append((resource, doc))
         except ApiException as exc:
             if exc.status != 409:
                 raise
@@ -61,37 +64,107 @@ def stack(
     procs: list[subprocess.Popen[bytes]] = []
     with running_driver(work / "csi-hostpath", work) as socket:
         controller, provisioner, snapshotter = tools
+        as_controller = service_account_kubeconfig(k8s_api, kubeconfig, "snapshot-controller", work)
+        as_driver = service_account_kubeconfig(k8s_api, kubeconfig, "csi-hostpath", work)
+        # The manifests' own flags, with this machine's kubeconfigs and socket.
+        args = manifest_args()
+        csi_address = f"--csi-address={socket}"
         commands = {
-            "snapshot-controller": [str(controller), f"--kubeconfig={kubeconfig}", "--leader-election=false"],
+            "snapshot-controller": [
+                str(controller),
+                *args["snapshot-controller"],
+                f"--kubeconfig={as_controller}",
+            ],
             "csi-provisioner": [
                 str(provisioner),
-                f"--kubeconfig={kubeconfig}",
-                f"--csi-address={socket}",
+                *args["csi-provisioner"],
+                csi_address,
+                f"--kubeconfig={as_driver}",
                 "--immediate-topology=false",
-                "--timeout=60s",
             ],
-            "csi-snapshotter": [str(snapshotter), f"--kubeconfig={kubeconfig}", f"--csi-address={socket}"],
+            "csi-snapshotter": [
+                str(snapshotter),
+                *args["csi-snapshotter"],
+                csi_address,
+                f"--kubeconfig={as_driver}",
+            ],
         }
         try:
             for name, command in commands.items():
                 with (work / f"{name}.log").open("wb") as log:
-                    procs.append(subprocess.Popen([*command, "--v=4"], stdout=log, stderr=subprocess.STDOUT))
+                    procs.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT))
             yield work / "state"
         finally:
             for proc in procs:
                 proc.terminate()
             for proc in procs:
                 proc.wait(timeout=30)
-            for resource, name in created:
-                resource.delete(name=name)
+            for resource, doc in reversed(created):
+                resource.delete(name=doc["metadata"]["name"], namespace=doc["metadata"].get("namespace"))
 
 
-def classes() -> list[dict[str, Any]]:
-    """The kind manifests' StorageClass and VolumeSnapshotClass (their images do not matter here)."""
-    docs = render_kind_manifests(
-        {"SNAPSHOT_CONTROLLER": "x", "CSI_HOSTPATH": "x", "CSI_PROVISIONER": "x", "CSI_SNAPSHOTTER": "x"}
+# From the kind manifests: what the controllers need to run as their service accounts, and the classes.
+DEPLOYED_KINDS = {
+    "ServiceAccount",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "Role",
+    "RoleBinding",
+    "CSIDriver",
+    "StorageClass",
+    "VolumeSnapshotClass",
+}
+
+
+def deployment_objects() -> list[dict[str, Any]]:
+    """The kind manifests' objects but the workloads (their images do not matter here)."""
+    docs = render_kind_manifests({name: "unused" for name in manifest_placeholders()})
+    return [d for d in docs if d["kind"] in DEPLOYED_KINDS]
+
+
+def manifest_args() -> dict[str, list[str]]:
+    """Each controller container's args in the kind manifests, but the CSI socket's address."""
+    docs = render_kind_manifests({name: "unused" for name in manifest_placeholders()})
+    args = {}
+    for doc in docs:
+        if doc["kind"] in ("Deployment", "DaemonSet"):
+            for container in doc["spec"]["template"]["spec"]["containers"]:
+                args[container["name"]] = [
+                    a for a in container.get("args", []) if not a.startswith("--csi-address=")
+                ]
+    return args
+
+
+def service_account_kubeconfig(
+    api: client.ApiClient, admin_kubeconfig: str, name: str, directory: Path
+) -> Path:
+    """A kubeconfig for the API server of `admin_kubeconfig` with a token of kube-system/`name`."""
+    request = client.AuthenticationV1TokenRequest(
+        spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)
     )
-    return [d for d in docs if d["kind"] in ("StorageClass", "VolumeSnapshotClass")]
+    token = (
+        client.CoreV1Api(api)
+        .create_namespaced_service_account_token(name, "kube-system", request)
+        .status.token
+    )
+    admin = yaml.safe_load(Path(admin_kubeconfig).read_text())
+    context = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])["context"]
+    cluster = next(c for c in admin["clusters"] if c["name"] == context["cluster"])
+    path = directory / f"{name}.kubeconfig"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [cluster],
+                "users": [{"name": name, "user": {"token": token}}],
+                "contexts": [{"name": name, "context": {"cluster": cluster["name"], "user": name}}],
+                "current-context": name,
+            }
+        )
+    )
+    path.chmod(0o600)
+    return path
 
 
 def claim(name: str, source: dict[str, str] | None = None) -> client.V1PersistentVolumeClaim:
