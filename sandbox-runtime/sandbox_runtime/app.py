@@ -22,7 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp
 
 from . import __version__, files
-from .activity import Activity, ActivityMiddleware
+from .activity import Activity
 from .config import Settings
 from .errors import ApiError, bad_request, conflict, not_found
 from .execution import (
@@ -38,7 +38,8 @@ from .execution import (
     split_command,
 )
 from .journal import Journal
-from .metrics import Metrics, MetricsMiddleware
+from .metrics import Metrics
+from .middleware import ActivityMiddleware, MetricsMiddleware
 from .models import (
     AmicableList,
     DecisionRequest,
