@@ -59,7 +59,7 @@ async def amicable_list(
     if not os.path.isdir(res.path):
         raise not_found(f"no such directory: {res.rel or '.'}")
     prune = frozenset({"node_modules", ".git", os.path.basename(rt.settings.state)})
-    return AmicableList(files=files.list_files(rt.root, res.path, prune))
+    return AmicableList(files=await rt.blocking(files.list_files, rt.root, res.path, prune))
 
 
 @router.post("/write_b64", response_model=WriteB64Response, tags=["compat"], responses=ERRORS)

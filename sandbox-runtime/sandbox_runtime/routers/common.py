@@ -51,9 +51,10 @@ def compat_type(t: str) -> str:
 async def legacy_listing(rt: Runtime, path: str) -> list[LegacyEntry]:
     """The legacy runtime's `/list/{path}` (Amicable's `/list` without `dir` is the same listing)."""
     res = rt.root.resolve(path)
+    entries = await rt.blocking(files.list_dir, rt.root, res)
     return [
         LegacyEntry(name=e["name"], size=e["size"], type=compat_type(e["type"]), mod_time=e["mtime"])
-        for e in files.list_dir(rt.root, res)
+        for e in entries
     ]
 
 

@@ -70,7 +70,7 @@ async def v1_get(
             return Response(status_code=200, headers={"x-file-type": "directory"})
         entries = [
             {k: e[k] for k in ("name", "size", "type", "modified_at", "mode")}
-            for e in files.list_dir(root, res)
+            for e in await rt.blocking(files.list_dir, root, res)
         ]
         for e in entries:
             e["type"] = compat_type(str(e["type"]))
@@ -124,5 +124,5 @@ async def v1_delete(path: str, rt: RuntimeDep, recursive: bool = False) -> Respo
     res = rt.root.resolve_entry(path)
     if not os.path.lexists(res.path):
         raise not_found(f"no such file or directory: {res.rel}")
-    files.delete(res, recursive)
+    await rt.blocking(files.delete, res, recursive)
     return Response(status_code=204)

@@ -41,7 +41,7 @@ async def capture(rt: RuntimeDep, req: BaselineRequest | None = None) -> dict[st
 
 @router.get("/v1/baseline", response_model=BaselineInfo, tags=["diff"], responses={404: {"model": Error}})
 async def info(rt: RuntimeDep) -> dict[str, Any]:
-    man = rt.baselines.load()
+    man = await rt.blocking(rt.baselines.load)
     if man is None:
         raise _no_baseline()
     return _info(man)
@@ -50,7 +50,7 @@ async def info(rt: RuntimeDep) -> dict[str, Any]:
 @router.get("/v1/diff", response_model=DiffResponse, tags=["diff"], responses={404: {"model": Error}})
 async def diff(rt: RuntimeDep, patch: bool = True, paths_only: bool = False) -> dict[str, Any]:
     """Added, modified and deleted paths since the baseline, with a unified patch for text files."""
-    man = rt.baselines.load()
+    man = await rt.blocking(rt.baselines.load)
     if man is None:
         raise _no_baseline()
     async with rt.baseline_lock:
