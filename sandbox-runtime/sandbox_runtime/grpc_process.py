@@ -12,7 +12,7 @@ import contextlib
 import hmac
 import os
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, TypeAlias
 
 import grpc
@@ -205,7 +205,7 @@ class ProcessService:
             raise
         return self.m.ExecuteResponse(exit_code=res.exit_code, stdout=res.stdout, stderr=res.stderr)
 
-    async def start(self, request: Any, context: Context) -> AsyncIterator[Any]:
+    async def start(self, request: Any, context: Context) -> AsyncGenerator[Any, None]:
         await self._check(context)
         if request.HasField("pty"):
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, "PTY over gRPC is not supported; use /v1/pty")
@@ -266,31 +266,49 @@ class ProcessService:
         await self._check(context)
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "PTY over gRPC is not supported; use /v1/pty")
 
+    def _unary(self, method: Callable[[Any, Context], Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        async def call(request: Any, context: Context) -> Any:
+            with self.rt.activity.busy():  # a gRPC client is as much a user as an HTTP one
+                return await method(request, context)
+
+        return call
+
+    def _stream(
+        self, method: Callable[[Any, Context], AsyncGenerator[Any, None]]
+    ) -> Callable[..., AsyncIterator[Any]]:
+        async def call(request: Any, context: Context) -> AsyncIterator[Any]:
+            with self.rt.activity.busy():
+                async with contextlib.aclosing(method(request, context)) as events:
+                    async for event in events:
+                        yield event
+
+        return call
+
     def handler(self) -> grpc.GenericRpcHandler:
         m = self.m
         return grpc.method_handlers_generic_handler(
             SERVICE,
             {
                 "Execute": grpc.unary_unary_rpc_method_handler(
-                    self.execute,
+                    self._unary(self.execute),
                     m.ExecuteRequest.FromString,
                     m.ExecuteResponse.SerializeToString,
                 ),
                 "Start": grpc.unary_stream_rpc_method_handler(
-                    self.start, m.StartRequest.FromString, m.StartResponse.SerializeToString
+                    self._stream(self.start), m.StartRequest.FromString, m.StartResponse.SerializeToString
                 ),
                 "WriteStdin": grpc.unary_unary_rpc_method_handler(
-                    self.write_stdin,
+                    self._unary(self.write_stdin),
                     m.WriteStdinRequest.FromString,
                     m.WriteStdinResponse.SerializeToString,
                 ),
                 "SendSignal": grpc.unary_unary_rpc_method_handler(
-                    self.send_signal,
+                    self._unary(self.send_signal),
                     m.SendSignalRequest.FromString,
                     m.SendSignalResponse.SerializeToString,
                 ),
                 "ResizeTTY": grpc.unary_unary_rpc_method_handler(
-                    self.resize_tty,
+                    self._unary(self.resize_tty),
                     m.ResizeTTYRequest.FromString,
                     m.ResizeTTYResponse.SerializeToString,
                 ),
