@@ -7,8 +7,6 @@ Every API request or gRPC call counts, except health probes and metrics scrapes;
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 PASSIVE_PATHS = frozenset({"/", "/healthz", "/v1/health", "/metrics"})
 
@@ -21,12 +19,14 @@ class Activity:
     def idle_seconds(self) -> float:
         return 0.0 if self.in_flight else time.monotonic() - self.last
 
-    @contextmanager
-    def busy(self) -> Iterator[None]:
-        """Not idle while the block runs, and idle time counts from its end."""
+    def busy(self) -> Activity:
+        """`with activity.busy():` not idle while the block runs; idle time counts from its end.
+        A plain context manager, not a generator: it wraps every request."""
+        return self
+
+    def __enter__(self) -> None:
         self.in_flight += 1
-        try:
-            yield
-        finally:
-            self.in_flight -= 1
-            self.last = time.monotonic()
+
+    def __exit__(self, *_: object) -> None:
+        self.in_flight -= 1
+        self.last = time.monotonic()

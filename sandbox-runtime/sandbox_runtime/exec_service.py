@@ -76,14 +76,15 @@ class ExecService:
         self,
         argv: list[str],
         *,
-        cwd: str = "",
+        cwd: str | None = "",
         env: Mapping[str, str] | None = None,
         clear_env: bool = False,
         stdin: str | None = None,
         timeout: float | None,
         max_output: int | None = None,
     ) -> ExecSpec:
-        """A checked command: `cwd` relative to the root, `env` added to the runtime's (or alone)."""
+        """A checked command: `cwd` relative to the root (None: the root itself, no lookup), `env` added
+        to the runtime's environment (or alone, with `clear_env`)."""
         extra = env or {}
         if any("\x00" in a for a in argv) or any("\x00" in k + v for k, v in extra.items()):
             raise bad_request("arguments and environment must not contain NUL bytes")
@@ -93,7 +94,7 @@ class ExecService:
         full_env.update(extra)
         return ExecSpec(
             argv=list(argv),
-            cwd=self.cwd(cwd),
+            cwd=self.root.real if cwd is None else self.cwd(cwd),
             env=full_env,
             stdin=stdin.encode() if stdin is not None else None,
             timeout=timeout,
@@ -120,7 +121,8 @@ class ExecService:
         argv = split_command(req.command)
         if any("\x00" in a for a in argv):
             raise bad_request("command must not contain NUL bytes")
-        return self.spec(argv, timeout=req.timeout_seconds or req.timeout or self.settings.exec_timeout)
+        timeout = req.timeout_seconds or req.timeout or self.settings.exec_timeout
+        return self.spec(argv, cwd=None, timeout=timeout)
 
     def terminal_spec(self, cwd: str, shell: str | None) -> ExecSpec:
         """An interactive shell (the client's choice, else $SHELL) with a terminal type set."""
