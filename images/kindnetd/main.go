@@ -4,7 +4,12 @@
 //   - routes every other node's podCIDRs through that node's InternalIP.
 //
 // It talks to the API server with plain HTTPS and the pod's service account (no client library), and
-// reconciles on a fixed period so nodes joining later are routed. NetworkPolicy is not enforced.
+// reconciles on a fixed period so nodes joining later are routed.
+//
+// It also enforces NetworkPolicy (netpol.go): pods, namespaces and policies are listed and watched
+// (watch.go) and compiled into one nftables table, `table inet kindnet-netpol`, replaced atomically with
+// `nft -f -` whenever it changes (enforcer.go). kind's own kindnetd embeds kube-network-policies instead,
+// which needs the nft queue expression (CONFIG_NFT_QUEUE) that our machines' kernels lack.
 package main
 
 import (
@@ -17,6 +22,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -253,6 +259,8 @@ func main() {
 		log.Fatal(err)
 	}
 	log.Printf("kindnetd on %s, pod subnet %s", hostIP, os.Getenv("POD_SUBNET"))
+	nodeIP, _ := netip.ParseAddr(hostIP.String())
+	go runNetworkPolicy(client, nodeIP)
 	for {
 		if err := reconcile(client, hostIP); err != nil {
 			log.Printf("reconcile: %v", err)
