@@ -102,8 +102,9 @@ serve_preview() {
 }
 run_step "serve a preview (python http.server on port 3000) through the nginx preview router" serve_preview
 # A ShadowEnvironment from a local repository (SHADOW_DEMO_SOURCE=PATH[:org/name], default: a sample package
-# with an uncommitted change): upload, its own Gitea, install from the rewritten GitHub URL, verdict, diff.
-run_step "a ShadowEnvironment from a local repository: upload, Gitea, verdict and diff" \
+# with an uncommitted change), driven with shadowctl: create (upload, its own Gitea, a verdict), exec (install
+# from the rewritten GitHub URL), an edit in the workspace, diff, promote back into the local directory.
+run_step "a ShadowEnvironment with shadowctl: create, exec, diff, promote" \
   "${REPO_ROOT}/.venv/bin/python" "${HACK_DIR}/demo_environment.py" --namespace "$NAMESPACE" \
   ${SHADOW_DEMO_SOURCE:+--source "$SHADOW_DEMO_SOURCE"}
 steps_end

@@ -20,6 +20,15 @@ tag() { echo "${1##*:}"; }
 step "applying the Sandbox API CRDs"
 kubectl apply --server-side --force-conflicts -f "${CHART}/crds" >/dev/null
 
+# Private previews are signed with keys from this Secret (the chart renders nothing random, so it is made
+# here, once; rotating means adding a key and later removing the old one).
+kubectl create namespace "${NAMESPACE}" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+if ! kubectl -n "${NAMESPACE}" get secret "${RELEASE}-preview-keys" >/dev/null 2>&1; then
+  step "creating the preview signing key Secret ${RELEASE}-preview-keys"
+  kubectl -n "${NAMESPACE}" create secret generic "${RELEASE}-preview-keys" \
+    --from-literal="k$(date +%Y%m%d)=$(head -c 32 /dev/urandom | base64 | tr -d '\n')" >/dev/null
+fi
+
 step "helm upgrade --install ${RELEASE} (namespace ${NAMESPACE}, images from ${SHADOW_REGISTRY})"
 "$HELM" upgrade --install "${RELEASE}" "${CHART}" --namespace "${NAMESPACE}" --create-namespace \
   --set "global.imageRegistry=${SHADOW_REGISTRY}" \

@@ -63,12 +63,22 @@ def _parser() -> argparse.ArgumentParser:
     election.add_argument(
         "--retry-period", type=float, metavar="S", help="seconds between attempts (SHADOW_RETRY_PERIOD; 2)"
     )
+    auth = sub.add_parser(
+        "router-auth", help="the router's decision service for nginx auth_request (beside the preview router)"
+    )
+    from shadow_operator.router.options import add_arguments
+
+    add_arguments(auth)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.command == "router-auth":
+        from shadow_operator.router import server
+
+        return server.main(args)
     if argv is None:
         # The operator's own process (not a test calling main): kopf imports these optional clients, when
         # installed, only to recognise their objects, which this operator never hands it. That is 1 s of

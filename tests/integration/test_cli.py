@@ -52,9 +52,14 @@ def test_create_list_status_destroy(objs: Objects, kubeconfig: str) -> None:
     assert status.returncode == 0 and "TemplateNotFound" in status.stdout
 
     missing = run(kubeconfig, "status", "nope", "-n", ns)
-    assert missing.returncode == 1 and missing.stderr.startswith("error: nope: not found")
+    assert missing.returncode == 1 and missing.stderr.startswith(
+        f"error: ShadowEnvironment {ns}/nope does not exist"
+    )
+    assert "hint: list the environments: shadowctl list" in missing.stderr
     assert "Traceback" not in missing.stderr
 
     destroyed = run(kubeconfig, "destroy", "cli", "-n", ns)
     assert destroyed.returncode == 0, destroyed.stderr
-    assert run(kubeconfig, "destroy", "cli", "-n", ns).stderr.startswith("error: cli: not found")
+    assert run(kubeconfig, "destroy", "cli", "-n", ns).stderr.startswith(
+        f"error: ShadowEnvironment {ns}/cli does not exist"
+    )

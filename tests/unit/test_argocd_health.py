@@ -1,4 +1,5 @@
-"""The ArgoCD health check of ShadowEnvironment, run by a real Lua interpreter on sample objects."""
+"""The ArgoCD health checks (ShadowEnvironment, Sandbox, SandboxClaim), run by a real Lua interpreter on
+sample objects shaped like the operator's status."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import pytest
 
 pytestmark = pytest.mark.unit
 
-SCRIPT = Path(__file__).resolve().parents[2] / "charts/shadow-operator/argocd/shadowenvironment-health.lua"
+ARGOCD = Path(__file__).resolve().parents[2] / "charts/shadow-operator/argocd"
+SCRIPT = ARGOCD / "shadowenvironment-health.lua"
 LUA = shutil.which("lua5.4") or shutil.which("lua")
 
 
@@ -28,12 +30,12 @@ def lua_value(value: Any) -> str:
     return json.dumps(value)
 
 
-def health(obj: dict[str, Any]) -> tuple[str, str]:
+def health(obj: dict[str, Any], script: Path = SCRIPT) -> tuple[str, str]:
     if LUA is None:
         pytest.fail("no Lua interpreter: apt-get install lua5.4 (.ci/run installs it)")
     program = (
         f"obj = {lua_value(obj)}\n"
-        f"local hs = (function() {SCRIPT.read_text()} end)()\n"
+        f"local hs = (function() {script.read_text()} end)()\n"
         'io.write(hs.status, "\\n", hs.message or "")\n'
     )
     out = subprocess.run([LUA, "-"], input=program, capture_output=True, text=True, check=True)
@@ -75,3 +77,31 @@ def test_health_follows_conditions_and_failure_codes() -> None:
     assert health(verdict_failed) == ("Degraded", "FAIL: score 50/100")
     stale = env(generation=2, conditions=[cond("Ready", "True", generation=1)])
     assert health(stale)[0] == "Progressing"
+
+
+def test_sandbox_health() -> None:
+    script = ARGOCD / "sandbox-health.lua"
+    assert health({"metadata": {"generation": 1}}, script)[0] == "Progressing"
+    ready = env(conditions=[cond("Ready", "True", "DependenciesReady", "Pod is Ready")])
+    assert health(ready, script) == ("Healthy", "DependenciesReady: Pod is Ready")
+    starting = env(conditions=[cond("Ready", "False", "DependenciesNotReady", "Pod is Pending")])
+    assert health(starting, script)[0] == "Progressing"
+    failed = env(conditions=[cond("Ready", "False", "PodFailed", "exit 1")])
+    assert health(failed, script) == ("Degraded", "PodFailed: exit 1")
+    suspended = env(
+        conditions=[cond("Ready", "False", "SandboxSuspended"), cond("Suspended", "True", message="idle")]
+    )
+    assert health(suspended, script) == ("Suspended", "idle")
+    stale = env(generation=3, conditions=[cond("Ready", "True", generation=2)])
+    assert health(stale, script)[0] == "Progressing"
+
+
+def test_sandbox_claim_health() -> None:
+    script = ARGOCD / "sandboxclaim-health.lua"
+    assert health(env(), script)[0] == "Progressing"
+    bound = env(conditions=[cond("Ready", "True", "SandboxReady")], sandbox={"name": "s-1"})
+    assert health(bound, script) == ("Healthy", "bound to Sandbox s-1")
+    missing = env(conditions=[cond("Ready", "False", "TemplateNotFound", "SandboxTemplate 'x' not found")])
+    assert health(missing, script) == ("Degraded", "TemplateNotFound: SandboxTemplate 'x' not found")
+    pending = env(conditions=[cond("Ready", "False", "SandboxNotReady", "Sandbox is not ready")])
+    assert health(pending, script)[0] == "Progressing"

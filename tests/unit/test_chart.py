@@ -31,6 +31,12 @@ VALUE_SETS: dict[str, list[str]] = {
     "everything": [
         "--set=warmPool.enabled=true",
         "--set=previewRouter.enabled=true",
+        "--set=previewRouter.ingress.enabled=true",
+        "--set=previewRouter.ingress.tlsSecret=preview-tls",
+        "--set=previewRouter.ingress.className=nginx",
+        "--set=previewRouter.sdk.authorizationMode=tokenreview",
+        "--set=previewRouter.sandboxNamespaces={team-a,team-b}",
+        "--set=previewRouter.access=private",
         "--set=operator.watchNamespaces={team-a,team-b}",
         "--set=global.imagePullSecrets={regcred}",
         "--set=operator.extraEnv[0].name=EXTRA",
@@ -269,7 +275,8 @@ def test_global_registry_redirects_every_image(helm: str) -> None:
         ).get("spec")
         if pod:
             images += [c["image"] for c in pod["containers"]]
-    assert len(images) == 3
+    # operator, workspace, and the router's nginx + router-auth (the operator image).
+    assert len(images) == 4
     assert all(image.startswith("registry.internal:5000/shadow-operator/") for image in images), images
     assert "registry.internal:5000/shadow-operator/operator@sha256:" + "a" * 64 in images
     assert "registry.internal:5000/shadow-operator/workspace:dev" in images
@@ -307,6 +314,10 @@ def test_warm_pool_without_template_is_refused(helm: str) -> None:
         ("operator.image.digest=latest", "/operator/image/digest"),
         ("operator.unknownKey=1", "unknownKey"),
         ("previewRouter.domain=Not_A_Domain", "/previewRouter/domain"),
+        ("previewRouter.access=secret", "/previewRouter/access"),
+        ("previewRouter.sdk.authorizationMode=basic", "/previewRouter/sdk/authorizationMode"),
+        ("previewRouter.ports.auth=0", "/previewRouter/ports/auth"),
+        ("previewRouter.sandboxNamespaces={Bad_NS}", "/previewRouter/sandboxNamespaces"),
     ],
 )
 def test_values_schema_rejects_bad_input(helm: str, value: str, expected: str) -> None:
@@ -360,37 +371,131 @@ def test_cluster_role_is_least_privilege(helm: str) -> None:
     assert core == {"pods", "services", "persistentvolumeclaims", "secrets", "events", "namespaces"}
 
 
-def test_preview_router_routes_sandbox_subdomains(helm: str) -> None:
-    docs = documents(
-        render(
-            helm,
-            "--set=previewRouter.enabled=true",
-            "--set=previewRouter.domain=preview.dev.test",
-            include_crds=False,
-        )
-    )
-    (config,) = [d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"].endswith("preview-router")]
-    conf = config["data"]["router.conf"]
-    assert r'\.preview\.dev\.test$";' in conf
-    assert "proxy_pass http://$sandbox.shadow-system.svc.cluster.local:3000;" in conf
-    assert "proxy_set_header Upgrade $http_upgrade;" in conf
+def router_docs(helm: str, *values: str) -> list[dict[str, Any]]:
+    return documents(render(helm, "--set=previewRouter.enabled=true", *values, include_crds=False))
+
+
+def router_deployment(docs: list[dict[str, Any]]) -> dict[str, Any]:
     (deployment,) = [
         d for d in by_kind(docs, "Deployment") if d["metadata"]["name"].endswith("preview-router")
     ]
+    return deployment
+
+
+def test_preview_router_routes_only_through_router_auth(helm: str) -> None:
+    docs = router_docs(helm, "--set=previewRouter.domain=preview.dev.test")
+    (config,) = [d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"].endswith("preview-router")]
+    conf = config["data"]["router.conf"]
+    assert r'\.preview\.dev\.test$";' in conf
+    # Every proxied request is decided by router-auth; the upstream is the address it returns, never a name
+    # built from the Host header, and nginx resolves no names at all.
+    assert conf.count("auth_request /_shadow/auth;") == 2
+    assert conf.count("proxy_pass http://$shadow_upstream;") == 2
+    assert "svc.cluster.local" not in conf and "resolver" not in conf
+    assert 'proxy_set_header Authorization "";' in conf
+    assert "proxy_set_header X-Sandbox-Runtime-Token $shadow_runtime_token;" in conf
+    assert "proxy_cache_valid 200 5s;" in conf
+    assert "proxy_set_header Upgrade $http_upgrade;" in conf and "proxy_buffering off;" in conf
+    assert "client_max_body_size 1g;" in conf and "proxy_read_timeout 3600s;" in conf
+    deployment = router_deployment(docs)
     operator = next(d for d in by_kind(docs, "Deployment") if d is not deployment)
     env = {e["name"]: e.get("value") for e in operator["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["SHADOW_PREVIEW_DOMAIN"] == "preview.dev.test"
+    assert "SHADOW_INGRESS_NAMESPACES" not in env
     # A config change rolls the router; the same config keeps the same pod template.
-    other = documents(
-        render(
-            helm,
-            "--set=previewRouter.enabled=true",
-            "--set=previewRouter.domain=other.test",
-            include_crds=False,
-        )
-    )
-    other_deployment = next(
-        d for d in by_kind(other, "Deployment") if d["metadata"]["name"].endswith("router")
-    )
+    other = router_deployment(router_docs(helm, "--set=previewRouter.domain=other.test"))
     checksum = deployment["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
-    assert checksum != other_deployment["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+    assert checksum != other["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+
+
+def test_router_pod_runs_nginx_and_router_auth(helm: str) -> None:
+    docs = router_docs(helm)
+    deployment = router_deployment(docs)
+    assert deployment["spec"]["replicas"] == 2
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    containers = {c["name"]: c for c in pod["containers"]}
+    assert set(containers) == {"nginx", "router-auth"}
+    auth = containers["router-auth"]
+    assert auth["image"] == "ghcr.io/shadow-operator/operator:0.1.0"
+    args = auth["args"]
+    flags = {
+        flag: args[args.index(flag) + 1]
+        for flag in ("--listen", "--domain", "--default-access", "--authz-mode")
+    }
+    assert flags == {
+        "--listen": "127.0.0.1:8090",
+        "--domain": "preview.example.com",
+        "--default-access": "public",
+        "--authz-mode": "none",
+    }
+    assert args[args.index("--namespace") + 1] == "shadow-system"
+    assert args[args.index("--preview-port") + 1] == "3000"
+    # Only router-auth holds API credentials.
+    mounts = {m["mountPath"] for m in auth["volumeMounts"]}
+    assert "/var/run/secrets/kubernetes.io/serviceaccount" in mounts
+    assert all("serviceaccount" not in m["mountPath"] for m in containers["nginx"]["volumeMounts"])
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["tmp"]["emptyDir"]["medium"] == "Memory"
+    assert volumes["preview-keys"]["secret"] == {
+        "secretName": "shadow-shadow-operator-preview-keys",
+        "optional": True,
+    }
+    (pdb,) = by_kind(docs, "PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 1
+    services = {s["metadata"]["name"]: s for s in by_kind(docs, "Service")}
+    sdk = services["sandbox-router-svc"]
+    assert sdk["metadata"]["namespace"] == "shadow-system"
+    assert sdk["spec"]["ports"] == [{"name": "http", "port": 8080, "targetPort": "sdk", "protocol": "TCP"}]
+    preview = services["shadow-shadow-operator-preview-router"]
+    assert (
+        preview["spec"]["ports"][0]["port"] == 80 and preview["spec"]["ports"][0]["targetPort"] == "preview"
+    )
+    assert not by_kind(docs, "Ingress")
+
+
+def test_router_auth_reads_only_what_it_routes(helm: str) -> None:
+    docs = router_docs(helm, "--set=previewRouter.sandboxNamespaces={team-a,team-b}")
+    roles = [r for r in by_kind(docs, "Role") if r["metadata"]["name"].endswith("preview-router")]
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    for role in roles:
+        for rule in role["rules"]:
+            assert set(rule["verbs"]) <= {"get", "list", "watch"}
+        assert {res for rule in role["rules"] for res in rule["resources"]} == {
+            "sandboxes",
+            "sandboxtemplates",
+            "pods",
+            "secrets",
+        }
+    assert not [r for r in by_kind(docs, "ClusterRole") if "tokenreview" in r["metadata"]["name"]]
+    without_sdk = router_docs(helm, "--set=previewRouter.sdk.enabled=false")
+    (role,) = [r for r in by_kind(without_sdk, "Role") if r["metadata"]["name"].endswith("preview-router")]
+    assert all("secrets" not in rule["resources"] for rule in role["rules"])
+    assert "sandbox-router-svc" not in {s["metadata"]["name"] for s in by_kind(without_sdk, "Service")}
+    reviewing = router_docs(helm, "--set=previewRouter.sdk.authorizationMode=tokenreview")
+    (cluster_role,) = [r for r in by_kind(reviewing, "ClusterRole") if "tokenreview" in r["metadata"]["name"]]
+    assert cluster_role["rules"] == [
+        {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]}
+    ]
+
+
+def test_router_in_its_own_namespace_with_a_wildcard_ingress(helm: str) -> None:
+    docs = router_docs(
+        helm,
+        "--set=previewRouter.namespace=agent-sandbox-system",
+        "--set=previewRouter.domain=preview.dev.test",
+        "--set=previewRouter.ingress.enabled=true",
+        "--set=previewRouter.ingress.tlsSecret=wildcard-tls",
+    )
+    (ingress,) = by_kind(docs, "Ingress")
+    assert ingress["metadata"]["namespace"] == "agent-sandbox-system"
+    assert ingress["spec"]["tls"] == [{"hosts": ["*.preview.dev.test"], "secretName": "wildcard-tls"}]
+    assert ingress["spec"]["rules"][0]["host"] == "*.preview.dev.test"
+    services = {s["metadata"]["name"]: s["metadata"]["namespace"] for s in by_kind(docs, "Service")}
+    assert services["sandbox-router-svc"] == "agent-sandbox-system"
+    deployment = router_deployment(docs)
+    assert deployment["metadata"]["namespace"] == "agent-sandbox-system"
+    operator = next(d for d in by_kind(docs, "Deployment") if d is not deployment)
+    env = {e["name"]: e.get("value") for e in operator["spec"]["template"]["spec"]["containers"][0]["env"]}
+    # The sandboxes' managed NetworkPolicy must admit the router where it runs.
+    assert env["SHADOW_INGRESS_NAMESPACES"] == "agent-sandbox-system"

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from shadow_operator.api import constants as c
+from shadow_operator.api import naming
 from shadow_operator.api.environment import ShadowEnvironment, ShadowEnvironmentStatus
 from shadow_operator.resources import copyin
 from shadow_operator.resources import environment as res
@@ -90,13 +91,25 @@ def test_workspace_sandbox_mounts_a_volume_at_the_preserved_path() -> None:
     container = pod["containers"][0]
     assert sandbox["metadata"]["name"] == "demo"
     assert sandbox["metadata"]["labels"][c.LABEL_ENVIRONMENT] == "demo"
+    # Under the template's managed NetworkPolicy, like a claim's sandbox.
+    assert sandbox["metadata"]["labels"][c.LABEL_TEMPLATE_REF_HASH] == naming.name_hash(
+        template()["metadata"]["name"]
+    )
     assert container["args"] == ["--root", "/home/dev/src", "--port", "8888"]
     assert container["workingDir"] == "/home/dev/src"
     assert container["volumeMounts"] == [{"name": "workspace", "mountPath": "/home/dev/src"}]
     assert pod["volumes"] == []  # the template's emptyDir gives way to the PVC
     assert spec["volumeClaimTemplates"] == [
         {
-            "metadata": {"name": "workspace"},
+            # Labelled with the environment, so `shadowctl cleanup` can tell a leftover volume from a live one.
+            "metadata": {
+                "name": "workspace",
+                "labels": {
+                    "shadow.dev/environment": env["metadata"]["name"],
+                    "shadow.dev/component": "workspace",
+                    "app.kubernetes.io/managed-by": "shadow-operator",
+                },
+            },
             "spec": {
                 "accessModes": ["ReadWriteOnce"],
                 "resources": {"requests": {"storage": "5Gi"}},

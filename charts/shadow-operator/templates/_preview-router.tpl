@@ -1,27 +1,207 @@
-{{/* nginx server block of the preview router; also hashed into the Deployment to roll it on change. */}}
+{{/* Namespace of the router's own objects. */}}
+{{- define "shadow-operator.routerNamespace" -}}
+{{- default .Release.Namespace .Values.previewRouter.namespace }}
+{{- end }}
+
+{{/* Namespaces whose sandboxes the router reaches, comma-separated. */}}
+{{- define "shadow-operator.routerSandboxNamespaces" -}}
+{{- if .Values.previewRouter.sandboxNamespaces }}
+{{- join "," (uniq .Values.previewRouter.sandboxNamespaces) }}
+{{- else }}
+{{- include "shadow-operator.templateNamespace" . }}
+{{- end }}
+{{- end }}
+
+{{- define "shadow-operator.routerKeysSecret" -}}
+{{- default (printf "%s-preview-keys" (include "shadow-operator.fullname" .)) .Values.previewRouter.keysSecret }}
+{{- end }}
+
+{{/*
+nginx configuration of the router (included in the image's http block); also hashed into the Deployment to
+roll it on change. nginx proxies; router-auth (loopback) decides, through auth_request: 200 carries the
+upstream (the managed sandbox pod's IP and port), 401/403 send the request to router-auth's page for the
+real answer (404, 503, 401, the cookie redirect, JSON errors for the SDK). Allowed answers are cached for
+authCacheSeconds. No DNS: upstreams are pod IPs, so nginx never resolves a name a Host header chose.
+*/}}
 {{- define "shadow-operator.previewRouterConf" -}}
+{{- $r := .Values.previewRouter -}}
 map $http_upgrade $connection_upgrade {
   default upgrade;
   ''      close;
 }
+proxy_cache_path /tmp/auth-cache levels=1:2 keys_zone=shadow_auth:4m max_size=32m inactive=60s use_temp_path=off;
+upstream shadow_router_auth {
+  server 127.0.0.1:{{ $r.ports.auth }};
+  keepalive 32;
+}
+# Pages from nginx itself only when router-auth cannot answer (never nginx's default pages).
+map $server_port $shadow_down_page {
+  default '<!doctype html><html lang="en"><head><meta charset="utf-8"><meta http-equiv="refresh" content="5"><title>Preview router restarting</title></head><body><h1>The preview router is restarting</h1><p>Try again in a few seconds.</p></body></html>';
+}
 server {
-  listen 8080;
-  # <sandbox>.<domain>: the sandbox name is a DNS label, so the slug is one too. Quoted: the regex has braces.
-  server_name "~^(?<sandbox>[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)\.{{ .Values.previewRouter.domain | replace "." "\\." }}$";
-  # Re-resolve often: sandboxes come and go, and their pod IPs with them.
-  resolver {{ .Values.previewRouter.resolver }} valid=5s ipv6=off;
-  resolver_timeout 2s;
+  # Anything that is not <sandbox>.<domain> (an IP, another domain, a bad label, no Host) lands here.
+  listen {{ $r.ports.preview }} default_server;
+  server_name _;
+  # Readiness of the whole pod: nginx up and router-auth's watches synced. /livez is nginx alone.
+  location = /healthz {
+    access_log off;
+    proxy_pass http://shadow_router_auth/readyz;
+    proxy_http_version 1.1;
+    proxy_set_header Connection "";
+  }
+  location = /livez { access_log off; default_type text/plain; return 200 "ok\n"; }
   location / {
-    proxy_pass http://$sandbox.{{ include "shadow-operator.templateNamespace" . }}.svc.{{ .Values.operator.clusterDomain }}:{{ .Values.defaultTemplate.previewPort }};
+    rewrite ^ /page/preview? break;
+    proxy_pass http://shadow_router_auth;
+    proxy_http_version 1.1;
+    proxy_method GET;
+    proxy_pass_request_body off;
+    proxy_set_header Content-Length "";
+    proxy_set_header Connection "";
+    proxy_set_header X-Original-Host $host;
+    proxy_set_header X-Original-URI $request_uri;
+    error_page 500 502 503 504 = @shadow_down;
+  }
+  location @shadow_down { default_type text/html; return 503 $shadow_down_page; }
+  error_page 400 = @shadow_bad_request;
+  location @shadow_bad_request { default_type text/html; return 400 '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Bad request</title></head><body><h1>Bad request</h1><p>No preview is served at this address.</p></body></html>'; }
+}
+server {
+  listen {{ $r.ports.preview }};
+  # <sandbox>.<domain>: exactly one DNS label in front of the domain. Quoted: the regex has braces.
+  server_name "~^(?<sandbox>[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)\.{{ $r.domain | replace "." "\\." }}$";
+  client_max_body_size {{ $r.maxBodySize }};
+  location = /_shadow/auth {
+    internal;
+    proxy_pass http://shadow_router_auth/auth/preview;
+    proxy_http_version 1.1;
+    proxy_method GET;
+    proxy_pass_request_body off;
+    proxy_set_header Content-Length "";
+    proxy_set_header Connection "";
+    proxy_set_header Upgrade "";
+    proxy_set_header X-Original-Host $host;
+    proxy_set_header X-Original-URI $request_uri;
+    proxy_cache shadow_auth;
+    proxy_cache_key "preview|$host|$http_cookie|$http_x_shadow_preview_token|$arg_shadow_token";
+    proxy_cache_valid 200 {{ $r.authCacheSeconds }}s;
+    proxy_ignore_headers Cache-Control Expires Set-Cookie Vary X-Accel-Expires;
+  }
+  location / {
+    auth_request /_shadow/auth;
+    auth_request_set $shadow_upstream $upstream_http_x_shadow_upstream;
+    error_page 401 403 = @shadow_refused;
+    error_page 500 502 504 = @shadow_unreachable;
+    proxy_pass http://$shadow_upstream;
     proxy_http_version 1.1;
     proxy_set_header Host $host;
     proxy_set_header Upgrade $http_upgrade;
     proxy_set_header Connection $connection_upgrade;
     proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
-    proxy_set_header X-Forwarded-Proto $scheme;
-    proxy_read_timeout 3600s;
-    proxy_send_timeout 3600s;
+    proxy_set_header X-Forwarded-Proto {{ $r.scheme }};
+    proxy_set_header X-Forwarded-Host $host;
+    proxy_set_header X-Shadow-Preview-Token "";
+    proxy_read_timeout {{ $r.timeoutSeconds }}s;
+    proxy_send_timeout {{ $r.timeoutSeconds }}s;
+    # Streams (SSE, long polls) pass through as they come; uploads stream to the sandbox too.
     proxy_buffering off;
+    proxy_request_buffering off;
   }
+  location @shadow_refused {
+    rewrite ^ /page/preview? break;
+    proxy_pass http://shadow_router_auth;
+    proxy_http_version 1.1;
+    proxy_method GET;
+    proxy_pass_request_body off;
+    proxy_set_header Content-Length "";
+    proxy_set_header Connection "";
+    proxy_set_header Upgrade "";
+    proxy_set_header X-Original-Host $host;
+    proxy_set_header X-Original-URI $request_uri;
+    proxy_redirect off;
+    recursive_error_pages on;
+    error_page 500 502 503 504 = @shadow_down;
+  }
+  location @shadow_unreachable {
+    rewrite ^ /page/preview/unreachable? break;
+    proxy_pass http://shadow_router_auth;
+    proxy_http_version 1.1;
+    proxy_method GET;
+    proxy_pass_request_body off;
+    proxy_set_header Content-Length "";
+    proxy_set_header Connection "";
+    proxy_set_header Upgrade "";
+    recursive_error_pages on;
+    error_page 500 502 503 504 = @shadow_down;
+  }
+  location @shadow_down { default_type text/html; return 503 $shadow_down_page; }
 }
+{{- if $r.sdk.enabled }}
+# The k8s-agent-sandbox SDK contract (its router's): X-Sandbox-ID, -Namespace, -Port (optionally -Pod-IP, -UID)
+# name the sandbox; the caller's Authorization and Host are dropped and the runtime token is attached here.
+server {
+  listen {{ $r.ports.sdk }} default_server;
+  server_name _;
+  client_max_body_size {{ $r.maxBodySize }};
+  location = /healthz { access_log off; default_type application/json; return 200 '{"status":"ok"}'; }
+  location = /_shadow/auth {
+    internal;
+    proxy_pass http://shadow_router_auth/auth/sdk;
+    proxy_http_version 1.1;
+    proxy_method GET;
+    proxy_pass_request_body off;
+    proxy_set_header Content-Length "";
+    proxy_set_header Connection "";
+    proxy_set_header Upgrade "";
+    proxy_cache shadow_auth;
+    proxy_cache_key "sdk|$http_x_sandbox_id|$http_x_sandbox_namespace|$http_x_sandbox_port|$http_x_sandbox_pod_ip|$http_x_sandbox_uid|$http_authorization";
+    proxy_cache_valid 200 {{ $r.authCacheSeconds }}s;
+    proxy_ignore_headers Cache-Control Expires Set-Cookie Vary X-Accel-Expires;
+  }
+  location / {
+    auth_request /_shadow/auth;
+    auth_request_set $shadow_upstream $upstream_http_x_shadow_upstream;
+    auth_request_set $shadow_runtime_token $upstream_http_x_shadow_runtime_token;
+    error_page 401 403 = @shadow_refused;
+    error_page 500 502 504 = @shadow_unreachable;
+    proxy_pass http://$shadow_upstream;
+    proxy_http_version 1.1;
+    proxy_set_header Host $shadow_upstream;
+    proxy_set_header Authorization "";
+    # Always set by the router: empty (not sent) unless the request goes to the sandbox's runtime port.
+    proxy_set_header X-Sandbox-Runtime-Token $shadow_runtime_token;
+    proxy_set_header Upgrade $http_upgrade;
+    proxy_set_header Connection $connection_upgrade;
+    proxy_read_timeout {{ $r.timeoutSeconds }}s;
+    proxy_send_timeout {{ $r.timeoutSeconds }}s;
+    proxy_buffering off;
+    proxy_request_buffering off;
+  }
+  location @shadow_refused {
+    rewrite ^ /page/sdk? break;
+    proxy_pass http://shadow_router_auth;
+    proxy_http_version 1.1;
+    proxy_method GET;
+    proxy_pass_request_body off;
+    proxy_set_header Content-Length "";
+    proxy_set_header Connection "";
+    proxy_set_header Upgrade "";
+    recursive_error_pages on;
+    error_page 500 502 503 504 = @shadow_sdk_down;
+  }
+  location @shadow_unreachable {
+    rewrite ^ /page/sdk/unreachable? break;
+    proxy_pass http://shadow_router_auth;
+    proxy_http_version 1.1;
+    proxy_method GET;
+    proxy_pass_request_body off;
+    proxy_set_header Content-Length "";
+    proxy_set_header Connection "";
+    proxy_set_header Upgrade "";
+    recursive_error_pages on;
+    error_page 500 502 503 504 = @shadow_sdk_down;
+  }
+  location @shadow_sdk_down { default_type application/json; return 502 '{"detail":"sandbox router unavailable"}'; }
+}
+{{- end }}
 {{- end }}

@@ -116,3 +116,6 @@ GITEA_SECRET_TOKEN: Final = "token"
 ENV_GITEA_URL: Final = "SHADOW_GITEA_URL"
 ENV_GITEA_ORG: Final = "SHADOW_GITEA_ORG"
 WORKSPACE_VOLUME: Final = "workspace"
+
+# The operator's leader-election Lease (clients read its renewTime to tell whether an operator is running).
+LEADER_LEASE_NAME: Final = "shadow-operator"

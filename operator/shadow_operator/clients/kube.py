@@ -9,7 +9,7 @@ from __future__ import annotations
 import builtins
 import json
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -133,6 +133,43 @@ class Kube:
         result = await self.request("GET", path, query=query)
         items: builtins.list[Body] = result.get("items", [])
         return items
+
+    async def list_with_version(
+        self, path: str, *, labels: str | None = None
+    ) -> tuple[builtins.list[Body], str]:
+        """(items, the list's resourceVersion): the starting point of a watch."""
+        result = await self.request("GET", path, query={"labelSelector": labels} if labels else None)
+        return result.get("items", []), str(result.get("metadata", {}).get("resourceVersion") or "")
+
+    async def watch(
+        self, path: str, *, resource_version: str, labels: str | None = None, timeout_seconds: int = 300
+    ) -> AsyncIterator[tuple[str, Body]]:
+        """(type, object) of each event of one watch request, which the server ends after timeout_seconds.
+
+        An expired resourceVersion arrives as an ERROR event with a Status (code 410): the caller lists again.
+        """
+        query = {
+            "watch": "1",
+            "allowWatchBookmarks": "true",
+            "resourceVersion": resource_version,
+            "timeoutSeconds": str(timeout_seconds),
+        }
+        if labels:
+            query["labelSelector"] = labels
+        headers = {"Accept": "application/json", "User-Agent": USER_AGENT, **self._auth}
+        self.requests["WATCH"] += 1
+        timeout = aiohttp.ClientTimeout(total=None, connect=10, sock_read=timeout_seconds + 30)
+        async with self._session.get(
+            self._server + path, params=query, headers=headers, timeout=timeout
+        ) as response:
+            if response.status == 401:
+                self._relogin()
+            if response.status != 200:
+                raise _api_error(response.status, response.reason or "", await response.text())
+            async for line in response.content:
+                if line.strip():
+                    event = json.loads(line)
+                    yield str(event["type"]), event["object"]
 
     async def create(self, path: str, body: Mapping[str, Any]) -> Body:
         return await self.request("POST", path, body=body)

@@ -42,12 +42,13 @@ from typing import Any, NoReturn
 import aiohttp
 import aiohttp.web
 
+from shadow_operator.api import constants as c
 from shadow_operator.clients.kube import ApiError, Kube, resource_path
 
 logger = logging.getLogger(__name__)
 
 LEASE_API_VERSION = "coordination.k8s.io/v1"
-DEFAULT_LEASE_NAME = "shadow-operator"
+DEFAULT_LEASE_NAME = c.LEADER_LEASE_NAME
 DEFAULT_NAMESPACE = "shadow-system"
 DEFAULT_LEASE_DURATION = 15
 DEFAULT_RENEW_DEADLINE = 10.0

@@ -155,3 +155,54 @@ def redact(text: str, secrets: Iterable[str]) -> str:
         if value:
             text = text.replace(value, "***")
     return text
+
+
+# Promote to a branch: snapshot the working tree of a source (as COPY_IN does, HEAD and index untouched) and
+# push that commit to one branch of its Gitea repository.
+PUSH_BRANCH = r"""
+set -eu
+cd "$SHADOW_PATH"
+index=$(mktemp)
+if [ -f .git/index ]; then cp .git/index "$index"; else rm -f "$index"; fi
+GIT_INDEX_FILE="$index" git add --all
+tree=$(GIT_INDEX_FILE="$index" git write-tree)
+rm -f "$index"
+parent=$(git rev-parse --quiet --verify 'HEAD^{commit}' || true)
+if [ -n "$parent" ]; then
+  commit=$(git commit-tree "$tree" -p "$parent" -m "$SHADOW_MESSAGE")
+else
+  commit=$(git commit-tree "$tree" -m "$SHADOW_MESSAGE")
+fi
+GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=http.extraHeader GIT_CONFIG_VALUE_0="Authorization: $SHADOW_PUSH_AUTH" \
+  git push --quiet --force "$SHADOW_PUSH_URL" "$commit:refs/heads/$SHADOW_BRANCH"
+echo "SHADOW_RESULT $commit $SHADOW_BRANCH"
+"""
+
+# Publish: make sure an organization and a repository exist in the environment's Gitea (Gitea's REST API,
+# from inside the workspace, which is the one place that reaches Gitea; python3 is there, the runtime is it).
+ENSURE_REPO = r"""
+import json, os, sys, urllib.error, urllib.request
+api = os.environ["SHADOW_GITEA_API"].rstrip("/") + "/api/v1"
+auth = os.environ["SHADOW_GITEA_AUTH"]
+org, repo = os.environ["SHADOW_ORG"], os.environ["SHADOW_REPO"]
+
+def call(method, path, body=None):
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(api + path, data=data, method=method,
+                                 headers={"Authorization": auth, "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status
+    except urllib.error.HTTPError as err:
+        return err.code
+
+if call("GET", f"/orgs/{org}") == 404:
+    status = call("POST", "/orgs", {"username": org, "visibility": "public"})
+    if status not in (201, 422):
+        sys.exit(f"creating organization {org} in Gitea failed: HTTP {status}")
+if call("GET", f"/repos/{org}/{repo}") == 404:
+    status = call("POST", f"/orgs/{org}/repos", {"name": repo, "private": False})
+    if status not in (201, 409):
+        sys.exit(f"creating repository {org}/{repo} in Gitea failed: HTTP {status}")
+print(f"SHADOW_RESULT {org}/{repo}")
+"""

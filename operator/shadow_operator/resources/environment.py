@@ -329,7 +329,14 @@ def build_workspace_sandbox(
     ]
     sandbox_spec["volumeClaimTemplates"] = [
         *vcts,
-        {"metadata": {"name": c.WORKSPACE_VOLUME}, "spec": pvc_spec},
+        # Labelled with its environment, so `shadowctl cleanup` can tell a leftover volume from a live one.
+        {
+            "metadata": {
+                "name": c.WORKSPACE_VOLUME,
+                "labels": environment_labels(env, c.COMPONENT_WORKSPACE),
+            },
+            "spec": pvc_spec,
+        },
     ]
     # The runtime URL in status is the headless Service's name.
     sandbox_spec["service"] = True
@@ -342,7 +349,13 @@ def build_workspace_sandbox(
         "metadata": {
             "name": meta["name"],
             "namespace": meta["namespace"],
-            "labels": environment_labels(env, c.COMPONENT_WORKSPACE),
+            # The template's label (propagated to the Pod) puts the workspace under the template's managed
+            # NetworkPolicy, as claims' sandboxes are: DNS and the internet, never other private ranges.
+            # The environment's own policy adds the one exception it needs: its Gitea.
+            "labels": {
+                **environment_labels(env, c.COMPONENT_WORKSPACE),
+                c.LABEL_TEMPLATE_REF_HASH: naming.name_hash(template["metadata"]["name"]),
+            },
         },
         "spec": sandbox_spec,
     }

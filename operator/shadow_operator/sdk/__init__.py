@@ -1,19 +1,40 @@
-"""Client-side helpers for ShadowEnvironments, for CLIs and automations (not used by the operator itself).
+"""The Python SDK: ShadowEnvironments (`ShadowGateway`) and plain sandboxes (`SandboxClient`), sync and async.
 
-Synchronous and light to import: kopf is loaded only to read credentials, when a cluster is contacted.
+Light to import: kopf is loaded only to read credentials, when a cluster is contacted. Every operation is
+written once (sans-I/O, `kube.run` / `kube.arun`); errors are typed (`errors`) and carry a code and a hint.
 """
 
-from shadow_operator.sdk.kube import KubeError
-from shadow_operator.sdk.upload import (
+from shadow_operator.sdk.environment import EnvironmentSpec, GitSource, LocalSource
+from shadow_operator.sdk.errors import (
+    ApiNotInstalled,
+    ClusterUnreachable,
+    EnvironmentFailed,
     EnvironmentNotFound,
+    KubeError,
+    NoCredentials,
     NotAnUploadSource,
+    NotFound,
+    OperatorNotRunning,
+    PromoteError,
     RuntimeRefused,
     RuntimeUnreachable,
+    SandboxClaimFailedError,
+    SandboxNotFoundError,
+    SandboxNotReadyError,
+    SandboxTemplateNotFoundError,
+    SandboxWarmPoolNotFoundError,
+    ShadowError,
     SourceNotFound,
     UploadError,
+    WaitTimeout,
+)
+from shadow_operator.sdk.gateway import AsyncShadowGateway, ShadowGateway
+from shadow_operator.sdk.preview import PreviewUnavailable, preview_link
+from shadow_operator.sdk.promote import PromotePlan
+from shadow_operator.sdk.runtime import Diff, ExecutionResult, JournalEntry
+from shadow_operator.sdk.sandbox import AsyncSandbox, AsyncSandboxClient, Sandbox, SandboxClient
+from shadow_operator.sdk.upload import (
     UploadResult,
-    UploadTimeout,
-    runtime_endpoint,
     stream_worktree,
     upload_source,
     upload_to_runtime,
@@ -21,16 +42,43 @@ from shadow_operator.sdk.upload import (
 )
 
 __all__ = [
+    "ApiNotInstalled",
+    "AsyncSandbox",
+    "AsyncSandboxClient",
+    "AsyncShadowGateway",
+    "ClusterUnreachable",
+    "Diff",
+    "EnvironmentFailed",
     "EnvironmentNotFound",
+    "EnvironmentSpec",
+    "ExecutionResult",
+    "GitSource",
+    "JournalEntry",
     "KubeError",
+    "LocalSource",
+    "NoCredentials",
     "NotAnUploadSource",
+    "NotFound",
+    "OperatorNotRunning",
+    "PreviewUnavailable",
+    "PromoteError",
+    "PromotePlan",
     "RuntimeRefused",
     "RuntimeUnreachable",
+    "Sandbox",
+    "SandboxClaimFailedError",
+    "SandboxClient",
+    "SandboxNotFoundError",
+    "SandboxNotReadyError",
+    "SandboxTemplateNotFoundError",
+    "SandboxWarmPoolNotFoundError",
+    "ShadowError",
+    "ShadowGateway",
     "SourceNotFound",
     "UploadError",
     "UploadResult",
-    "UploadTimeout",
-    "runtime_endpoint",
+    "WaitTimeout",
+    "preview_link",
     "stream_worktree",
     "upload_source",
     "upload_to_runtime",

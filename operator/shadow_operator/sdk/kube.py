@@ -1,4 +1,8 @@
-"""The few Kubernetes API calls the SDK makes, on a synchronous httpx client.
+"""The Kubernetes API calls the SDK makes, and the one driver that runs them on a sync or an async httpx client.
+
+Every SDK operation is written once, as a generator that yields `Call`s (or `Watch`es) and receives the
+answers (sans-I/O): `run()` drives it on an `httpx.Client`, `arun()` on an `httpx.AsyncClient`. That is how
+`ShadowGateway` and `AsyncShadowGateway` (and the sandbox twins) share every line of their logic.
 
 Credentials come from kopf's own login (the kubeconfig, else the Pod's service account), so clients need no
 Kubernetes library either. kopf is imported only when a client is made: importing it loads its whole operator
@@ -7,35 +11,98 @@ framework, which a CLI that never talks to a cluster should not pay for.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
-from collections.abc import Generator, Mapping
-from typing import Any
+import os
+import tempfile
+from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import httpx
 
 from shadow_operator import __version__
+from shadow_operator.sdk.errors import (
+    ApiNotInstalled,
+    ClusterUnreachable,
+    Conflict,
+    Forbidden,
+    Invalid,
+    KubeError,
+    NoCredentials,
+    NotFound,
+    RuntimeRefused,
+    RuntimeUnreachable,
+    ShadowError,
+)
 
 Body = dict[str, Any]
+T = TypeVar("T")
 USER_AGENT = f"shadow-operator-sdk/{__version__}"
 MERGE_PATCH = "application/merge-patch+json"
+WATCH_SECONDS = 60  # one watch request; waits re-watch until their deadline
 
 
-class KubeError(Exception):
-    """A non-2xx answer from the API server (or no credentials at all, status 0)."""
+# ------------------------------------------------------------------------------------------- clients
+def _login(context: str | None) -> Any:
+    import kopf
 
-    def __init__(self, status: int, reason: str, message: str) -> None:
-        super().__init__(f"{status} {reason}: {message}" if status else message)
-        self.status = status
-        self.reason = reason
-        self.message = message
+    settings = kopf.OperatorSettings()
+    try:
+        with _kubeconfig_context(context):
+            info = kopf.login_with_kubeconfig(settings=settings) or kopf.login_with_service_account(
+                settings=settings
+            )
+    except KeyError as exc:
+        raise NoCredentials(
+            f"the kubeconfig has no context, cluster or user named {exc}",
+            hint="list the contexts: kubectl config get-contexts",
+        ) from None
+    except (OSError, kopf.LoginError) as exc:
+        raise NoCredentials(f"cannot read the kubeconfig: {exc}") from None
+    if info is None:
+        raise NoCredentials(
+            "no Kubernetes credentials: set KUBECONFIG (or create ~/.kube/config), or run in a Pod"
+        )
+    return info
 
-    @property
-    def not_found(self) -> bool:
-        return self.status == 404
+
+@contextlib.contextmanager
+def _kubeconfig_context(context: str | None) -> Iterator[None]:
+    """Use another context than the current one: in a KUBECONFIG list the first `current-context` wins, so
+    a one-line kubeconfig put first selects it (the files themselves are left as they are)."""
+    if not context:
+        yield
+        return
+    before = os.environ.get("KUBECONFIG")
+    original = before or os.path.expanduser("~/.kube/config")
+    with tempfile.NamedTemporaryFile("w", suffix=".kubeconfig", delete=False) as fh:
+        fh.write(json.dumps({"apiVersion": "v1", "kind": "Config", "current-context": context}))
+    try:
+        os.environ["KUBECONFIG"] = os.pathsep.join([fh.name, original])
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("KUBECONFIG", None)
+        else:
+            os.environ["KUBECONFIG"] = before
+        os.unlink(fh.name)
 
 
-def connect(*, timeout: float = 30.0) -> httpx.Client:
+def _client_options(timeout: float, context: str | None) -> dict[str, Any]:
+    info = _login(context)
+    return {
+        "base_url": info.server,
+        "verify": info.as_ssl_context(),
+        "headers": {"Accept": "application/json", "User-Agent": USER_AGENT, **info.as_http_headers()},
+        "proxy": info.proxy_url,
+        "trust_env": info.trust_env,
+        "timeout": httpx.Timeout(timeout, connect=10.0),
+    }
+
+
+def connect(*, timeout: float = 30.0, context: str | None = None) -> httpx.Client:
     """An httpx client for the API server of the current kubeconfig context (or the Pod's service account).
 
     A client on someone's machine acts as them, so their kubeconfig wins over a service account, as with
@@ -43,67 +110,320 @@ def connect(*, timeout: float = 30.0) -> httpx.Client:
     files only while the context loads them). Exec and auth-provider plugins are not run: kopf's minimal
     kubeconfig login reads tokens, certificates and basic auth only.
     """
-    import kopf
+    return httpx.Client(**_client_options(timeout, context))
 
-    settings = kopf.OperatorSettings()
+
+def connect_async(*, timeout: float = 30.0, context: str | None = None) -> httpx.AsyncClient:
+    """The async twin of `connect()`."""
+    return httpx.AsyncClient(**_client_options(timeout, context))
+
+
+# -------------------------------------------------------------------------------------------- calls
+@dataclass(frozen=True)
+class Call:
+    """One HTTP request of an operation. `runtime` marks calls to a workspace runtime (through the pod
+    proxy), whose errors are the runtime's rather than the API server's."""
+
+    method: str
+    path: str
+    what: str
+    body: Any = None
+    params: Mapping[str, str] | None = None
+    content: bytes | Iterator[bytes] | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    content_type: str = "application/json"
+    timeout: float | None = None
+    runtime: bool = False
+    ok: tuple[int, ...] = ()  # error statuses the operation handles itself
+
+
+@dataclass(frozen=True)
+class Watch:
+    """A watch of a collection: the driver sends each (type, object) into the operation, which yields this
+    same Watch again to receive the next event, or anything else to stop watching. `None` is sent when the
+    server ends the watch (its timeout); the operation then decides whether to watch on."""
+
+    path: str
+    what: str
+    params: Mapping[str, str]
+    timeout_seconds: int = WATCH_SECONDS
+
+
+@dataclass(frozen=True)
+class Finished:
+    """An operation that returned while a watch was streaming (a coroutine may not let StopIteration out)."""
+
+    value: Any
+
+
+Step = Call | Watch
+Op = Generator[Step, Any, T]
+
+
+def _resume(op: Op[Any], value: Any) -> Step | Finished:
+    """Send the answer (or throw the error) into the operation; errors are raised inside it, so operations
+    catch what they can handle (a NotFound that means "deleted", a 410 that means "watch again")."""
     try:
-        info = kopf.login_with_kubeconfig(settings=settings) or kopf.login_with_service_account(
-            settings=settings
+        return op.throw(value) if isinstance(value, ShadowError) else op.send(value)
+    except StopIteration as done:
+        return Finished(done.value)
+
+
+def run(client: httpx.Client, op: Op[T]) -> T:
+    """Drive an operation on a synchronous client."""
+    try:
+        step: Step | Finished = next(op)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    while not isinstance(step, Finished):
+        step = _watch(client, op, step) if isinstance(step, Watch) else _resume(op, _send(client, step))
+    return step.value  # type: ignore[no-any-return]
+
+
+async def arun(client: httpx.AsyncClient, op: Op[T]) -> T:
+    """Drive an operation on an asynchronous client."""
+    try:
+        step: Step | Finished = next(op)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    while not isinstance(step, Finished):
+        if isinstance(step, Watch):
+            step = await _awatch(client, op, step)
+        else:
+            step = _resume(op, await _asend(client, step))
+    return step.value  # type: ignore[no-any-return]
+
+
+def _request_args(call: Call) -> dict[str, Any]:
+    headers = dict(call.headers)
+    content: Any = call.content
+    if call.body is not None:
+        content = json.dumps(call.body, separators=(",", ":"))
+    if content is not None and "Content-Type" not in headers:
+        headers["Content-Type"] = call.content_type
+    args: dict[str, Any] = {"params": call.params, "content": content, "headers": headers}
+    if call.timeout is not None:
+        args["timeout"] = httpx.Timeout(call.timeout, connect=10.0)
+    return args
+
+
+def _send(client: httpx.Client, call: Call) -> httpx.Response | ShadowError:
+    try:
+        response = client.request(call.method, call.path, **_request_args(call))
+    except httpx.TransportError as exc:
+        return _transport_error(call, exc)
+    return _checked(call, response)
+
+
+async def _asend(client: httpx.AsyncClient, call: Call) -> httpx.Response | ShadowError:
+    args = _request_args(call)
+    if isinstance(call.content, Iterator):
+        args["content"] = _async_chunks(call.content)
+    try:
+        response = await client.request(call.method, call.path, **args)
+    except httpx.TransportError as exc:
+        return _transport_error(call, exc)
+    return _checked(call, response)
+
+
+async def _async_chunks(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
+    """A blocking producer (reading local files) fed to an async upload without blocking the loop."""
+    end = object()
+    while (piece := await asyncio.to_thread(next, chunks, end)) is not end:
+        yield piece  # type: ignore[misc]
+
+
+def _checked(call: Call, response: httpx.Response) -> httpx.Response | ShadowError:
+    if response.is_success or response.status_code in call.ok:
+        return response
+    return error_of(response, call)
+
+
+def _transport_error(call: Call, exc: Exception) -> ShadowError:
+    if call.runtime:
+        return RuntimeUnreachable(f"{call.what}: cannot reach the workspace runtime ({type(exc).__name__})")
+    return ClusterUnreachable(f"{call.what}: cannot reach the API server ({type(exc).__name__}: {exc})")
+
+
+def _watch(client: httpx.Client, op: Op[Any], watch: Watch) -> Step | Finished:
+    query = _watch_params(watch)
+    timeout = httpx.Timeout(watch.timeout_seconds + 15.0, connect=10.0)
+    call = Call("GET", watch.path, watch.what)
+    try:
+        with client.stream("GET", watch.path, params=query, timeout=timeout) as response:
+            if not response.is_success:
+                response.read()
+                return _resume(op, error_of(response, call))
+            for line in response.iter_lines():
+                if line.strip() and (step := _event(op, line, watch)) is not watch:
+                    return step
+    except httpx.TransportError:
+        pass  # a dropped watch ends like a quiet one: the operation reads again and watches on
+    return _resume(op, None)
+
+
+async def _awatch(client: httpx.AsyncClient, op: Op[Any], watch: Watch) -> Step | Finished:
+    query = _watch_params(watch)
+    timeout = httpx.Timeout(watch.timeout_seconds + 15.0, connect=10.0)
+    call = Call("GET", watch.path, watch.what)
+    try:
+        async with client.stream("GET", watch.path, params=query, timeout=timeout) as response:
+            if not response.is_success:
+                await response.aread()
+                return _resume(op, error_of(response, call))
+            async for line in response.aiter_lines():
+                if line.strip() and (step := _event(op, line, watch)) is not watch:
+                    return step
+    except httpx.TransportError:
+        pass
+    return _resume(op, None)
+
+
+def _watch_params(watch: Watch) -> dict[str, str]:
+    return {
+        **watch.params,
+        "watch": "1",
+        "allowWatchBookmarks": "true",
+        "timeoutSeconds": str(watch.timeout_seconds),
+    }
+
+
+def _event(op: Op[Any], line: str, watch: Watch) -> Step | Finished:
+    event = json.loads(line)
+    if event["type"] == "ERROR":
+        obj = event["object"]
+        error = KubeError(
+            str(obj.get("message")), status=int(obj.get("code") or 500), reason=str(obj.get("reason"))
         )
-    except (OSError, KeyError, kopf.LoginError) as exc:
-        raise KubeError(0, "NoCredentials", f"cannot read the kubeconfig: {exc!r}") from None
-    if info is None:
-        raise KubeError(
-            0,
-            "NoCredentials",
-            "no Kubernetes credentials: set KUBECONFIG (or create ~/.kube/config), or run in a Pod",
-        )
-    return httpx.Client(
-        base_url=info.server,
-        verify=info.as_ssl_context(),
-        headers={"Accept": "application/json", "User-Agent": USER_AGENT, **info.as_http_headers()},
-        proxy=info.proxy_url,
-        trust_env=info.trust_env,
-        timeout=httpx.Timeout(timeout, connect=10.0),
-    )
+        return _resume(op, error)
+    return _resume(op, (str(event["type"]), event["object"]))
 
 
-def request(
-    client: httpx.Client, method: str, path: str, *, body: Any = None, content_type: str = "application/json"
-) -> Body:
-    """One JSON call; a non-2xx answer raises KubeError with the Status's reason and message."""
-    content = None if body is None else json.dumps(body, separators=(",", ":"))
-    headers = {"Content-Type": content_type} if content is not None else {}
-    response = client.request(method, path, content=content, headers=headers)
-    if not response.is_success:
-        raise error_of(response)
-    decoded: Body = response.json() if response.content else {}
-    return decoded
-
-
-def watch(
-    client: httpx.Client, collection: str, params: Mapping[str, str], timeout_seconds: int
-) -> Generator[tuple[str, Body], None, None]:
-    """(type, object) of each event of one watch request, which the server ends after timeout_seconds."""
-    query = {**params, "watch": "1", "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout_seconds)}
-    # The read timeout outlasts the server's own, so a quiet watch ends cleanly rather than as an error.
-    timeout = httpx.Timeout(timeout_seconds + 15.0, connect=10.0)
-    with client.stream("GET", collection, params=query, timeout=timeout) as response:
-        if not response.is_success:
-            response.read()
-            raise error_of(response)
-        for line in response.iter_lines():
-            if line.strip():
-                event = json.loads(line)
-                yield str(event["type"]), event["object"]
-
-
-def error_of(response: httpx.Response) -> KubeError:
-    """KubeError from a Status body when there is one, else from the status line and the text."""
+# ------------------------------------------------------------------------------------------- errors
+def error_of(response: httpx.Response, call: Call | None = None) -> ShadowError:
+    """The typed error of a non-2xx answer, with the Status's reason and message when there is one."""
     reason, message = response.reason_phrase, response.text[:1000]
     with contextlib.suppress(ValueError):
         decoded = response.json()
         if isinstance(decoded, dict):
-            reason = str(decoded.get("reason") or reason)
-            message = str(decoded.get("message") or message)
-    return KubeError(response.status_code, reason, message)
+            reason = str(decoded.get("reason") or decoded.get("code") or reason)
+            message = str(decoded.get("message") or decoded.get("detail") or message)
+    what = call.what if call else f"{response.request.method} {response.request.url.path}"
+    status = response.status_code
+    if call is not None and call.runtime:
+        if not _from_api_server(response):
+            return RuntimeRefused(status, message, what=what)
+        if status in (404, 502, 503):  # no such Pod, or the API server cannot reach it
+            return RuntimeUnreachable(f"{what}: the API server cannot reach the workspace runtime: {message}")
+    if status == 404 and "could not find the requested resource" in message:
+        return ApiNotInstalled(
+            f"{what}: this API is not installed in the cluster", status=status, reason=reason
+        )
+    kinds: dict[int, type[KubeError]] = {404: NotFound, 403: Forbidden, 409: Conflict, 422: Invalid}
+    return kinds.get(status, KubeError)(f"{what}: {message}", status=status, reason=reason)
+
+
+def _from_api_server(response: httpx.Response) -> bool:
+    """Whether an error answer through the pod proxy is the API server's own (a Status object) rather than
+    the runtime's: the runtime answers JSON errors with a `code`, never a `kind: Status`."""
+    with contextlib.suppress(ValueError):
+        decoded = response.json()
+        return isinstance(decoded, dict) and decoded.get("kind") == "Status"
+    return False
+
+
+# -------------------------------------------------------------------------------- operations, reused
+def get(path: str, what: str) -> Op[Body]:
+    response = yield Call("GET", path, what)
+    body: Body = response.json()
+    return body
+
+
+def send(call: Call) -> Op[Body]:
+    """One JSON call, its decoded answer ({} for an empty body)."""
+    response = yield call
+    decoded: Body = response.json() if response.content else {}
+    return decoded
+
+
+def wait_for(
+    collection: str,
+    name: str,
+    what: str,
+    current: Body,
+    check: Callable[[Body], T | None],
+    deadline: float,
+    now: Callable[[], float],
+    on_timeout: Callable[[Body], ShadowError],
+    on_deleted: Callable[[], ShadowError],
+) -> Op[T]:
+    """Follow one object with watches until `check(obj)` returns something (or raises), never by polling.
+
+    `current` is the object as last read; its resourceVersion starts the watch, so no change is missed.
+    """
+    result = check(current)
+    obj = current
+    while result is None:
+        left = deadline - now()
+        if left <= 0:
+            raise on_timeout(obj)
+        version = obj.get("metadata", {}).get("resourceVersion", "")
+        watch = Watch(
+            collection,
+            what,
+            {"fieldSelector": f"metadata.name={name}", "resourceVersion": version},
+            max(1, min(WATCH_SECONDS, int(left))),
+        )
+        event = None
+        try:
+            event = yield watch
+            while event is not None:
+                kind, body = event
+                obj = body if kind in ("ADDED", "MODIFIED") else obj
+                if kind == "DELETED":
+                    raise on_deleted()
+                if kind != "BOOKMARK" and (result := check(obj)) is not None:
+                    break
+                obj.setdefault("metadata", {})["resourceVersion"] = body.get("metadata", {}).get(
+                    "resourceVersion", version
+                )
+                event = yield watch
+        except KubeError as exc:
+            if exc.status != 410:
+                raise
+            obj = {}
+        if result is None and (event is None or not obj):
+            # The watch ended (its timeout, a drop, or a version too old): read the object and watch on.
+            try:
+                obj = yield from get(f"{collection}/{name}", what)
+            except NotFound:
+                raise on_deleted() from None
+            result = check(obj)
+    return result
+
+
+def iter_lines(response: httpx.Response) -> Iterator[Body]:
+    """Decoded NDJSON lines of a streamed answer."""
+    for line in response.iter_lines():
+        if line.strip():
+            yield json.loads(line)
+
+
+def request(
+    client: httpx.Client,
+    method: str,
+    path: str,
+    *,
+    body: Any = None,
+    content_type: str = "application/json",
+    what: str = "",
+) -> Body:
+    """One JSON call on a synchronous client; a non-2xx answer raises the typed error."""
+    call = Call(method, path, what or f"{method} {path}", body=body, content_type=content_type)
+    return run(client, send(call))
+
+
+def websocket_options(context: str | None = None) -> tuple[str, Any, dict[str, str]]:
+    """(server URL, SSL context, auth headers) for a WebSocket to the API server (httpx speaks none)."""
+    info = _login(context)
+    return str(info.server), info.as_ssl_context(), dict(info.as_http_headers())

@@ -13,69 +13,29 @@ create pods/proxy.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import hashlib
 import os
 import stat
 import subprocess
 import tarfile
-import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypedDict
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 import httpx
 
-from shadow_operator.api import constants as c
-from shadow_operator.api import naming
-from shadow_operator.api.environment import ShadowEnvironment, ShadowEnvironmentStatus
-from shadow_operator.api.kinds import POD, SECRET, SHADOW_ENVIRONMENT
-from shadow_operator.resources.environment import SourcePlan, plan_sources
 from shadow_operator.sdk import kube
+from shadow_operator.sdk.errors import RuntimeRefused, RuntimeUnreachable, UploadError
 
 CHUNK = 256 * 1024
 TOKEN_HEADER = "X-Sandbox-Runtime-Token"
 # Extraction streams too, so the answer comes soon after the last byte; a long quiet spell means trouble.
 UPLOAD_TIMEOUT = httpx.Timeout(300.0, connect=10.0)
-WATCH_SECONDS = 60  # one watch request; the wait re-watches until its deadline
 
 Progress = Callable[[int, int], None]
-
-
-class UploadError(Exception):
-    """The upload cannot be done; the message says why and what to do."""
-
-
-class EnvironmentNotFound(UploadError):
-    pass
-
-
-class SourceNotFound(UploadError):
-    pass
-
-
-class NotAnUploadSource(UploadError):
-    pass
-
-
-class UploadTimeout(UploadError):
-    pass
-
-
-class RuntimeUnreachable(UploadError):
-    pass
-
-
-class RuntimeRefused(UploadError):
-    """The runtime (or the API server's proxy in front of it) answered with an error status."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"the workspace runtime refused the upload: {status} {message}")
-        self.status = status
-        self.message = message
 
 
 class UploadResult(TypedDict):
@@ -287,7 +247,9 @@ def upload_to_runtime(
         if client is None:
             http.close()
     if not response.is_success:
-        raise RuntimeRefused(response.status_code, kube.error_of(response).message)
+        raise RuntimeRefused(
+            response.status_code, kube.error_of(response).message, what="the upload: the runtime"
+        )
     answer: dict[str, Any] = response.json()
     return UploadResult(
         path=str(answer["path"]),
@@ -313,131 +275,17 @@ def upload_source(
     sha256: the operator snapshots the directory once that annotation is there. Uploading again overwrites
     files but removes none, and the operator snapshots a source only once.
     """
-    deadline = time.monotonic() + timeout
+    from shadow_operator.sdk import environment as envops
+
+    digest = hashlib.sha256()
+
+    def chunks() -> Iterator[bytes]:
+        for piece in stream_worktree(path, progress=progress):
+            digest.update(piece)
+            yield piece
+
     with kube.connect() as http:
-        env = _read_environment(http, namespace, environment)
-        plan = _upload_plan(env, source)
-        env = _wait_workspace_ready(http, env, deadline, timeout)
-        base_url, headers = runtime_endpoint(http, env)
-        result = upload_to_runtime(
-            base_url,
-            headers[TOKEN_HEADER],
-            plan.path,
-            path,
-            headers={},
-            client=http,
-            progress=progress,
+        result = kube.run(
+            http, envops.upload(namespace, environment, source, chunks, digest.hexdigest, timeout)
         )
-        patch = {"metadata": {"annotations": {c.ANNOTATION_UPLOAD_PREFIX + plan.name: result["sha256"]}}}
-        kube.request(
-            http,
-            "PATCH",
-            SHADOW_ENVIRONMENT.path(namespace, environment),
-            body=patch,
-            content_type=kube.MERGE_PATCH,
-        )
-        return result
-
-
-def _read_environment(http: httpx.Client, namespace: str, name: str) -> ShadowEnvironment:
-    try:
-        body = kube.request(http, "GET", SHADOW_ENVIRONMENT.path(namespace, name))
-    except kube.KubeError as exc:
-        if exc.not_found:
-            raise EnvironmentNotFound(f"ShadowEnvironment {namespace}/{name} does not exist") from None
-        raise
-    return ShadowEnvironment.from_body(body)
-
-
-def runtime_endpoint(http: httpx.Client, env: ShadowEnvironment) -> tuple[str, dict[str, str]]:
-    """The workspace's runtime as seen through the API server's pod proxy: its base URL and the header that
-    carries the runtime token (the proxy consumes `Authorization`), so no port-forward is needed."""
-    status = env.status or ShadowEnvironmentStatus()
-    pod = status.sandbox or env.name
-    port = (urlsplit(status.runtime_url).port if status.runtime_url else None) or c.RUNTIME_DEFAULT_PORT
-    secret = status.runtime_token_secret or naming.token_secret_name(env.name)
-    token = _runtime_token(http, env.namespace, secret)
-    return POD.path(env.namespace, f"{pod}:{port}", "proxy"), {TOKEN_HEADER: token}
-
-
-def _runtime_token(http: httpx.Client, namespace: str, secret: str) -> str:
-    body = kube.request(http, "GET", SECRET.path(namespace, secret))
-    encoded = (body.get("data") or {}).get(c.RUNTIME_TOKEN_KEY)
-    if not encoded:
-        raise UploadError(
-            f"Secret {namespace}/{secret} has no key {c.RUNTIME_TOKEN_KEY!r} (the runtime's token)"
-        )
-    return base64.b64decode(encoded).decode().strip()
-
-
-def _upload_plan(env: ShadowEnvironment, source: str) -> SourcePlan:
-    plans = {p.name: p for p in plan_sources(env.body)}
-    plan = plans.get(source)
-    where = f"ShadowEnvironment {env.namespace}/{env.name}"
-    if plan is None:
-        raise SourceNotFound(f"{where} has no source {source!r} (its sources: {', '.join(plans)})")
-    if not plan.upload:
-        raise NotAnUploadSource(
-            f"source {source!r} of {where} is cloned from {plan.git_url}; only `upload: {{}}` sources are uploaded"
-        )
-    return plan
-
-
-def _wait_workspace_ready(
-    http: httpx.Client, env: ShadowEnvironment, deadline: float, timeout: float
-) -> ShadowEnvironment:
-    """The environment once WorkspaceReady=True, following its changes with a watch (no polling)."""
-    collection = SHADOW_ENVIRONMENT.path(env.namespace)
-    selector = f"metadata.name={env.name}"
-    version = env.metadata.resource_version
-    while not _workspace_ready(env):
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise UploadTimeout(_timeout_message(env, timeout))
-        params = {"fieldSelector": selector, "resourceVersion": version}
-        try:
-            with contextlib.closing(
-                kube.watch(http, collection, params, max(1, min(WATCH_SECONDS, int(left))))
-            ) as events:
-                for kind, obj in events:
-                    version = obj.get("metadata", {}).get("resourceVersion") or version
-                    if kind == "DELETED":
-                        raise EnvironmentNotFound(f"ShadowEnvironment {env.namespace}/{env.name} was deleted")
-                    if kind == "ERROR":
-                        raise kube.KubeError(
-                            int(obj.get("code") or 500), str(obj.get("reason")), str(obj.get("message"))
-                        )
-                    if kind in ("ADDED", "MODIFIED"):
-                        env = ShadowEnvironment.from_body(obj)
-                        if _workspace_ready(env):
-                            break
-        except (httpx.TransportError, kube.KubeError) as exc:
-            if isinstance(exc, kube.KubeError) and exc.status != 410:
-                raise
-            # A dropped watch, or a version too old to watch from: read the object again and watch on.
-            env = _read_environment(http, env.namespace, env.name)
-            version = env.metadata.resource_version
-    return env
-
-
-def _workspace_ready(env: ShadowEnvironment) -> bool:
-    conditions = (env.status.conditions if env.status else None) or []
-    return any(x.type == c.COND_WORKSPACE_READY and x.status == "True" for x in conditions)
-
-
-def _timeout_message(env: ShadowEnvironment, timeout: float) -> str:
-    conditions = {x.type: x for x in (env.status.conditions if env.status else None) or []}
-    condition = conditions.get(c.COND_WORKSPACE_READY)
-    now = (
-        f"it is {condition.status} ({condition.reason}): {condition.message}"
-        if condition
-        else "it is not set yet"
-    )
-    message = (
-        f"timed out after {timeout:g}s waiting for condition {c.COND_WORKSPACE_READY}=True on ShadowEnvironment "
-        f"{env.namespace}/{env.name}; {now}"
-    )
-    failure = env.status.failure if env.status else None
-    if failure is not None:
-        message += f"; failure {failure.code}: {failure.message}"
-    return message
+    return UploadResult(path=result.path, files=result.files, bytes=result.bytes, sha256=digest.hexdigest())

@@ -1,0 +1,606 @@
+"""shadowctl verbs for ShadowEnvironments: create, list, status, exec, shell, cp, diff, promote, publish, sync,
+logs, journal, handoff, verify, destroy. Each is a thin layer over the SDK (`ShadowGateway`)."""
+
+from __future__ import annotations
+
+import fnmatch
+import io
+import sys
+import tarfile
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from shadow_operator.api import constants as c
+from shadow_operator.api.environment import ShadowEnvironment
+from shadow_operator.api.kinds import POD
+from shadow_operator.cli.common import (
+    NameArg,
+    NamespaceOpt,
+    OutputOpt,
+    byte_progress,
+    connect,
+    emit,
+    err,
+    fail,
+    out,
+    split_remote,
+)
+from shadow_operator.sdk import environment as envops
+from shadow_operator.sdk import kube, runtime
+from shadow_operator.sdk.environment import EnvironmentSpec, GitSource, LocalSource
+from shadow_operator.sdk.gateway import ShadowGateway
+from shadow_operator.sdk.promote import PromotePlan
+from shadow_operator.sdk.upload import stream_worktree
+
+
+def gateway(name: str, namespace: str) -> ShadowGateway:
+    return ShadowGateway(name, namespace=namespace, client=connect())
+
+
+# ------------------------------------------------------------------------------------------- parsing
+def parse_local(spec: str) -> LocalSource:
+    """PATH[:org/name]."""
+    path_text, _, repo = spec.partition(":")
+    path = Path(path_text).expanduser().resolve()
+    if not path.is_dir():
+        fail(f"--local {spec}: {path} is not a directory", "give the path of a local repository")
+    if repo and repo.count("/") != 1:
+        fail(f"--local {spec}: the repository must be org/name", "e.g. --local ./core:microsoft/core")
+    return LocalSource(path, repo)
+
+
+def parse_git(spec: str) -> GitSource:
+    """URL[@ref][:org/name]."""
+    url, repo = spec, ""
+    if spec.count(":") > 1 and not spec.rsplit(":", 1)[1].startswith("//"):
+        url, repo = spec.rsplit(":", 1)
+    ref = None
+    if "@" in url.rsplit("/", 1)[-1]:
+        url, ref = url.rsplit("@", 1)
+    return GitSource(url, ref, repo)
+
+
+def parse_rewrites(rules: list[str]) -> dict[str, str]:
+    rewrites = {}
+    for rule in rules:
+        prefix, sep, org = rule.rpartition("=")
+        if not sep or not prefix.endswith("/") or not org:
+            fail(
+                f"--rewrite {rule}: expected FROM=ORG with FROM ending in '/'",
+                "e.g. --rewrite https://github.com/microsoft/=microsoft",
+            )
+        rewrites[prefix] = org
+    return rewrites
+
+
+# --------------------------------------------------------------------------------------------- verbs
+def create(
+    name: NameArg,
+    local: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--local",
+            help="PATH[:org/name] of a local repository (repeatable); uncommitted and untracked files go too.",
+        ),
+    ] = None,
+    git: Annotated[
+        list[str] | None, typer.Option("--git", help="URL[@ref][:org/name] to clone (repeatable).")
+    ] = None,
+    rewrite: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--rewrite",
+            help="FROM=ORG: fetch URLs starting with FROM from the environment's Gitea organization ORG.",
+        ),
+    ] = None,
+    template: Annotated[str | None, typer.Option(help="SandboxTemplate of the workspace.")] = None,
+    mount_path: Annotated[
+        str | None, typer.Option("--mount-path", help="Where the workspace is mounted (default /workspace).")
+    ] = None,
+    verify_command: Annotated[
+        list[str] | None,
+        typer.Option("--verify", help="A command that must succeed for the verdict (repeatable)."),
+    ] = None,
+    cpu: Annotated[str | None, typer.Option(help="CPU request of the workspace, e.g. 500m.")] = None,
+    memory: Annotated[str | None, typer.Option(help="Memory request of the workspace, e.g. 1Gi.")] = None,
+    namespace: NamespaceOpt = "default",
+    wait: Annotated[bool, typer.Option(help="Wait for Ready and the verdict.")] = True,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait.")] = 600.0,
+    output: OutputOpt = "text",
+) -> None:
+    """Create an environment from local directories and git URLs.
+
+    Local directories are uploaded with their uncommitted and untracked (not ignored) files, with a progress
+    bar; then it waits for Ready and the verdict.
+    """
+    spec = EnvironmentSpec(
+        local=[parse_local(x) for x in local or ()],
+        git=[parse_git(x) for x in git or ()],
+        rewrites=parse_rewrites(rewrite or []),
+        template=template,
+        mount_path=mount_path,
+        verify_commands=verify_command or (),
+        requests={k: v for k, v in (("cpu", cpu), ("memory", memory)) if v},
+    )
+    if not spec.local and not spec.git:
+        fail("nothing to copy in", "give --local PATH or --git URL")
+    with gateway(name, namespace) as gw:
+        gw.create(spec)
+        err.print(f"created ShadowEnvironment {namespace}/{name}")
+        for source in spec.local:
+            with byte_progress(f"uploading {source.path.name}") as report:
+                result = gw.upload(source, timeout=timeout, progress=report)
+            err.print(f"uploaded {source.path} ({result.files} files)")
+        if not wait:
+            return
+        with err.status(f"waiting for {name}") as spinner:
+
+            def show(env: ShadowEnvironment) -> None:
+                ready = envops.conditions(env).get(c.COND_READY)
+                spinner.update(f"waiting for {name}: {ready.message if ready else 'starting'}")
+
+            env = gw.wait_ready(timeout, on_change=show)
+    print_status(env, output)
+
+
+def list_(namespace: NamespaceOpt = "default", output: OutputOpt = "text") -> None:
+    """List the environments of a namespace."""
+    with connect() as http:
+        items = kube.run(http, envops.list_(namespace))
+    rows = [
+        {
+            "name": e.name,
+            "ready": getattr(envops.conditions(e).get(c.COND_READY), "status", "Unknown"),
+            "sources": (e.status.sources_ready if e.status else None) or "",
+            "verdict": (e.status.verdict.result if e.status and e.status.verdict else ""),
+            "failure": (e.status.failure.code if e.status and e.status.failure else ""),
+        }
+        for e in items
+    ]
+    if emit(rows, output):
+        return
+    if not rows:
+        err.print(f"no environments in namespace {namespace}")
+        return
+    table = Table("NAME", "READY", "SOURCES", "VERDICT", "FAILURE", box=None)
+    for row in rows:
+        table.add_row(*row.values())
+    out.print(table)
+
+
+def status(name: NameArg, namespace: NamespaceOpt = "default", output: OutputOpt = "text") -> None:
+    """Conditions, snapshot commits, URLs and verdict of an environment."""
+    with gateway(name, namespace) as gw:
+        print_status(gw.status(), output)
+
+
+def print_status(env: ShadowEnvironment, output: str) -> None:
+    st = env.status
+    if emit(st or {}, output):
+        return
+    out.print(f"[bold]{env.namespace}/{env.name}[/bold]")
+    if st is None:
+        out.print("  no status yet (is the operator running? shadowctl doctor)")
+        return
+    for cond in st.conditions or ():
+        mark = "[green]True[/green]" if cond.status == "True" else f"[yellow]{cond.status}[/yellow]"
+        out.print(f"  {cond.type:<15} {mark}  {cond.reason}: {cond.message or ''}")
+    if st.failure:
+        out.print(f"  [red]failure[/red] {st.failure.code}: {st.failure.message}")
+    for src in st.sources or ():
+        out.print(f"  source {src.name}: {src.repo}@{src.commit[:12]} ({src.branch}) in {src.path}")
+    for label, value in (("runtime", st.runtime_url), ("preview", st.preview_url), ("gitea", st.gitea_url)):
+        if value:
+            out.print(f"  {label}: {value}")
+    if st.verdict:
+        v = st.verdict
+        colour = "green" if v.result == "PASS" else "red"
+        out.print(
+            f"  verdict [{colour}]{v.result}[/{colour}] {v.score}/{v.max_score} (pass at {v.pass_threshold})"
+        )
+        for issue in v.issues:
+            out.print(f"    - {issue}", markup=False)
+
+
+def exec_(
+    name: NameArg,
+    command: Annotated[list[str], typer.Argument(help="The command, after --.", show_default=False)],
+    namespace: NamespaceOpt = "default",
+    cwd: Annotated[str, typer.Option(help="Working directory, relative to the workspace.")] = "",
+    timeout: Annotated[float, typer.Option(help="Seconds before the command is killed.")] = 600.0,
+) -> None:
+    """Run a command in the workspace.
+
+    Output streams as it comes; shadowctl exits with the command's exit code (124 on timeout).
+    """
+    code = 1
+    with gateway(name, namespace) as gw:
+        for event in gw.exec_stream(command, timeout, cwd=cwd):
+            kind = event["type"]
+            if kind == "stdout":
+                sys.stdout.write(event["data"])
+                sys.stdout.flush()
+            elif kind == "stderr":
+                sys.stderr.write(event["data"])
+                sys.stderr.flush()
+            elif kind == "exit":
+                exit_code = event.get("exit_code")
+                code = (
+                    124
+                    if event.get("timed_out")
+                    else 128 + int(event.get("signal") or 0)
+                    if exit_code is None
+                    else int(exit_code)
+                )
+    raise typer.Exit(code)
+
+
+def shell(
+    name: NameArg,
+    namespace: NamespaceOpt = "default",
+    cwd: Annotated[str, typer.Option(help="Start in this directory of the workspace.")] = "",
+) -> None:
+    """An interactive shell in the workspace.
+
+    A PTY over a WebSocket through the API server. From a pipe, the input runs and the shell ends with it.
+    """
+    from shadow_operator.cli.terminal import run_terminal
+
+    with gateway(name, namespace) as gw:
+        code = run_terminal(gw.client, gw.runtime_endpoint(), cwd)
+    raise typer.Exit(code)
+
+
+def cp(
+    source: Annotated[str, typer.Argument(help="NAME:PATH or a local path.", show_default=False)],
+    dest: Annotated[str, typer.Argument(help="NAME:PATH or a local path.", show_default=False)],
+    namespace: NamespaceOpt = "default",
+) -> None:
+    """Copy files between this machine and a workspace.
+
+    One side is NAME:PATH, as with kubectl cp; directories travel as a tar.gz stream.
+    """
+    src_env, src_path = split_remote(source)
+    dst_env, dst_path = split_remote(dest)
+    if (src_env is None) == (dst_env is None):
+        fail("cp needs exactly one side in the environment", "e.g. shadowctl cp my-env:src/app.py ./app.py")
+    with gateway(str(src_env or dst_env), namespace) as gw:
+        copy(gw.client, gw.runtime_endpoint(), src_env, src_path, dst_path)
+
+
+def copy(http: Any, ep: runtime.RuntimeEndpoint, src_remote: str | None, src: str, dst: str) -> None:
+    """Shared by `cp` and `sandbox cp`: files one by one, directories as a tar.gz stream."""
+    if src_remote is None:
+        local = Path(src).expanduser()
+        if local.is_dir():
+            with byte_progress(f"uploading {local.name}") as report:
+                result = kube.run(
+                    http, runtime.import_archive(ep, dst, stream_worktree(local, progress=report))
+                )
+            err.print(f"copied {result.files} files into {dst or '.'}")
+        elif local.is_file():
+            kube.run(http, runtime.write_file(ep, dst, local.read_bytes()))
+        else:
+            fail(f"{src}: no such file or directory", "check the local path")
+        return
+    info = kube.run(http, runtime.stat(ep, src))
+    if info is None:
+        fail(f"{src}: no such file or directory in the workspace", "list it: shadowctl exec NAME -- ls")
+    target = Path(dst).expanduser()
+    if info["type"] != "directory":
+        if target.is_dir():
+            target = target / Path(src).name
+        target.write_bytes(kube.run(http, runtime.read_file(ep, src)))
+        return
+    call = runtime.archive_call(ep, src)
+    with http.stream("GET", call.path, headers=dict(call.headers), timeout=300.0) as response:
+        if not response.is_success:
+            response.read()
+            raise kube.error_of(response, call)
+        data = io.BytesIO(b"".join(response.iter_bytes()))
+    target.mkdir(parents=True, exist_ok=True)
+    count = extract(data, target)
+    err.print(f"copied {count} files into {target}")
+
+
+def extract(data: io.BytesIO, target: Path) -> int:
+    """Regular files and directories of a tar.gz, refusing anything that would land outside the target."""
+    count = 0
+    root = target.resolve()
+    with tarfile.open(fileobj=data, mode="r:gz") as tar:
+        for member in tar:
+            dest = (root / member.name).resolve()
+            if not dest.is_relative_to(root):
+                fail(f"refusing {member.name!r}: it would be written outside {root}")
+            if member.isdir():
+                dest.mkdir(parents=True, exist_ok=True)
+            elif member.isfile():
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                fh = tar.extractfile(member)
+                assert fh is not None
+                dest.write_bytes(fh.read())
+                dest.chmod(member.mode & 0o777)
+                count += 1
+    return count
+
+
+def diff(
+    name: NameArg,
+    namespace: NamespaceOpt = "default",
+    stat: Annotated[bool, typer.Option("--stat", help="Only the changed paths.")] = False,
+    output: OutputOpt = "text",
+) -> None:
+    """What changed in the workspace since the copy-in."""
+    with gateway(name, namespace) as gw:
+        data = gw.diff(paths_only=stat)
+    if emit(data, output):
+        return
+    if data.empty:
+        err.print("no changes")
+        return
+    if stat:
+        for paths, mark, colour in (
+            (data.added, "A", "green"),
+            (data.modified, "M", "yellow"),
+            (data.deleted, "D", "red"),
+        ):
+            for path in paths:
+                out.print(f"[{colour}]{mark}[/{colour}] {path}")
+        return
+    for line in (data.patch or "").splitlines():
+        style = (
+            "green"
+            if line.startswith("+")
+            else "red"
+            if line.startswith("-")
+            else "cyan"
+            if line.startswith("@@")
+            else None
+        )
+        out.print(line, style=style, markup=False, soft_wrap=True)  # a patch line is never re-wrapped
+
+
+def promote(
+    name: NameArg,
+    namespace: NamespaceOpt = "default",
+    source: Annotated[
+        str | None, typer.Option(help="Only this source (default: every uploaded one).")
+    ] = None,
+    to: Annotated[
+        Path | None,
+        typer.Option(help="Local directory to promote into (default: where it was uploaded from)."),
+    ] = None,
+    paths: Annotated[
+        list[str] | None, typer.Option("--paths", help="Only paths matching this glob (repeatable).")
+    ] = None,
+    to_branch: Annotated[
+        str | None,
+        typer.Option("--to-branch", help="Push a commit to this branch of the Gitea repository instead."),
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", "-f", help="Do not ask for confirmation.")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show what would change, change nothing.")
+    ] = False,
+    output: OutputOpt = "text",
+) -> None:
+    """Bring the workspace's changes back into your directories.
+
+    Only files changed in the workspace since the copy-in are written or deleted, in the directory each source
+    was uploaded from (or --to); .git is never touched. Asks first unless --force.
+    """
+    with gateway(name, namespace) as gw:
+        if to_branch:
+            pushed = gw.promote(source=source, to_branch=to_branch)
+            if not emit(pushed, output):
+                assert isinstance(pushed, dict)
+                err.print(
+                    f"pushed {pushed['source']} to {pushed['repo']} branch {pushed['branch']} ({pushed['commit'][:12]})"
+                )
+            return
+        plans = gw.plan_promote(source=source, to=to, paths=paths or ())
+        if output == "text":
+            show_plans(plans)
+        if all(p.empty for p in plans):
+            if not emit(plans, output):
+                err.print("nothing to promote")
+            return
+        if dry_run:
+            emit([plan_data(p) for p in plans], output)
+            return
+        if not force:
+            if not sys.stdin.isatty():
+                fail(
+                    "promote would change local files", "confirm with --force (or look first with --dry-run)"
+                )
+            typer.confirm("apply these changes?", abort=True, err=True)
+        gw.apply_promote(plans)
+    if not emit([plan_data(p) for p in plans], output):
+        for p in plans:
+            err.print(f"promoted {len(p.write)} written, {len(p.delete)} deleted into {p.local_dir}")
+
+
+def plan_data(plan: PromotePlan) -> dict[str, Any]:
+    return {
+        "source": plan.source,
+        "localDir": str(plan.local_dir),
+        "write": plan.write,
+        "delete": plan.delete,
+    }
+
+
+def show_plans(plans: list[PromotePlan]) -> None:
+    for plan in plans:
+        out.print(f"[bold]{plan.source}[/bold] -> {plan.local_dir}")
+        for rel in plan.write:
+            mark = "M" if (plan.local_dir / rel).exists() else "A"
+            out.print(f"  [{'yellow' if mark == 'M' else 'green'}]{mark}[/] {rel}")
+        for rel in plan.delete:
+            out.print(f"  [red]D[/red] {rel}")
+
+
+def publish(
+    name: NameArg,
+    path: Annotated[str, typer.Argument(help="PATH[:org/name] of a local repository.", show_default=False)],
+    namespace: NamespaceOpt = "default",
+    output: OutputOpt = "text",
+) -> None:
+    """Push a local repository into the environment's Gitea.
+
+    Uncommitted work is included (as a snapshot commit); the repository is created if missing.
+    """
+    local = parse_local(path)
+    with gateway(name, namespace) as gw, byte_progress(f"publishing {local.path.name}") as report:
+        result = gw.publish_module(local.path, local.repo or None, progress=report)
+    if not emit(result, output):
+        err.print(
+            f"published {local.path} as {result['repo']} ({result['commit'][:12]} on {result['branch']})"
+        )
+
+
+def sync(
+    name: NameArg,
+    workspace: Annotated[Path, typer.Option(help="Directory whose git repositories are published.")] = Path(
+        "."
+    ),
+    pattern: Annotated[str, typer.Option(help="Only repositories whose directory name matches.")] = "*",
+    org: Annotated[str, typer.Option(help="Gitea organization of the repositories.")] = "shadow",
+    namespace: NamespaceOpt = "default",
+    output: OutputOpt = "text",
+) -> None:
+    """Publish every git repository under a directory into the Gitea."""
+    root = workspace.expanduser().resolve()
+    repos = sorted(p for p in root.iterdir() if (p / ".git").exists() and fnmatch.fnmatch(p.name, pattern))
+    if not repos:
+        fail(
+            f"no git repositories matching {pattern!r} under {root}",
+            "point --workspace at their parent directory",
+        )
+    results = []
+    with gateway(name, namespace) as gw:
+        for repo in repos:
+            with byte_progress(f"publishing {repo.name}") as report:
+                result = gw.publish_module(repo, f"{org}/{repo.name}", progress=report)
+            results.append(result)
+            if output == "text":
+                err.print(f"published {repo.name} as {result['repo']} ({result['commit'][:12]})")
+    emit(results, output) if output != "text" else None
+
+
+def logs(
+    name: NameArg,
+    namespace: NamespaceOpt = "default",
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines.")] = False,
+    tail: Annotated[int, typer.Option(help="Lines from the end (-1: all).")] = 200,
+) -> None:
+    """The workspace container's log."""
+    with gateway(name, namespace) as gw:
+        env = gw.status()
+        pod = (env.status.sandbox if env.status else None) or name
+        params = {"follow": str(follow).lower(), **({"tailLines": str(tail)} if tail >= 0 else {})}
+        call = kube.Call("GET", POD.path(namespace, pod, "log"), f"log of {pod}")
+        with gw.client.stream("GET", call.path, params=params, timeout=None if follow else 60.0) as response:
+            if not response.is_success:
+                response.read()
+                raise kube.error_of(response, call)
+            for chunk in response.iter_text():
+                sys.stdout.write(chunk)
+                sys.stdout.flush()
+
+
+def journal(
+    name: NameArg,
+    namespace: NamespaceOpt = "default",
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new entries.")] = False,
+    significant: Annotated[
+        bool, typer.Option(help="Only significant entries (errors, completions, decisions).")
+    ] = False,
+    since: Annotated[int, typer.Option(help="Entries after this sequence number.")] = 0,
+    output: OutputOpt = "text",
+) -> None:
+    """The workspace's command journal: what ran, exit codes, decisions."""
+    with gateway(name, namespace) as gw:
+        entries = (
+            gw.follow_journal(since, significant=significant)
+            if follow
+            else gw.journal(since, significant=significant)
+        )
+        if output != "text" and not follow:
+            emit(list(entries), output)
+            return
+        for entry in entries:
+            if output != "text":
+                emit(entry, output)
+                continue
+            mark = (
+                "[red]✗[/red]"
+                if entry.kind == "error"
+                else "[green]✓[/green]"
+                if entry.kind == "success"
+                else "·"
+            )
+            what = entry.command if entry.command is not None else entry.text
+            code = f" (exit {entry.exit_code})" if entry.exit_code not in (None, 0) else ""
+            out.print(f"{entry.seq:>5} {mark} {what}{code}", markup=True, highlight=False)
+
+
+def handoff(name: NameArg, namespace: NamespaceOpt = "default") -> None:
+    """Print the workspace's HANDOFF.md."""
+    with gateway(name, namespace) as gw:
+        text = gw.handoff()
+    if text is None:
+        fail(f"{name} has no HANDOFF.md", "the template's runtime must run with --handoff")
+    sys.stdout.write(text)
+
+
+def verify(
+    name: NameArg,
+    namespace: NamespaceOpt = "default",
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the verdict.")] = 600.0,
+    output: OutputOpt = "text",
+) -> None:
+    """Run the smoke checks again; exit 1 on FAIL."""
+    with gateway(name, namespace) as gw, err.status(f"verifying {name}"):
+        verdict = gw.verify(timeout)
+    if not emit(verdict, output):
+        colour = "green" if verdict.result == "PASS" else "red"
+        out.print(
+            f"[{colour}]{verdict.result}[/{colour}] {verdict.score}/{verdict.max_score} (pass at {verdict.pass_threshold})"
+        )
+        for issue in verdict.issues:
+            out.print(f"  - {issue}", markup=False)
+    raise typer.Exit(0 if verdict.result == "PASS" else 1)
+
+
+def destroy(
+    name: NameArg,
+    namespace: NamespaceOpt = "default",
+    wait: Annotated[bool, typer.Option(help="Wait until everything is gone.")] = True,
+) -> None:
+    """Delete an environment with its workspace, Gitea and volumes."""
+    with gateway(name, namespace) as gw, err.status(f"deleting {name}"):
+        gw.stop(wait=wait)
+    err.print(f"deleted ShadowEnvironment {namespace}/{name}")
+
+
+def register(app: typer.Typer) -> None:
+    for fn, verb in (
+        (create, "create"),
+        (list_, "list"),
+        (status, "status"),
+        (exec_, "exec"),
+        (shell, "shell"),
+        (cp, "cp"),
+        (diff, "diff"),
+        (promote, "promote"),
+        (publish, "publish"),
+        (sync, "sync"),
+        (logs, "logs"),
+        (journal, "journal"),
+        (handoff, "handoff"),
+        (verify, "verify"),
+        (destroy, "destroy"),
+    ):
+        app.command(verb)(fn)

@@ -1,0 +1,224 @@
+"""`shadowctl doctor` (is this cluster ready for shadow environments?) and `shadowctl cleanup` (leftovers)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import httpx
+import typer
+
+from shadow_operator.api.kinds import (
+    SANDBOX,
+    SANDBOX_CLAIM,
+    SANDBOX_TEMPLATE,
+    SHADOW_ENVIRONMENT,
+    STORAGE_CLASS,
+)
+from shadow_operator.cli.common import GLOBALS, OutputOpt, connect, emit, err, out
+from shadow_operator.sdk import cleanup as cleanup_ops
+from shadow_operator.sdk import environment as envops
+from shadow_operator.sdk import kube
+from shadow_operator.sdk.errors import ApiNotInstalled, NotFound, ShadowError
+
+DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
+
+
+class Check:
+    def __init__(self, name: str, ok: bool, detail: str, fix: str = "", warning: bool = False) -> None:
+        self.name, self.ok, self.detail, self.fix, self.warning = name, ok, detail, fix, warning
+
+    def as_dict(self) -> dict[str, Any]:
+        state = "ok" if self.ok else "warning" if self.warning else "failed"
+        return {
+            "check": self.name,
+            "state": state,
+            "detail": self.detail,
+            **({"fix": self.fix} if self.fix else {}),
+        }
+
+
+def _checks(http: httpx.Client, namespace: str) -> list[Check]:
+    checks: list[Check] = []
+    try:
+        version = kube.request(http, "GET", "/version", what="read the server version")
+        checks.append(
+            Check("cluster", True, f"{http.base_url} answers (Kubernetes {version.get('gitVersion')})")
+        )
+    except ShadowError as exc:
+        checks.append(Check("cluster", False, exc.message, exc.hint))
+        return checks
+
+    missing = []
+    for kind in (SHADOW_ENVIRONMENT, SANDBOX, SANDBOX_CLAIM, SANDBOX_TEMPLATE):
+        try:
+            kube.request(http, "GET", kind.path(namespace) + "?limit=1", what=f"list {kind.kind}s")
+        except ApiNotInstalled:
+            missing.append(kind.name)
+        except ShadowError:
+            pass  # installed; reading may be forbidden, which the checks below report where it matters
+    checks.append(
+        Check(
+            "CRDs",
+            not missing,
+            "installed" if not missing else f"missing: {', '.join(missing)}",
+            "helm install shadow-operator charts/shadow-operator (or kubectl apply -f crds/)",
+        )
+    )
+
+    alive = kube.run(http, envops.operator_alive()) if not missing else False
+    checks.append(
+        Check(
+            "operator",
+            alive is not False,
+            {
+                True: "running (its leader Lease is fresh)",
+                None: "unknown: you may not read Leases",
+                False: "not running: no fresh shadow-operator Lease",
+            }[alive],
+            "kubectl -n shadow-system get pods; kubectl -n shadow-system logs deploy/shadow-operator",
+            warning=alive is None,
+        )
+    )
+
+    try:
+        classes = kube.request(http, "GET", STORAGE_CLASS.path(), what="list StorageClasses")["items"]
+        default = [
+            s["metadata"]["name"]
+            for s in classes
+            if (s["metadata"].get("annotations") or {}).get(DEFAULT_CLASS) == "true"
+        ]
+        checks.append(
+            Check(
+                "storage",
+                bool(default),
+                f"default StorageClass {default[0]}"
+                if default
+                else f"no default StorageClass ({len(classes)} classes)",
+                'mark one default (kubectl patch storageclass NAME -p \'{"metadata":{"annotations":{"'
+                + DEFAULT_CLASS
+                + '":"true"}}}\') or set spec.workspace.storageClassName',
+            )
+        )
+    except ShadowError as exc:
+        checks.append(Check("storage", False, exc.message, exc.hint, warning=True))
+
+    try:
+        snap = kube.request(
+            http,
+            "GET",
+            "/apis/snapshot.storage.k8s.io/v1/volumesnapshotclasses",
+            what="list VolumeSnapshotClasses",
+        )
+        names = [s["metadata"]["name"] for s in snap["items"]]
+        checks.append(
+            Check(
+                "snapshots",
+                bool(names),
+                f"VolumeSnapshotClasses: {', '.join(names)}" if names else "no VolumeSnapshotClass",
+                "install a CSI driver with snapshots; until then forks copy",
+                warning=True,
+            )
+        )
+    except (ApiNotInstalled, NotFound):
+        checks.append(
+            Check(
+                "snapshots",
+                False,
+                "the VolumeSnapshot API is not installed (forks copy instead)",
+                "install the external-snapshotter CRDs and controller",
+                warning=True,
+            )
+        )
+    except ShadowError as exc:
+        checks.append(Check("snapshots", False, exc.message, exc.hint, warning=True))
+
+    if not missing:
+        try:
+            templates = kube.request(
+                http, "GET", SANDBOX_TEMPLATE.path(namespace), what="list SandboxTemplates"
+            )["items"]
+            checks.append(
+                Check(
+                    "templates",
+                    bool(templates),
+                    f"{len(templates)} in namespace {namespace}"
+                    if templates
+                    else f"none in namespace {namespace}",
+                    "the chart installs one (defaultTemplate.enabled); or kubectl apply a SandboxTemplate",
+                    warning=True,
+                )
+            )
+        except ShadowError as exc:
+            checks.append(Check("templates", False, exc.message, exc.hint, warning=True))
+    return checks
+
+
+def doctor(
+    namespace: Annotated[
+        str, typer.Option("--namespace", "-n", help="Namespace to check templates in.")
+    ] = "default",
+    output: OutputOpt = "text",
+) -> None:
+    """Check the cluster, each failure with its fix.
+
+    kubeconfig, CRDs, the operator (its leader Lease), storage and snapshot classes, templates.
+    """
+    try:
+        http = connect()
+    except ShadowError as exc:
+        checks = [Check("kubeconfig", False, exc.message, exc.hint)]
+    else:
+        with http:
+            context = f" (context {GLOBALS.context})" if GLOBALS.context else ""
+            checks = [
+                Check("kubeconfig", True, f"server {http.base_url}{context}"),
+                *_checks(http, namespace),
+            ]
+    if not emit([x.as_dict() for x in checks], output):
+        for check in checks:
+            mark = (
+                "[green]✓[/green]" if check.ok else "[yellow]![/yellow]" if check.warning else "[red]✗[/red]"
+            )
+            out.print(f"{mark} {check.name:<11} {check.detail}")
+            if not check.ok and check.fix:
+                out.print(f"  fix: {check.fix}", markup=False)
+    raise typer.Exit(1 if any(not x.ok and not x.warning for x in checks) else 0)
+
+
+def cleanup(
+    namespace: Annotated[
+        str | None, typer.Option("--namespace", "-n", help="Only this namespace (default: all).")
+    ] = None,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="Delete what was found (default: only report).")
+    ] = False,
+    output: OutputOpt = "text",
+) -> None:
+    """Find what deleted environments left behind.
+
+    Volumes, VolumeSnapshots and Secrets labelled with an environment that no longer exists. A dry run unless
+    --yes.
+    """
+    with connect() as http:
+        orphans = kube.run(http, cleanup_ops.find(namespace))
+        if yes:
+            for orphan in orphans:
+                kube.run(http, cleanup_ops.delete(orphan))
+    if emit([o.as_dict() for o in orphans], output):
+        return
+    if not orphans:
+        err.print("nothing to clean up")
+        return
+    for o in orphans:
+        size = f" ({o.size})" if o.size else ""
+        out.print(
+            f"{'deleted' if yes else 'would delete'} {o.kind} {o.namespace}/{o.name}{size} of environment {o.environment}"
+        )
+    if not yes:
+        err.print("dry run: nothing deleted; run again with --yes to delete")
+
+
+def register(app: typer.Typer, checks_hook: Callable[..., Any] | None = None) -> None:
+    app.command("doctor")(doctor)
+    app.command("cleanup")(cleanup)

@@ -1,0 +1,118 @@
+"""`shadowctl sandbox ...`: the same verbs for plain sandboxes (claims from a template or a warm pool)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from shadow_operator.api import constants as c
+from shadow_operator.cli.common import NamespaceOpt, OutputOpt, connect, emit, err, fail, out, split_remote
+from shadow_operator.cli.environments import copy
+from shadow_operator.sdk import kube
+from shadow_operator.sdk import sandbox as ops
+from shadow_operator.sdk.sandbox import SandboxClient
+
+app = typer.Typer(help="Plain sandboxes: claim, exec, cp, delete.", no_args_is_help=True)
+ClaimArg = Annotated[str, typer.Argument(help="Name of the SandboxClaim.", show_default=False)]
+
+
+@app.command()
+def claim(
+    name: Annotated[str | None, typer.Argument(help="Name of the claim (default: generated).")] = None,
+    template: Annotated[str | None, typer.Option(help="SandboxTemplate to cold-start from.")] = None,
+    warmpool: Annotated[
+        str | None, typer.Option(help="SandboxWarmPool to take a ready sandbox from.")
+    ] = None,
+    env: Annotated[
+        list[str] | None, typer.Option("--env", help="NAME=VALUE for the sandbox (repeatable).")
+    ] = None,
+    namespace: NamespaceOpt = "default",
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for Ready.")] = 180.0,
+    output: OutputOpt = "text",
+) -> None:
+    """Claim a sandbox and wait until it is Ready; prints the claim's name."""
+    variables = {}
+    for item in env or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            fail(f"--env {item}: expected NAME=VALUE", "e.g. --env DEBUG=1")
+        variables[key] = value
+    client = SandboxClient(namespace=namespace, client=connect())
+    with err.status("waiting for the sandbox"):
+        sandbox = client.create_sandbox(
+            template, warmpool=warmpool, claim_name=name, sandbox_ready_timeout=timeout, env=variables
+        )
+    data = {"claim": sandbox.claim_name, "sandbox": sandbox.sandbox_name, "namespace": sandbox.namespace}
+    if not emit(data, output):
+        out.print(sandbox.claim_name)
+
+
+@app.command("list")
+def list_(namespace: NamespaceOpt = "default", output: OutputOpt = "text") -> None:
+    """List the sandbox claims of a namespace."""
+    with connect() as http:
+        claims = kube.run(http, ops.list_claims(namespace))
+    rows = []
+    for body in claims:
+        ready: dict[str, str] = next(
+            (x for x in (body.get("status") or {}).get("conditions") or () if x["type"] == c.COND_READY), {}
+        )
+        rows.append(
+            {
+                "name": body["metadata"]["name"],
+                "ready": ready.get("status", "Unknown"),
+                "reason": ready.get("reason", ""),
+                "sandbox": ((body.get("status") or {}).get("sandbox") or {}).get("name", ""),
+            }
+        )
+    if emit(rows, output):
+        return
+    table = Table("NAME", "READY", "REASON", "SANDBOX", box=None)
+    for row in rows:
+        table.add_row(*row.values())
+    out.print(table)
+
+
+@app.command("exec")
+def exec_(
+    name: ClaimArg,
+    command: Annotated[list[str], typer.Argument(help="The command, after --.", show_default=False)],
+    namespace: NamespaceOpt = "default",
+    timeout: Annotated[float, typer.Option(help="Seconds before the command is killed.")] = 600.0,
+) -> None:
+    """Run a command in the sandbox; prints its output and returns its exit code."""
+    client = SandboxClient(namespace=namespace, client=connect())
+    result = client.get_sandbox(name).commands.run(command, timeout)
+    sys.stdout.write(result.stdout)
+    sys.stderr.write(result.stderr)
+    raise typer.Exit(124 if result.timed_out else result.exit_code)
+
+
+@app.command()
+def cp(
+    source: Annotated[str, typer.Argument(help="CLAIM:PATH or a local path.", show_default=False)],
+    dest: Annotated[str, typer.Argument(help="CLAIM:PATH or a local path.", show_default=False)],
+    namespace: NamespaceOpt = "default",
+) -> None:
+    """Copy a file or directory between this machine and a sandbox."""
+    src_claim, src_path = split_remote(source)
+    dst_claim, dst_path = split_remote(dest)
+    if (src_claim is None) == (dst_claim is None):
+        fail(
+            "cp needs exactly one side in the sandbox", "e.g. shadowctl sandbox cp my-claim:out.txt ./out.txt"
+        )
+    with connect() as http:
+        ref = kube.run(http, ops.get(str(src_claim or dst_claim), namespace))
+        ep = kube.run(http, ops.endpoint(ref))
+        copy(http, ep, src_claim, src_path, dst_path)
+
+
+@app.command()
+def delete(name: ClaimArg, namespace: NamespaceOpt = "default") -> None:
+    """Delete the claim (and with it the sandbox)."""
+    with connect() as http:
+        kube.run(http, ops.delete(name, namespace))
+    err.print(f"deleted SandboxClaim {namespace}/{name}")

@@ -1,0 +1,206 @@
+"""The HTTP endpoints nginx calls, on aiohttp (already a dependency, through kopf and the Kube client).
+
+- `GET /auth/preview`, `GET /auth/sdk`: the `auth_request` subrequests. 200 means "proxy to the upstream in
+  `X-Shadow-Upstream`" (plus `X-Shadow-Runtime-Token` for the SDK path to a runtime port); 401 means a token
+  is missing; 403 means "refused, ask `/page/...` what to show" (nginx's auth_request only understands 2xx,
+  401 and 403; the real status is in `X-Shadow-Status`). Only 200s are cached by nginx.
+- `GET /page/preview`, `GET /page/sdk`: the answer a refused request gets, from the same decision: a small
+  HTML page for browsers (or the redirect that swaps a link's token for a cookie), JSON `{"detail": ...}` for
+  the SDK. `.../unreachable` is what nginx shows when the upstream itself does not answer.
+- `GET /healthz` (alive) and `GET /readyz` (every watch has listed once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import html
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiohttp import web
+
+from shadow_operator.clients.kube import ApiError, Kube
+from shadow_operator.router.decisions import HEADER, Decision, PreviewPolicy, SdkPolicy
+from shadow_operator.router.tokens import KeyRing
+
+log = logging.getLogger(__name__)
+SDK_HEADERS = ("X-Sandbox-ID", "X-Sandbox-Namespace", "X-Sandbox-Port", "X-Sandbox-Pod-IP", "X-Sandbox-UID")
+TITLES = {
+    400: "Bad request",
+    401: "This preview is private",
+    404: "No such preview",
+    502: "The preview is not answering",
+    503: "The preview is starting",
+}
+
+
+def _page(status: int, detail: str, *, retry: bool) -> web.Response:
+    title = TITLES.get(status, "Preview")
+    refresh = '<meta http-equiv="refresh" content="5">' if retry else ""
+    body = (
+        f'<!doctype html><html lang="en"><head><meta charset="utf-8">{refresh}'
+        f"<title>{title}</title><style>body{{font:16px system-ui,sans-serif;margin:15vh auto;max-width:32em;"
+        f"color:#222}}h1{{font-size:1.4em}}p{{color:#555}}</style></head><body><h1>{title}</h1>"
+        f"<p>{html.escape(detail)}</p></body></html>"
+    )
+    headers = {"Cache-Control": "no-store"}
+    if retry:
+        headers["Retry-After"] = "5"
+    return web.Response(status=status, text=body, content_type="text/html", headers=headers)
+
+
+def _json(status: int, detail: str) -> web.Response:
+    return web.json_response({"detail": detail}, status=status, headers={"Cache-Control": "no-store"})
+
+
+def _auth_answer(decision: Decision) -> web.Response:
+    if decision.status == 200:
+        headers = {"X-Shadow-Upstream": decision.upstream or ""}
+        if decision.runtime_token:
+            headers["X-Shadow-Runtime-Token"] = decision.runtime_token
+        return web.Response(status=200, headers=headers)
+    code = 401 if decision.status == 401 else 403
+    return web.Response(status=code, headers={"X-Shadow-Status": str(decision.status)})
+
+
+class KeyFiles:
+    """The preview keys of a mounted Secret, read again every few seconds (the kubelet swaps them in place)."""
+
+    def __init__(self, directory: Path | None, *, every: float = 5.0) -> None:
+        self.directory = directory
+        self.every = every
+        self._ring = KeyRing({})
+        self._read_at = -every
+
+    def __call__(self) -> KeyRing:
+        now = time.monotonic()
+        if self.directory is not None and now - self._read_at >= self.every:
+            self._read_at = now
+            try:
+                self._ring = KeyRing.from_directory(self.directory)
+            except (OSError, ValueError) as exc:
+                log.error("preview keys in %s not loaded, keeping the previous ones: %s", self.directory, exc)
+        return self._ring
+
+
+@dataclass
+class TokenReviewer:
+    """Who may use the SDK path when authorization mode is `tokenreview`: a bearer token the API server
+    authenticates. Answers are remembered briefly (by the token's hash) so a session costs one review."""
+
+    kube: Kube
+    ttl: float = 30.0
+
+    def __post_init__(self) -> None:
+        self._seen: dict[str, tuple[bool, float]] = {}
+
+    async def authenticated(self, authorization: str) -> bool:
+        scheme, _, token = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            return False
+        digest = hashlib.sha256(token.strip().encode()).hexdigest()
+        now = time.monotonic()
+        cached = self._seen.get(digest)
+        if cached is not None and cached[1] > now:
+            return cached[0]
+        review = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenReview",
+            "spec": {"token": token.strip()},
+        }
+        try:
+            result = await self.kube.create("/apis/authentication.k8s.io/v1/tokenreviews", review)
+        except ApiError as exc:
+            log.warning("TokenReview failed: %s", exc)
+            return False
+        ok = bool((result.get("status") or {}).get("authenticated"))
+        if len(self._seen) > 10_000:
+            self._seen.clear()
+        self._seen[digest] = (ok, now + self.ttl)
+        return ok
+
+
+Authorizer = Callable[[str], Awaitable[bool]]
+
+
+def build_app(
+    preview: PreviewPolicy,
+    sdk: SdkPolicy,
+    *,
+    ready: asyncio.Event,
+    authorize: Authorizer | None = None,
+) -> web.Application:
+    """`authorize` (the tokenreview mode) checks the SDK caller's Authorization; None lets every caller in."""
+
+    def preview_decision(request: web.Request) -> Decision:
+        return preview.decide(
+            request.headers.get("X-Original-Host", ""),
+            request.headers.get("X-Original-URI", "/"),
+            request.headers.get("Cookie", ""),
+            request.headers.get(HEADER, ""),
+        )
+
+    async def sdk_decision(request: web.Request) -> Decision:
+        if authorize is not None and not await authorize(request.headers.get("Authorization", "")):
+            return Decision(401, "a valid bearer token is required")
+        # nginx keys its cache on one value per header: a repeated routing header is ambiguous, so refused.
+        repeated = [h for h in SDK_HEADERS if len(request.headers.getall(h, ())) > 1]
+        if repeated:
+            return Decision(400, f"{repeated[0]} given more than once")
+        return sdk.decide(request.headers)
+
+    async def auth_preview(request: web.Request) -> web.Response:
+        return _auth_answer(preview_decision(request))
+
+    async def page_preview(request: web.Request) -> web.Response:
+        decision = preview_decision(request)
+        if decision.status == 302:
+            return web.Response(status=302, headers=dict(decision.headers))
+        if decision.status == 200:
+            # Became reachable between the check and this page: try again.
+            return web.Response(
+                status=307,
+                headers={"Location": request.headers.get("X-Original-URI", "/"), "Cache-Control": "no-store"},
+            )
+        return _page(decision.status, decision.detail, retry=decision.status == 503)
+
+    async def unreachable_preview(request: web.Request) -> web.Response:
+        return _page(502, "The sandbox's dev server is not answering yet.", retry=True)
+
+    async def auth_sdk(request: web.Request) -> web.Response:
+        return _auth_answer(await sdk_decision(request))
+
+    async def page_sdk(request: web.Request) -> web.Response:
+        decision = await sdk_decision(request)
+        if decision.status == 200:
+            return _json(502, "sandbox routing changed; retry")
+        headers = {"WWW-Authenticate": "Bearer"} if decision.status == 401 else {}
+        response = _json(decision.status, decision.detail)
+        response.headers.update(headers)
+        return response
+
+    async def unreachable_sdk(request: web.Request) -> web.Response:
+        return _json(502, "sandbox unreachable")
+
+    async def healthz(request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def readyz(request: web.Request) -> web.Response:
+        if not ready.is_set():
+            return web.json_response({"status": "syncing"}, status=503)
+        return web.json_response({"status": "ok"})
+
+    app = web.Application()
+    app.router.add_get("/auth/preview", auth_preview)
+    app.router.add_get("/page/preview", page_preview)
+    app.router.add_get("/page/preview/unreachable", unreachable_preview)
+    app.router.add_get("/auth/sdk", auth_sdk)
+    app.router.add_get("/page/sdk", page_sdk)
+    app.router.add_get("/page/sdk/unreachable", unreachable_sdk)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    return app

@@ -1,0 +1,157 @@
+"""The router's decisions, free of any web framework: what nginx should do with one request.
+
+`Decision.status` is what the caller finally sees: 200 (proxy to `upstream`), 302 (token exchanged for a
+cookie), 400, 401, 404, 502 or 503. How it travels to nginx is `app.py`'s business.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+from shadow_operator.router import validation
+from shadow_operator.router.index import Index, Route
+from shadow_operator.router.tokens import KeyRing, TokenError
+
+QUERY_PARAMETER = "shadow_token"
+HEADER = "X-Shadow-Preview-Token"
+COOKIE = "shadow_preview"
+# Over HTTPS the cookie carries the __Host- prefix: browsers then refuse it unless it is Secure, for "/" and
+# host-only, so a sibling sandbox cannot plant one for the whole preview domain.
+SECURE_COOKIE = "__Host-shadow_preview"
+
+
+@dataclass(frozen=True)
+class Decision:
+    status: int
+    detail: str
+    upstream: str | None = None
+    runtime_token: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+def _upstream(ip: str, port: int) -> str:
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+
+
+def cookie_value(cookie_header: str, name: str) -> str | None:
+    for part in cookie_header.split(";"):
+        key, sep, value = part.strip().partition("=")
+        if sep and key == name:
+            return value.strip().strip('"')
+    return None
+
+
+@dataclass
+class PreviewPolicy:
+    """Previews: `<sandbox>.<domain>` in one of `namespaces`; private ones need a token signed by `keys`."""
+
+    index: Index
+    domain: str
+    namespaces: tuple[str, ...]
+    keys: Callable[[], KeyRing]
+    default_access: str = "public"
+    secure: bool = True
+    clock: Callable[[], float] = time.time
+
+    @property
+    def cookie_name(self) -> str:
+        return SECURE_COOKIE if self.secure else COOKIE
+
+    def _find(self, sandbox: str) -> Route | None:
+        routes = [r for ns in self.namespaces if (r := self.index.route(ns, sandbox)) is not None]
+        # A name in two namespaces is ambiguous under one domain: refuse rather than pick.
+        return routes[0] if len(routes) == 1 else None
+
+    def decide(self, host: str, uri: str, cookie_header: str = "", header_token: str = "") -> Decision:
+        try:
+            sandbox = validation.sandbox_of_host(host, self.domain)
+        except validation.Invalid:
+            return Decision(404, "No preview is served at this address.")
+        route = self._find(sandbox)
+        if route is None:
+            return Decision(404, f"There is no sandbox named {sandbox}.")
+        if (route.access or self.default_access) == "private":
+            denied = self._check_access(route, uri, cookie_header, header_token)
+            if denied is not None:
+                return denied
+        if not route.ready or route.preview_port is None or not route.ips:
+            return Decision(503, f"Sandbox {sandbox} is starting or not ready yet.")
+        return Decision(200, "ok", upstream=_upstream(route.ips[0], route.preview_port))
+
+    def _verify(self, token: str, route: Route) -> int | None:
+        """The token's expiry when it is valid for this sandbox, else None."""
+        try:
+            claims = self.keys().verify(token, now=self.clock())
+        except TokenError:
+            return None
+        if (claims.namespace, claims.sandbox) != (route.namespace, route.name):
+            return None
+        return claims.expires
+
+    def _check_access(self, route: Route, uri: str, cookie_header: str, header_token: str) -> Decision | None:
+        parts = urlsplit(uri)
+        query = parse_qsl(parts.query, keep_blank_values=True)
+        given = [value for key, value in query if key == QUERY_PARAMETER]
+        if given:
+            expires = self._verify(given[-1], route)
+            if expires is None:
+                return Decision(401, "This preview link is invalid or has expired.")
+            # Exchange the link for a cookie and drop the token from the address bar (and from history).
+            rest = urlencode([(k, v) for k, v in query if k != QUERY_PARAMETER])
+            location = (parts.path or "/") + (f"?{rest}" if rest else "")
+            max_age = max(int(expires - self.clock()), 1)
+            attributes = f"Path=/; Max-Age={max_age}; HttpOnly; SameSite=Lax"
+            if self.secure:
+                attributes += "; Secure"
+            cookie = f"{self.cookie_name}={given[-1]}; {attributes}"
+            return Decision(
+                302,
+                "Signed in to this preview.",
+                headers={"Location": location, "Set-Cookie": cookie, "Cache-Control": "no-store"},
+            )
+        for token in (header_token, cookie_value(cookie_header, self.cookie_name) or ""):
+            if token and self._verify(token, route) is not None:
+                return None
+        return Decision(401, "This preview is private: open it with a signed preview link.")
+
+
+@dataclass
+class SdkPolicy:
+    """The SDK contract: X-Sandbox-* headers name a managed sandbox in one of `namespaces`."""
+
+    index: Index
+    namespaces: tuple[str, ...]
+
+    def decide(self, headers: Mapping[str, str]) -> Decision:
+        try:
+            target = validation.sdk_target(
+                headers.get("X-Sandbox-ID"),
+                headers.get("X-Sandbox-Namespace"),
+                headers.get("X-Sandbox-Port"),
+                headers.get("X-Sandbox-Pod-IP"),
+                headers.get("X-Sandbox-UID"),
+            )
+        except validation.Invalid as exc:
+            return Decision(400, str(exc))
+        unknown = Decision(404, f"sandbox {target.namespace}/{target.name} not found")
+        if target.namespace not in self.namespaces:
+            return unknown
+        route = self.index.route(target.namespace, target.name)
+        if route is None or (target.uid is not None and target.uid != route.uid):
+            return unknown
+        if not route.ready or not route.ips:
+            return Decision(502, f"sandbox {target.namespace}/{target.name} is not ready")
+        ip = route.ips[0]
+        if target.pod_ip is not None:
+            if target.pod_ip not in route.ips:
+                # A 5xx makes the SDK forget a stale pod IP (after a pod swap) and retry without it.
+                return Decision(502, "X-Sandbox-Pod-IP is not the sandbox's pod (stale?)")
+            ip = target.pod_ip
+        token = None
+        if target.port == route.runtime_port:
+            # Only the runtime gets the token; a dev server on another port never sees it.
+            token = self.index.runtime_token(target.namespace, target.name)
+        return Decision(200, "ok", upstream=_upstream(ip, target.port), runtime_token=token)

@@ -1,0 +1,26 @@
+"""Signed preview links: `<previewURL>?shadow_token=<token>` for a sandbox, valid for a while."""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode, urlsplit, urlunsplit
+
+from shadow_operator.router.decisions import QUERY_PARAMETER
+from shadow_operator.router.tokens import KeyRing
+
+DEFAULT_TTL_SECONDS = 24 * 3600
+
+
+def signed_link(
+    keys: KeyRing,
+    preview_url: str,
+    namespace: str,
+    sandbox: str,
+    *,
+    ttl_seconds: int = DEFAULT_TTL_SECONDS,
+    now: float | None = None,
+) -> str:
+    """`preview_url` (the Sandbox's `status.previewURL`) with a token for that sandbox appended."""
+    token = keys.sign(namespace, sandbox, ttl_seconds, now=now)
+    parts = urlsplit(preview_url)
+    query = "&".join(q for q in (parts.query, urlencode({QUERY_PARAMETER: token})) if q)
+    return urlunsplit((parts.scheme, parts.netloc, parts.path or "/", query, ""))

@@ -1,0 +1,35 @@
+"""Command-line options of `shadow-operator router-auth` (light: `--help` imports nothing else)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+ACCESS_VALUES = ("public", "private")
+AUTHZ_MODES = ("none", "tokenreview")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--listen", default="127.0.0.1:8090", help="HOST:PORT to serve nginx on")
+    parser.add_argument(
+        "--namespace", "-n", action="append", required=True, help="namespace of routable sandboxes"
+    )
+    parser.add_argument("--domain", required=True, help="preview domain: <sandbox>.<domain>")
+    parser.add_argument("--scheme", choices=("http", "https"), default="https", help="scheme of preview URLs")
+    parser.add_argument(
+        "--default-access",
+        choices=ACCESS_VALUES,
+        default="public",
+        help="previews without a shadow.dev/preview-access annotation (on the Sandbox or its template)",
+    )
+    parser.add_argument("--keys-dir", type=Path, help="directory of preview signing keys (a mounted Secret)")
+    parser.add_argument(
+        "--preview-port", type=int, default=3000, help="when the template names no preview port"
+    )
+    parser.add_argument("--authz-mode", choices=AUTHZ_MODES, default="none", help="who may use the SDK path")
+    parser.add_argument(
+        "--sdk",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="serve the SDK path (reads the runtime token Secrets to attach them)",
+    )

@@ -1,0 +1,51 @@
+"""`shadow-operator router-auth`: the watches and the HTTP endpoints in one process, beside nginx."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+
+from aiohttp import web
+
+from shadow_operator.clients.kube import Kube
+from shadow_operator.router import watch
+from shadow_operator.router.app import KeyFiles, TokenReviewer, build_app
+from shadow_operator.router.decisions import PreviewPolicy, SdkPolicy
+from shadow_operator.router.index import Index
+
+
+async def serve(args: argparse.Namespace) -> None:
+    namespaces = tuple(dict.fromkeys(args.namespace))
+    index = Index(default_preview_port=args.preview_port)
+    kube = await Kube.connect()
+    feeder = watch.Feeder(kube, index, list(namespaces), watch.sources(runtime_tokens=args.sdk))
+    preview = PreviewPolicy(
+        index=index,
+        domain=args.domain,
+        namespaces=namespaces,
+        keys=KeyFiles(args.keys_dir),
+        default_access=args.default_access,
+        secure=args.scheme == "https",
+    )
+    sdk = SdkPolicy(index=index, namespaces=namespaces if args.sdk else ())
+    authorize = TokenReviewer(kube).authenticated if args.authz_mode == "tokenreview" else None
+    app = build_app(preview, sdk, ready=feeder.synced, authorize=authorize)
+    host, _, port = args.listen.rpartition(":")
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host or "127.0.0.1", int(port)).start()
+    logging.getLogger(__name__).info("router-auth listening on %s for %s", args.listen, ", ".join(namespaces))
+    try:
+        await feeder.run()
+    finally:
+        await runner.cleanup()
+        await kube.close()
+
+
+def main(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve(args))
+    return 0

@@ -1,0 +1,417 @@
+"""ShadowEnvironment operations (sans-I/O, see `kube.run`): create, read, wait, delete, upload, verify.
+
+`ShadowGateway` and `AsyncShadowGateway` (gateway.py) and shadowctl are made of these.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from shadow_operator.api import constants as c
+from shadow_operator.api import naming
+from shadow_operator.api.environment import ShadowEnvironment, ShadowEnvironmentStatus, Verdict
+from shadow_operator.api.kinds import LEASE, SHADOW_ENVIRONMENT
+from shadow_operator.resources.environment import SourcePlan, plan_sources
+from shadow_operator.sdk import kube, runtime
+from shadow_operator.sdk.errors import (
+    EnvironmentFailed,
+    EnvironmentNotFound,
+    Forbidden,
+    NotAnUploadSource,
+    NotFound,
+    OperatorNotRunning,
+    ShadowError,
+    SourceNotFound,
+    WaitTimeout,
+)
+from shadow_operator.sdk.kube import Body, Call, Op
+from shadow_operator.sdk.runtime import ImportResult, RuntimeEndpoint
+
+# Where shadowctl records the local directory a source was uploaded from, so `promote` knows where to go.
+ANNOTATION_LOCAL_PREFIX = f"local.{c.OPERATOR_PREFIX}/"
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class LocalSource:
+    """A local directory to upload (uncommitted and untracked-but-not-ignored files included)."""
+
+    path: Path
+    repo: str = ""  # org/name in the environment's Gitea; default shadow/<directory name>
+    name: str = ""  # source name; default from the directory name
+
+    @property
+    def source_name(self) -> str:
+        return self.name or source_name(self.path.name)
+
+    @property
+    def repo_name(self) -> str:
+        return self.repo or f"shadow/{self.path.name}"
+
+
+@dataclass(frozen=True)
+class GitSource:
+    url: str
+    ref: str | None = None
+    repo: str = ""
+    name: str = ""
+
+    @property
+    def source_name(self) -> str:
+        base = self.url.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git") or "src"
+        return self.name or source_name(base)
+
+    @property
+    def repo_name(self) -> str:
+        return self.repo or f"shadow/{self.url.rstrip('/').rsplit('/', 1)[-1].removesuffix('.git')}"
+
+
+@dataclass(frozen=True)
+class EnvironmentSpec:
+    """What `start()` / `shadowctl create` asks for; everything else keeps the API's defaults."""
+
+    local: Sequence[LocalSource] = ()
+    git: Sequence[GitSource] = ()
+    rewrites: dict[str, str] = field(default_factory=dict)  # URL prefix -> Gitea organization
+    template: str | None = None
+    mount_path: str | None = None
+    verify_commands: Sequence[str] = ()
+    requests: dict[str, str] = field(default_factory=dict)  # resource requests of the workspace, e.g. cpu
+
+
+def source_name(text: str) -> str:
+    """A source name (a DNS label) from a directory or repository name."""
+    cleaned = "".join(ch if ch.isalnum() else "-" for ch in text.lower())
+    return "-".join(p for p in cleaned.split("-") if p)[:63] or "src"
+
+
+def build_environment(name: str, namespace: str, spec: EnvironmentSpec) -> Body:
+    """The ShadowEnvironment manifest; local directories are recorded in annotations for `promote`."""
+    sources: list[Body] = [{"name": s.source_name, "repo": s.repo_name, "upload": {}} for s in spec.local] + [
+        {
+            "name": s.source_name,
+            "repo": s.repo_name,
+            "git": {"url": s.url, **({"ref": s.ref} if s.ref else {})},
+        }
+        for s in spec.git
+    ]
+    names = [s["name"] for s in sources]
+    if not sources:
+        raise ShadowError("nothing to copy in", hint="give a local directory or a git URL")
+    if len(set(names)) != len(names):
+        raise ShadowError(
+            f"two sources would have the same name ({', '.join(sorted(names))})",
+            hint="name them apart (LocalSource(name=...)), or rename a directory",
+        )
+    body_spec: Body = {"sources": sources}
+    if spec.rewrites:
+        body_spec["gitRewrites"] = [{"from": k, "to": v} for k, v in spec.rewrites.items()]
+    if spec.template:
+        body_spec["template"] = spec.template
+    if spec.mount_path:
+        body_spec["workspace"] = {"mountPath": spec.mount_path}
+    if spec.requests:
+        body_spec["resources"] = {"requests": dict(spec.requests)}
+    if spec.verify_commands:
+        body_spec["verify"] = {
+            "commands": [
+                {"name": f"check-{i}", "command": cmd} for i, cmd in enumerate(spec.verify_commands, 1)
+            ]
+        }
+    annotations = {ANNOTATION_LOCAL_PREFIX + s.source_name: str(s.path.resolve()) for s in spec.local}
+    return {
+        "apiVersion": SHADOW_ENVIRONMENT.api_version,
+        "kind": SHADOW_ENVIRONMENT.kind,
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            **({"annotations": annotations} if annotations else {}),
+        },
+        "spec": body_spec,
+    }
+
+
+# ------------------------------------------------------------------------------------------- reading
+def _what(namespace: str, name: str) -> str:
+    return f"ShadowEnvironment {namespace}/{name}"
+
+
+def get(namespace: str, name: str) -> Op[ShadowEnvironment]:
+    try:
+        body = yield from kube.get(SHADOW_ENVIRONMENT.path(namespace, name), _what(namespace, name))
+    except NotFound:
+        raise EnvironmentNotFound(f"{_what(namespace, name)} does not exist") from None
+    return ShadowEnvironment.from_body(body)
+
+
+def list_(namespace: str) -> Op[list[ShadowEnvironment]]:
+    body = yield from kube.get(SHADOW_ENVIRONMENT.path(namespace), f"list ShadowEnvironments in {namespace}")
+    return [ShadowEnvironment.from_body({**item, "kind": SHADOW_ENVIRONMENT.kind}) for item in body["items"]]
+
+
+def create(body: Body) -> Op[ShadowEnvironment]:
+    meta = body["metadata"]
+    created = yield from kube.send(
+        Call(
+            "POST",
+            SHADOW_ENVIRONMENT.path(meta["namespace"]),
+            f"create {_what(meta['namespace'], meta['name'])}",
+            body=body,
+        )
+    )
+    return ShadowEnvironment.from_body(created)
+
+
+def delete(namespace: str, name: str, *, wait: bool = False, timeout: float = 120.0) -> Op[None]:
+    """Delete an environment (its workspace, Gitea, Secrets and volumes go with it, by owner references)."""
+    what = _what(namespace, name)
+    try:
+        yield Call(
+            "DELETE",
+            SHADOW_ENVIRONMENT.path(namespace, name),
+            f"delete {what}",
+            body={"propagationPolicy": "Foreground"},
+        )
+    except NotFound:
+        raise EnvironmentNotFound(f"{what} does not exist") from None
+    if wait:
+        try:
+            current = yield from kube.get(SHADOW_ENVIRONMENT.path(namespace, name), what)
+        except NotFound:
+            return
+
+        try:
+            yield from kube.wait_for(
+                SHADOW_ENVIRONMENT.path(namespace),
+                name,
+                what,
+                current,
+                lambda _: None,
+                time.monotonic() + timeout,
+                time.monotonic,
+                lambda _: WaitTimeout(f"{what} is still being deleted after {timeout:g}s"),
+                lambda: StopWaiting(what),
+            )
+        except StopWaiting:
+            return
+
+
+class StopWaiting(ShadowError):
+    """The object a wait follows went away, which is what a deletion waits for."""
+
+
+def conditions(env: ShadowEnvironment) -> dict[str, Any]:
+    return {x.type: x for x in (env.status.conditions if env.status else None) or []}
+
+
+def is_true(env: ShadowEnvironment, type_: str) -> bool:
+    cond = conditions(env).get(type_)
+    return cond is not None and cond.status == "True"
+
+
+# --------------------------------------------------------------------------------------------- waits
+def operator_alive() -> Op[bool | None]:
+    """Whether some operator holds a fresh leader Lease; None when the caller may not read Leases."""
+    params = {"fieldSelector": f"metadata.name={c.LEADER_LEASE_NAME}"}
+    try:
+        response = yield Call("GET", LEASE.path(), "list Leases", params=params)
+    except Forbidden:
+        return None
+    now = dt.datetime.now(dt.UTC)
+    for lease in response.json()["items"]:
+        spec = lease.get("spec") or {}
+        renewed = spec.get("renewTime")
+        if not renewed:
+            continue
+        age = (now - dt.datetime.fromisoformat(renewed.replace("Z", "+00:00"))).total_seconds()
+        if age <= 3 * int(spec.get("leaseDurationSeconds") or 15):
+            return True
+    return False
+
+
+class _NoStatusYet(ShadowError):
+    pass
+
+
+STATUS_GRACE = 15.0  # seconds an operator gets to write a first status before its Lease is looked at
+
+
+def wait(
+    namespace: str,
+    name: str,
+    until: Callable[[ShadowEnvironment], bool],
+    waiting_for: str,
+    timeout: float,
+    *,
+    on_change: Callable[[ShadowEnvironment], None] | None = None,
+    status_grace: float = STATUS_GRACE,
+) -> Op[ShadowEnvironment]:
+    """Follow the environment (watching) until `until(env)`; its status failure raises EnvironmentFailed.
+
+    An environment that gets no status at all within `status_grace` seconds while no operator holds a fresh
+    leader Lease raises OperatorNotRunning instead of waiting out the whole timeout.
+    """
+    what = _what(namespace, name)
+    collection = SHADOW_ENVIRONMENT.path(namespace)
+    deadline = time.monotonic() + timeout
+    current = yield from kube.get(SHADOW_ENVIRONMENT.path(namespace, name), what)
+
+    def deleted() -> ShadowError:
+        return EnvironmentNotFound(f"{what} was deleted while waiting")
+
+    if not current.get("status"):
+        try:
+            current = yield from kube.wait_for(
+                collection,
+                name,
+                what,
+                current,
+                lambda body: body if body.get("status") else None,
+                min(deadline, time.monotonic() + status_grace),
+                time.monotonic,
+                lambda body: _NoStatusYet(what),
+                deleted,
+            )
+        except _NoStatusYet:
+            if (yield from operator_alive()) is False:
+                raise OperatorNotRunning(
+                    f"{what} has no status after {status_grace:g}s and no shadow-operator holds its leader Lease"
+                ) from None
+            current = yield from kube.get(SHADOW_ENVIRONMENT.path(namespace, name), what)
+
+    def check(body: Body) -> ShadowEnvironment | None:
+        env = ShadowEnvironment.from_body(body)
+        if on_change is not None:
+            on_change(env)
+        failure = env.status.failure if env.status else None
+        if failure is not None:
+            raise EnvironmentFailed(
+                f"{what}: {failure.code}: {failure.message}",
+                code=failure.code,
+                hint=f"kubectl -n {namespace} describe shadowenvironment {name}",
+            )
+        return env if until(env) else None
+
+    def timed_out(body: Body) -> ShadowError:
+        env = ShadowEnvironment.from_body(body)
+        ready = conditions(env).get(c.COND_READY)
+        now = (
+            f"Ready is {ready.status} ({ready.reason}): {ready.message}" if ready else "it has no status yet"
+        )
+        return WaitTimeout(
+            f"timed out after {timeout:g}s waiting for {waiting_for} of {what}; {now}",
+            hint=f"shadowctl status {name} -n {namespace}",
+        )
+
+    return (
+        yield from kube.wait_for(
+            collection, name, what, current, check, deadline, time.monotonic, timed_out, deleted
+        )
+    )
+
+
+def ready_with_verdict(env: ShadowEnvironment) -> bool:
+    verify_enabled = env.spec.verify is None or env.spec.verify.enabled
+    has_verdict = env.status is not None and env.status.verdict is not None
+    return is_true(env, c.COND_READY) and (has_verdict or not verify_enabled)
+
+
+# -------------------------------------------------------------------------------------------- runtime
+def runtime_endpoint(env: ShadowEnvironment) -> Op[RuntimeEndpoint]:
+    """The workspace's runtime through the API server's pod proxy (no port-forward, no Ingress)."""
+    if not is_true(env, c.COND_WORKSPACE_READY):
+        cond = conditions(env).get(c.COND_WORKSPACE_READY)
+        why = f" ({cond.reason}: {cond.message})" if cond else ""
+        raise runtime_not_ready(env, why)
+    status = env.status or ShadowEnvironmentStatus()
+    pod = status.sandbox or env.name
+    port = (urlsplit(status.runtime_url).port if status.runtime_url else None) or c.RUNTIME_DEFAULT_PORT
+    secret = status.runtime_token_secret or naming.token_secret_name(env.name)
+    token = yield from runtime.read_token(env.namespace, secret)
+    return runtime.endpoint(env.namespace, pod, port, token)
+
+
+def runtime_not_ready(env: ShadowEnvironment, why: str = "") -> ShadowError:
+    from shadow_operator.sdk.errors import SandboxNotReadyError
+
+    return SandboxNotReadyError(
+        f"{_what(env.namespace, env.name)}: the workspace is not ready{why}",
+        hint=f"wait for it: shadowctl status {env.name} -n {env.namespace}",
+    )
+
+
+def source_plan(env: ShadowEnvironment, source: str) -> SourcePlan:
+    plans = {p.name: p for p in plan_sources(env.body)}
+    plan = plans.get(source)
+    if plan is None:
+        raise SourceNotFound(
+            f"{_what(env.namespace, env.name)} has no source {source!r} (its sources: {', '.join(plans)})"
+        )
+    return plan
+
+
+def upload(
+    namespace: str,
+    name: str,
+    source: str,
+    chunks: Callable[[], Iterator[bytes]],
+    digest: Callable[[], str],
+    timeout: float,
+) -> Op[ImportResult]:
+    """Wait for the workspace, stream the archive into the source's directory, then set the annotation
+    `uploads.shadow.dev/<source>` (its sha256) that tells the operator to snapshot the directory."""
+    env = yield from get(namespace, name)
+    plan = source_plan(env, source)
+    if not plan.upload:
+        raise NotAnUploadSource(
+            f"source {source!r} of {_what(namespace, name)} is cloned from {plan.git_url}; only `upload: {{}}` "
+            "sources are uploaded"
+        )
+    env = yield from wait(
+        namespace,
+        name,
+        lambda e: is_true(e, c.COND_WORKSPACE_READY),
+        "condition WorkspaceReady=True",
+        timeout,
+    )
+    ep = yield from runtime_endpoint(env)
+    result = yield from runtime.import_archive(ep, plan.path, chunks())
+    patch = {"metadata": {"annotations": {c.ANNOTATION_UPLOAD_PREFIX + plan.name: digest()}}}
+    yield Call(
+        "PATCH",
+        SHADOW_ENVIRONMENT.path(namespace, name),
+        f"mark source {source} uploaded",
+        body=patch,
+        content_type=kube.MERGE_PATCH,
+    )
+    return result
+
+
+def verify(namespace: str, name: str, timeout: float) -> Op[Verdict]:
+    """Run the smoke checks again (a new `shadow.dev/verify-requested` value) and wait for their verdict."""
+    trigger = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    patch = {"metadata": {"annotations": {c.ANNOTATION_VERIFY_REQUEST: trigger}}}
+    try:
+        yield Call(
+            "PATCH",
+            SHADOW_ENVIRONMENT.path(namespace, name),
+            f"request verification of {_what(namespace, name)}",
+            body=patch,
+            content_type=kube.MERGE_PATCH,
+        )
+    except NotFound:
+        raise EnvironmentNotFound(f"{_what(namespace, name)} does not exist") from None
+
+    def answered(env: ShadowEnvironment) -> bool:
+        verdict = env.status.verdict if env.status else None
+        return verdict is not None and verdict.trigger == trigger
+
+    env = yield from wait(namespace, name, answered, "a new verdict", timeout)
+    assert env.status is not None and env.status.verdict is not None
+    return env.status.verdict

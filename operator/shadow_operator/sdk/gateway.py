@@ -1,0 +1,544 @@
+"""ShadowGateway: drive one ShadowEnvironment from code (seed 000's Python API), sync and async twins.
+
+    with ShadowGateway("my-change", workspace_path="~/src/core") as shadow:
+        shadow.start()                      # create, upload the working tree, wait for Ready and the verdict
+        print(shadow.exec("pytest -q").stdout)
+        print(shadow.diff().patch)
+        shadow.promote()                    # changed files back into ~/src/core (never .git)
+        shadow.stop()
+
+Both twins run the same operations (`sdk.environment`, `sdk.runtime`, `sdk.promote`); only the driver differs.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import secrets
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import httpx
+
+from shadow_operator.api import constants as c
+from shadow_operator.api.environment import ShadowEnvironment, Verdict
+from shadow_operator.api.kinds import SECRET
+from shadow_operator.resources import copyin
+from shadow_operator.resources.environment import SourcePlan, gitea_secret_name, plan_sources
+from shadow_operator.sdk import environment as envops
+from shadow_operator.sdk import kube, promote, runtime
+from shadow_operator.sdk.environment import ANNOTATION_LOCAL_PREFIX, EnvironmentSpec, LocalSource
+from shadow_operator.sdk.errors import PromoteError, ShadowError
+from shadow_operator.sdk.kube import Op
+from shadow_operator.sdk.promote import PromotePlan
+from shadow_operator.sdk.runtime import Diff, ExecutionResult, ImportResult, JournalEntry
+from shadow_operator.sdk.upload import stream_worktree
+
+Progress = Callable[[int, int], None]
+PUBLISH_DIR = ".sandbox-runtime/publish"
+
+
+# ------------------------------------------------------------------------------- operations (shared)
+class _Ops:
+    """Every gateway operation, written once; the twins drive them."""
+
+    def __init__(self, name: str, namespace: str, workspace_path: str | Path | None) -> None:
+        self.name = name
+        self.namespace = namespace
+        self.workspace_path = Path(workspace_path).expanduser() if workspace_path else None
+
+    def spec(self, spec: EnvironmentSpec | None) -> EnvironmentSpec:
+        if spec is not None:
+            return spec
+        if self.workspace_path is None:
+            raise ShadowError("nothing to copy in", hint="pass workspace_path=... or an EnvironmentSpec")
+        return EnvironmentSpec(local=[LocalSource(self.workspace_path)])
+
+    def create(self, spec: EnvironmentSpec) -> Op[ShadowEnvironment]:
+        return envops.create(envops.build_environment(self.name, self.namespace, spec))
+
+    def upload(self, source: LocalSource, timeout: float, progress: Progress | None) -> Op[ImportResult]:
+        digest = hashlib.sha256()
+
+        def chunks() -> Iterator[bytes]:
+            for piece in stream_worktree(source.path, progress=progress):
+                digest.update(piece)
+                yield piece
+
+        return envops.upload(self.namespace, self.name, source.source_name, chunks, digest.hexdigest, timeout)
+
+    def wait_ready(
+        self, timeout: float, on_change: Callable[[ShadowEnvironment], None] | None = None
+    ) -> Op[ShadowEnvironment]:
+        return envops.wait(
+            self.namespace,
+            self.name,
+            envops.ready_with_verdict,
+            "Ready and a verdict",
+            timeout,
+            on_change=on_change,
+        )
+
+    def endpoint(self) -> Op[runtime.RuntimeEndpoint]:
+        env = yield from envops.get(self.namespace, self.name)
+        return (yield from envops.runtime_endpoint(env))
+
+    def exec(self, command: str | Sequence[str], **kw: Any) -> Op[ExecutionResult]:
+        ep = yield from self.endpoint()
+        argv = command if isinstance(command, str) else list(command)
+        return (yield from runtime.run_command(ep, argv, **kw))
+
+    def read_file(self, path: str) -> Op[bytes]:
+        ep = yield from self.endpoint()
+        return (yield from runtime.read_file(ep, path))
+
+    def write_file(self, path: str, data: bytes | str) -> Op[None]:
+        ep = yield from self.endpoint()
+        yield from runtime.write_file(ep, path, data.encode() if isinstance(data, str) else data)
+
+    def diff(self, paths_only: bool) -> Op[Diff]:
+        ep = yield from self.endpoint()
+        return (yield from runtime.diff(ep, paths_only=paths_only))
+
+    def plan_promote(
+        self, source: str | None, to: str | Path | None, paths: Sequence[str]
+    ) -> Op[list[PromotePlan]]:
+        env = yield from envops.get(self.namespace, self.name)
+        ep = yield from envops.runtime_endpoint(env)
+        diff = yield from runtime.diff(ep, paths_only=True)
+        return [
+            promote.plan_promote(diff, plan.name, plan.path, local, paths)
+            for plan, local in self._promote_targets(env, source, to)
+        ]
+
+    def _promote_targets(
+        self, env: ShadowEnvironment, source: str | None, to: str | Path | None
+    ) -> list[tuple[SourcePlan, Path]]:
+        plans = plan_sources(env.body)
+        if source is not None:
+            plans = [envops.source_plan(env, source)]
+        annotations = env.metadata.annotations
+        targets = []
+        for plan in plans:
+            local = to or annotations.get(ANNOTATION_LOCAL_PREFIX + plan.name)
+            if local is None and len(plans) == 1 and self.workspace_path is not None:
+                local = self.workspace_path
+            if local is None:
+                if source is None and len(plans) > 1:
+                    continue  # a cloned source has no local directory; promote it with --to-branch
+                raise PromoteError(
+                    f"source {plan.name!r} has no local directory on record",
+                    hint="say where it goes: --to PATH (or to_branch=... to push it to Gitea)",
+                )
+            targets.append((plan, Path(local).expanduser()))
+        if len(targets) > 1 and to is not None:
+            raise PromoteError("--to needs --source when the environment has several sources")
+        if not targets:
+            raise PromoteError(
+                "no source of this environment came from a local directory",
+                hint="promote one with --source NAME --to PATH, or push it with --to-branch",
+            )
+        return targets
+
+    def apply_promote(self, plans: Sequence[PromotePlan]) -> Op[list[PromotePlan]]:
+        ep = yield from self.endpoint()
+        for plan in plans:
+            yield from promote.apply(ep, plan)
+        return list(plans)
+
+    def gitea_token(self) -> Op[str]:
+        secret = gitea_secret_name(self.name)
+        body = yield from kube.get(SECRET.path(self.namespace, secret), f"Secret {self.namespace}/{secret}")
+        encoded = (body.get("data") or {}).get(c.GITEA_SECRET_TOKEN)
+        if not encoded:
+            raise ShadowError(
+                f"the Gitea of {self.name} has no API token yet", hint=f"wait: shadowctl status {self.name}"
+            )
+        return base64.b64decode(encoded).decode()
+
+    def push_branch(self, source: str | None, branch: str, message: str) -> Op[dict[str, str]]:
+        """Snapshot a source's working tree in the workspace and push it to a branch of its Gitea repo."""
+        env = yield from envops.get(self.namespace, self.name)
+        ep = yield from envops.runtime_endpoint(env)
+        statuses = {s.name: s for s in (env.status.sources if env.status else None) or []}
+        if source is None:
+            if len(statuses) != 1:
+                raise PromoteError(
+                    f"{self.name} has {len(statuses)} sources", hint="name one with --source NAME"
+                )
+            source = next(iter(statuses))
+        plan = envops.source_plan(env, source)
+        status = statuses.get(source)
+        if status is None:
+            raise ShadowError(f"source {source!r} is not in Gitea yet", hint=f"shadowctl status {self.name}")
+        token = yield from self.gitea_token()
+        result = yield from runtime.run_command(
+            ep,
+            ["sh", "-c", copyin.PUSH_BRANCH],
+            env={
+                **copyin.author_env(),
+                "GIT_CONFIG_COUNT": "0",
+                "SHADOW_PATH": plan.path,
+                "SHADOW_PUSH_URL": status.clone_url,
+                "SHADOW_PUSH_AUTH": f"token {token}",
+                "SHADOW_BRANCH": branch,
+                "SHADOW_MESSAGE": message,
+            },
+            journal=False,
+        )
+        fields = copyin.parse_result(result.stdout)
+        if result.exit_code != 0 or not fields:
+            raise PromoteError(
+                f"pushing {source} to branch {branch} failed: "
+                + copyin.redact(copyin.tail(result.stderr or result.stdout), [token])
+            )
+        return {"source": source, "repo": status.repo, "branch": branch, "commit": fields[0]}
+
+    def publish(self, path: Path, repo: str | None, progress: Progress | None) -> Op[dict[str, str]]:
+        """Push a local repository (uncommitted work included) into the environment's Gitea."""
+        env = yield from envops.get(self.namespace, self.name)
+        ep = yield from envops.runtime_endpoint(env)
+        gitea = env.status.gitea_url if env.status else None
+        if not gitea:
+            raise ShadowError(f"{self.name} has no Gitea", hint="spec.gitea.enabled must be true")
+        org, _, name = (repo or f"shadow/{path.name}").rpartition("/")
+        org = org or "shadow"
+        token = yield from self.gitea_token()
+        tmp = f"{PUBLISH_DIR}/{secrets.token_hex(6)}"
+        fields: list[str] = []
+        try:
+            yield from runtime.import_archive(ep, tmp, stream_worktree(path, progress=progress))
+            steps: tuple[tuple[list[str], dict[str, str]], ...] = (
+                (["python3", "-c", copyin.ENSURE_REPO], {}),
+                (["sh", "-c", copyin.COPY_IN], {"SHADOW_MODE": "upload", "SHADOW_PATH": tmp}),
+            )
+            for argv, extra in steps:
+                result = yield from runtime.run_command(
+                    ep,
+                    argv,
+                    env={
+                        **copyin.author_env(),
+                        "GIT_CONFIG_COUNT": "0",
+                        "SHADOW_GITEA_API": gitea,
+                        "SHADOW_GITEA_AUTH": f"token {token}",
+                        "SHADOW_ORG": org,
+                        "SHADOW_REPO": name,
+                        "SHADOW_PUSH_URL": f"{gitea}/{org}/{name}.git",
+                        "SHADOW_PUSH_TOKEN": token,
+                        **extra,
+                    },
+                    journal=False,
+                )
+                parsed = copyin.parse_result(result.stdout)
+                if result.exit_code != 0 or not parsed:
+                    raise ShadowError(
+                        f"publishing {path} as {org}/{name} failed: "
+                        + copyin.redact(copyin.tail(result.stderr or result.stdout), [token])
+                    )
+                fields = parsed
+        finally:
+            yield from runtime.delete_path(ep, tmp, recursive=True)
+        return {
+            "repo": f"{org}/{name}",
+            "commit": fields[0],
+            "branch": fields[1],
+            "cloneURL": f"{gitea}/{org}/{name}.git",
+        }
+
+    def verify(self, timeout: float) -> Op[Verdict]:
+        return envops.verify(self.namespace, self.name, timeout)
+
+    def journal(self, since: int, significant: bool) -> Op[list[JournalEntry]]:
+        ep = yield from self.endpoint()
+        return (yield from runtime.journal(ep, since=since, significant=significant))
+
+    def handoff(self) -> Op[str | None]:
+        ep = yield from self.endpoint()
+        return (yield from runtime.handoff(ep))
+
+
+# --------------------------------------------------------------------------------------------- sync
+class ShadowGateway:
+    """One ShadowEnvironment, from code. Methods block; see AsyncShadowGateway for the async twin."""
+
+    def __init__(
+        self,
+        name: str,
+        workspace_path: str | Path | None = None,
+        *,
+        namespace: str = "default",
+        client: httpx.Client | None = None,
+    ) -> None:
+        self._ops = _Ops(name, namespace, workspace_path)
+        self._own_client = client is None
+        self._http = client or kube.connect()
+
+    name = property(lambda self: self._ops.name)
+    namespace = property(lambda self: self._ops.namespace)
+
+    def _run(self, op: Op[Any]) -> Any:
+        return kube.run(self._http, op)
+
+    def close(self) -> None:
+        if self._own_client:
+            self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # lifecycle
+    def start(
+        self,
+        spec: EnvironmentSpec | None = None,
+        *,
+        wait: bool = True,
+        timeout: float = 600.0,
+        progress: Callable[[str, int, int], None] | None = None,
+    ) -> ShadowEnvironment:
+        """Create the environment, upload its local sources, and (by default) wait for Ready and a verdict."""
+        spec = self._ops.spec(spec)
+        env = self.create(spec)
+        for source in spec.local:
+            report = (lambda d, t, s=source.source_name: progress(s, d, t)) if progress else None
+            self._run(self._ops.upload(source, timeout, report))
+        return self.wait_ready(timeout) if wait else env
+
+    def create(self, spec: EnvironmentSpec) -> ShadowEnvironment:
+        """Only create the object (start() also uploads and waits)."""
+        return self._run(self._ops.create(spec))  # type: ignore[no-any-return]
+
+    @property
+    def client(self) -> httpx.Client:
+        """The httpx client on the API server (for calls the gateway does not wrap)."""
+        return self._http
+
+    def runtime_endpoint(self) -> runtime.RuntimeEndpoint:
+        """The workspace runtime through the API server's pod proxy (base path and token header)."""
+        return self._run(self._ops.endpoint())  # type: ignore[no-any-return]
+
+    def stop(self, *, wait: bool = True, timeout: float = 120.0) -> None:
+        """Delete the environment (workspace, Gitea, volumes); by default wait until it is gone."""
+        self._run(envops.delete(self.namespace, self.name, wait=wait, timeout=timeout))
+
+    def status(self) -> ShadowEnvironment:
+        return self._run(envops.get(self.namespace, self.name))  # type: ignore[no-any-return]
+
+    def wait_ready(
+        self, timeout: float = 600.0, *, on_change: Callable[[ShadowEnvironment], None] | None = None
+    ) -> ShadowEnvironment:
+        """Wait (watching) for Ready and a verdict; a failure in status raises EnvironmentFailed."""
+        return self._run(self._ops.wait_ready(timeout, on_change))  # type: ignore[no-any-return]
+
+    def upload(
+        self, source: LocalSource, *, timeout: float = 300.0, progress: Progress | None = None
+    ) -> ImportResult:
+        return self._run(self._ops.upload(source, timeout, progress))  # type: ignore[no-any-return]
+
+    # work in the workspace
+    def exec(
+        self,
+        command: str | Sequence[str],
+        timeout: float = 300.0,
+        *,
+        cwd: str = "",
+        env: dict[str, str] | None = None,
+    ) -> ExecutionResult:
+        """Run a command in the workspace (a string under `sh -c`, a list without a shell)."""
+        return self._run(self._ops.exec(command, cwd=cwd, env=env, timeout=timeout))  # type: ignore[no-any-return]
+
+    def exec_stream(
+        self, command: str | Sequence[str], timeout: float = 300.0, *, cwd: str = ""
+    ) -> Iterator[dict[str, Any]]:
+        """Output events as they come: {type: start|stdout|stderr|exit, ...}."""
+        ep = self.runtime_endpoint()
+        argv = command if isinstance(command, str) else list(command)
+        yield from runtime.stream_events(
+            self._http, runtime.exec_call(ep, argv, cwd=cwd, timeout=timeout, stream=True)
+        )
+
+    def read_file(self, path: str) -> bytes:
+        return self._run(self._ops.read_file(path))  # type: ignore[no-any-return]
+
+    def write_file(self, path: str, data: bytes | str) -> None:
+        self._run(self._ops.write_file(path, data))
+
+    def diff(self, *, paths_only: bool = False) -> Diff:
+        return self._run(self._ops.diff(paths_only))  # type: ignore[no-any-return]
+
+    def git(self, command: str, cwd: str = ".") -> ExecutionResult:
+        return self.exec(f"git {command}", cwd=cwd)
+
+    # results
+    def plan_promote(
+        self, *, source: str | None = None, to: str | Path | None = None, paths: Sequence[str] = ()
+    ) -> list[PromotePlan]:
+        """What promote would write and delete, per source (nothing is changed)."""
+        return self._run(self._ops.plan_promote(source, to, paths))  # type: ignore[no-any-return]
+
+    def promote(
+        self,
+        *,
+        source: str | None = None,
+        to: str | Path | None = None,
+        paths: Sequence[str] = (),
+        to_branch: str | None = None,
+        message: str = "shadow: promoted changes",
+    ) -> list[PromotePlan] | dict[str, str]:
+        """Changed files back into the local directory (never .git), or, with to_branch, a commit pushed to
+        that branch of the source's Gitea repository."""
+        if to_branch:
+            return self._run(self._ops.push_branch(source, to_branch, message))  # type: ignore[no-any-return]
+        plans = self.plan_promote(source=source, to=to, paths=paths)
+        return self._run(self._ops.apply_promote(plans))  # type: ignore[no-any-return]
+
+    def apply_promote(self, plans: Sequence[PromotePlan]) -> list[PromotePlan]:
+        return self._run(self._ops.apply_promote(plans))  # type: ignore[no-any-return]
+
+    def publish_module(
+        self, module_path: str | Path, repo: str | None = None, *, progress: Progress | None = None
+    ) -> dict[str, str]:
+        """Push a local repository into the environment's Gitea (created if missing), so the workspace can
+        install it from its rewritten URL."""
+        return self._run(self._ops.publish(Path(module_path).expanduser().resolve(), repo, progress))  # type: ignore[no-any-return]
+
+    def verify(self, timeout: float = 600.0) -> Verdict:
+        """Run the smoke checks again and return the new verdict."""
+        return self._run(self._ops.verify(timeout))  # type: ignore[no-any-return]
+
+    def journal(self, since: int = 0, *, significant: bool = False) -> list[JournalEntry]:
+        return self._run(self._ops.journal(since, significant))  # type: ignore[no-any-return]
+
+    def follow_journal(self, since: int = 0, *, significant: bool = False) -> Iterator[JournalEntry]:
+        ep = self.runtime_endpoint()
+        call = runtime.journal_follow_call(ep, since=since, significant=significant)
+        for entry in runtime.stream_events(self._http, call):
+            yield JournalEntry.model_validate(entry)
+
+    def handoff(self) -> str | None:
+        return self._run(self._ops.handoff())  # type: ignore[no-any-return]
+
+
+# -------------------------------------------------------------------------------------------- async
+class AsyncShadowGateway:
+    """The async twin of ShadowGateway: the same operations, awaited."""
+
+    def __init__(
+        self,
+        name: str,
+        workspace_path: str | Path | None = None,
+        *,
+        namespace: str = "default",
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self._ops = _Ops(name, namespace, workspace_path)
+        self._own_client = client is None
+        self._http = client or kube.connect_async()
+
+    name = property(lambda self: self._ops.name)
+    namespace = property(lambda self: self._ops.namespace)
+
+    async def _run(self, op: Op[Any]) -> Any:
+        return await kube.arun(self._http, op)
+
+    async def aclose(self) -> None:
+        if self._own_client:
+            await self._http.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def start(
+        self,
+        spec: EnvironmentSpec | None = None,
+        *,
+        wait: bool = True,
+        timeout: float = 600.0,
+        progress: Callable[[str, int, int], None] | None = None,
+    ) -> ShadowEnvironment:
+        spec = self._ops.spec(spec)
+        env: ShadowEnvironment = await self._run(self._ops.create(spec))
+        for source in spec.local:
+            report = (lambda d, t, s=source.source_name: progress(s, d, t)) if progress else None
+            await self._run(self._ops.upload(source, timeout, report))
+        return await self.wait_ready(timeout) if wait else env
+
+    async def stop(self, *, wait: bool = True, timeout: float = 120.0) -> None:
+        await self._run(envops.delete(self.namespace, self.name, wait=wait, timeout=timeout))
+
+    async def status(self) -> ShadowEnvironment:
+        return await self._run(envops.get(self.namespace, self.name))  # type: ignore[no-any-return]
+
+    async def wait_ready(self, timeout: float = 600.0) -> ShadowEnvironment:
+        return await self._run(self._ops.wait_ready(timeout))  # type: ignore[no-any-return]
+
+    async def exec(
+        self,
+        command: str | Sequence[str],
+        timeout: float = 300.0,
+        *,
+        cwd: str = "",
+        env: dict[str, str] | None = None,
+    ) -> ExecutionResult:
+        return await self._run(self._ops.exec(command, cwd=cwd, env=env, timeout=timeout))  # type: ignore[no-any-return]
+
+    async def exec_stream(
+        self, command: str | Sequence[str], timeout: float = 300.0, *, cwd: str = ""
+    ) -> AsyncIterator[dict[str, Any]]:
+        ep = await self._run(self._ops.endpoint())
+        argv = command if isinstance(command, str) else list(command)
+        call = runtime.exec_call(ep, argv, cwd=cwd, timeout=timeout, stream=True)
+        async for event in runtime.astream_events(self._http, call):
+            yield event
+
+    async def read_file(self, path: str) -> bytes:
+        return await self._run(self._ops.read_file(path))  # type: ignore[no-any-return]
+
+    async def write_file(self, path: str, data: bytes | str) -> None:
+        await self._run(self._ops.write_file(path, data))
+
+    async def diff(self, *, paths_only: bool = False) -> Diff:
+        return await self._run(self._ops.diff(paths_only))  # type: ignore[no-any-return]
+
+    async def git(self, command: str, cwd: str = ".") -> ExecutionResult:
+        return await self.exec(f"git {command}", cwd=cwd)
+
+    async def plan_promote(
+        self, *, source: str | None = None, to: str | Path | None = None, paths: Sequence[str] = ()
+    ) -> list[PromotePlan]:
+        return await self._run(self._ops.plan_promote(source, to, paths))  # type: ignore[no-any-return]
+
+    async def promote(
+        self,
+        *,
+        source: str | None = None,
+        to: str | Path | None = None,
+        paths: Sequence[str] = (),
+        to_branch: str | None = None,
+        message: str = "shadow: promoted changes",
+    ) -> list[PromotePlan] | dict[str, str]:
+        if to_branch:
+            return await self._run(self._ops.push_branch(source, to_branch, message))  # type: ignore[no-any-return]
+        plans = await self.plan_promote(source=source, to=to, paths=paths)
+        return await self._run(self._ops.apply_promote(plans))  # type: ignore[no-any-return]
+
+    async def publish_module(self, module_path: str | Path, repo: str | None = None) -> dict[str, str]:
+        return await self._run(self._ops.publish(Path(module_path).expanduser().resolve(), repo, None))  # type: ignore[no-any-return]
+
+    async def verify(self, timeout: float = 600.0) -> Verdict:
+        return await self._run(self._ops.verify(timeout))  # type: ignore[no-any-return]
+
+    async def journal(self, since: int = 0, *, significant: bool = False) -> list[JournalEntry]:
+        return await self._run(self._ops.journal(since, significant))  # type: ignore[no-any-return]
+
+    async def handoff(self) -> str | None:
+        return await self._run(self._ops.handoff())  # type: ignore[no-any-return]

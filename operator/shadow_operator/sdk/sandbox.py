@@ -1,0 +1,466 @@
+"""SandboxClient: claim plain sandboxes (from a template or a warm pool) and use them, sync and async twins.
+
+Names follow the `k8s-agent-sandbox` SDK (create_sandbox, get_sandbox, delete_sandbox; a Sandbox handle with
+`commands.run()` and `files.read()/write()`; `terminate()`), but the runtime is reached through the API
+server's pod proxy, so nothing has to be port-forwarded or exposed.
+
+    with SandboxClient() as client:
+        sandbox = client.create_sandbox("python", namespace="default")
+        print(sandbox.commands.run("python3 -V").stdout)
+        sandbox.files.write("hello.txt", b"hi")
+    # sandboxes the client created are deleted on exit
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Self
+
+import httpx
+
+from shadow_operator.api import constants as c
+from shadow_operator.api import naming
+from shadow_operator.api.kinds import SANDBOX, SANDBOX_CLAIM
+from shadow_operator.sdk import kube, runtime
+from shadow_operator.sdk.errors import (
+    NotFound,
+    SandboxClaimFailedError,
+    SandboxNotFoundError,
+    SandboxTemplateNotFoundError,
+    SandboxWarmPoolNotFoundError,
+    ShadowError,
+    WaitTimeout,
+)
+from shadow_operator.sdk.kube import Body, Call, Op
+from shadow_operator.sdk.runtime import ExecutionResult, RuntimeEndpoint
+
+# Claim conditions that will not resolve by waiting: the claim names something that does not exist.
+BLOCKING_REASONS = {
+    c.REASON_TEMPLATE_NOT_FOUND: SandboxTemplateNotFoundError,
+    c.REASON_WARM_POOL_NOT_FOUND: SandboxWarmPoolNotFoundError,
+    c.REASON_ENV_INJECTION_REJECTED: SandboxClaimFailedError,
+    c.REASON_VOLUME_CLAIM_TEMPLATES_ERROR: SandboxClaimFailedError,
+    c.REASON_INVALID_METADATA: SandboxClaimFailedError,
+}
+
+
+@dataclass(frozen=True)
+class SandboxRef:
+    claim_name: str
+    sandbox_name: str
+    namespace: str
+
+
+# ------------------------------------------------------------------------------- operations (shared)
+def build_claim(
+    claim_name: str,
+    namespace: str,
+    *,
+    template: str | None,
+    warmpool: str | None,
+    labels: dict[str, str] | None = None,
+    env: dict[str, str] | None = None,
+) -> Body:
+    if bool(template) == bool(warmpool):
+        raise ShadowError(
+            "give exactly one of a template or a warm pool", hint="--template NAME or --warmpool NAME"
+        )
+    spec: Body = (
+        {"warmPoolRef": {"name": warmpool}} if warmpool else {"sandboxTemplateRef": {"name": template}}
+    )
+    if env:
+        spec["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    return {
+        "apiVersion": SANDBOX_CLAIM.api_version,
+        "kind": SANDBOX_CLAIM.kind,
+        "metadata": {"name": claim_name, "namespace": namespace, **({"labels": labels} if labels else {})},
+        "spec": spec,
+    }
+
+
+def claim_ready(body: Body) -> SandboxRef | None:
+    """The bound sandbox once the claim is Ready; a blocking reason raises its typed error."""
+    meta, status = body["metadata"], body.get("status") or {}
+    ready = next((x for x in status.get("conditions") or () if x.get("type") == c.COND_READY), None)
+    if ready is None:
+        return None
+    if ready.get("status") == "True":
+        name = (status.get("sandbox") or {}).get("name") or meta["name"]
+        return SandboxRef(meta["name"], name, meta["namespace"])
+    error = BLOCKING_REASONS.get(str(ready.get("reason")))
+    if error is not None:
+        raise error(
+            f"SandboxClaim {meta['namespace']}/{meta['name']}: {ready.get('message')}",
+            code=ready.get("reason"),
+        )
+    return None
+
+
+def create(body: Body, timeout: float) -> Op[SandboxRef]:
+    meta = body["metadata"]
+    what = f"SandboxClaim {meta['namespace']}/{meta['name']}"
+    created = yield from kube.send(
+        Call("POST", SANDBOX_CLAIM.path(meta["namespace"]), f"create {what}", body=body)
+    )
+    return (yield from wait_claim(created, timeout))
+
+
+def wait_claim(current: Body, timeout: float) -> Op[SandboxRef]:
+    meta = current["metadata"]
+    what = f"SandboxClaim {meta['namespace']}/{meta['name']}"
+
+    def timed_out(body: Body) -> ShadowError:
+        ready: Body = next(
+            (x for x in (body.get("status") or {}).get("conditions") or () if x.get("type") == c.COND_READY),
+            {},
+        )
+        now = (
+            f"Ready is {ready.get('status')} ({ready.get('reason')}): {ready.get('message')}"
+            if ready
+            else "no status yet"
+        )
+        return WaitTimeout(
+            f"{what} not ready after {timeout:g}s; {now}",
+            hint=f"kubectl -n {meta['namespace']} describe sandboxclaim {meta['name']}",
+        )
+
+    return (
+        yield from kube.wait_for(
+            SANDBOX_CLAIM.path(meta["namespace"]),
+            meta["name"],
+            what,
+            current,
+            claim_ready,
+            time.monotonic() + timeout,
+            time.monotonic,
+            timed_out,
+            lambda: SandboxNotFoundError(f"{what} was deleted while waiting"),
+        )
+    )
+
+
+def get(claim_name: str, namespace: str) -> Op[SandboxRef]:
+    what = f"SandboxClaim {namespace}/{claim_name}"
+    try:
+        body = yield from kube.get(SANDBOX_CLAIM.path(namespace, claim_name), what)
+    except NotFound:
+        raise SandboxNotFoundError(f"{what} does not exist") from None
+    ref = claim_ready(body)
+    if ref is None:
+        from shadow_operator.sdk.errors import SandboxNotReadyError
+
+        raise SandboxNotReadyError(
+            f"{what} is not ready", hint=f"kubectl -n {namespace} describe sandboxclaim {claim_name}"
+        )
+    return ref
+
+
+def list_claims(namespace: str) -> Op[list[Body]]:
+    body = yield from kube.get(SANDBOX_CLAIM.path(namespace), f"list SandboxClaims in {namespace}")
+    return list(body["items"])
+
+
+def delete(claim_name: str, namespace: str) -> Op[None]:
+    what = f"SandboxClaim {namespace}/{claim_name}"
+    try:
+        yield Call("DELETE", SANDBOX_CLAIM.path(namespace, claim_name), f"delete {what}")
+    except NotFound:
+        raise SandboxNotFoundError(f"{what} does not exist") from None
+
+
+def endpoint(ref: SandboxRef) -> Op[RuntimeEndpoint]:
+    """The sandbox's runtime through the pod proxy (the Pod is named like the Sandbox)."""
+    body = yield from kube.get(
+        SANDBOX.path(ref.namespace, ref.sandbox_name), f"Sandbox {ref.namespace}/{ref.sandbox_name}"
+    )
+    status = body.get("status") or {}
+    secret = status.get("runtimeTokenSecret") or naming.token_secret_name(ref.sandbox_name)
+    url = status.get("runtimeURL") or ""
+    port = int(url.rsplit(":", 1)[1].split("/")[0]) if url.count(":") == 2 else c.RUNTIME_DEFAULT_PORT
+    token = yield from runtime.read_token(ref.namespace, secret)
+    return runtime.endpoint(ref.namespace, ref.sandbox_name, port, token)
+
+
+def claim_name_for(prefix: str = "sandbox") -> str:
+    return f"{prefix}-{secrets.token_hex(4)}"
+
+
+# --------------------------------------------------------------------------------------------- sync
+class CommandExecutor:
+    def __init__(self, sandbox: Sandbox) -> None:
+        self._sandbox = sandbox
+
+    def run(
+        self,
+        command: str | list[str],
+        timeout: float = 60.0,
+        *,
+        cwd: str = "",
+        env: dict[str, str] | None = None,
+    ) -> ExecutionResult:
+        """Run a command (a string under `sh -c`, a list without a shell)."""
+        result: ExecutionResult = self._sandbox._run(
+            lambda ep: runtime.run_command(ep, command, cwd=cwd, env=env, timeout=timeout)
+        )
+        return result
+
+    def stream(
+        self, command: str | list[str], timeout: float = 60.0, *, cwd: str = ""
+    ) -> Iterator[dict[str, Any]]:
+        """Output events as they come: {type: start|stdout|stderr|exit, ...}."""
+        call = runtime.exec_call(self._sandbox.endpoint(), command, cwd=cwd, timeout=timeout, stream=True)
+        yield from runtime.stream_events(self._sandbox._http, call)
+
+
+class Filesystem:
+    def __init__(self, sandbox: Sandbox) -> None:
+        self._sandbox = sandbox
+
+    def read(self, path: str) -> bytes:
+        return self._sandbox._run(lambda ep: runtime.read_file(ep, path))  # type: ignore[no-any-return]
+
+    def write(self, path: str, content: bytes | str) -> None:
+        data = content.encode() if isinstance(content, str) else content
+        self._sandbox._run(lambda ep: runtime.write_file(ep, path, data))
+
+    def exists(self, path: str) -> bool:
+        return self._sandbox._run(lambda ep: runtime.stat(ep, path)) is not None
+
+    def delete(self, path: str, recursive: bool = False) -> None:
+        self._sandbox._run(lambda ep: runtime.delete_path(ep, path, recursive=recursive))
+
+
+class Sandbox:
+    """A claimed sandbox: `commands`, `files`, `terminate()`."""
+
+    def __init__(self, http: httpx.Client, ref: SandboxRef) -> None:
+        self._http = http
+        self.ref = ref
+        self._ep: RuntimeEndpoint | None = None
+        self.commands = CommandExecutor(self)
+        self.files = Filesystem(self)
+
+    claim_name = property(lambda self: self.ref.claim_name)
+    sandbox_name = property(lambda self: self.ref.sandbox_name)
+    namespace = property(lambda self: self.ref.namespace)
+
+    def endpoint(self) -> RuntimeEndpoint:
+        """The sandbox's runtime through the API server's pod proxy (read once)."""
+        if self._ep is None:
+            self._ep = kube.run(self._http, endpoint(self.ref))
+        return self._ep
+
+    def _run(self, make: Any) -> Any:
+        return kube.run(self._http, make(self.endpoint()))
+
+    def run(self, command: str | list[str], timeout: float = 60.0) -> ExecutionResult:
+        return self.commands.run(command, timeout)
+
+    def terminate(self) -> None:
+        """Delete the claim (and with it the sandbox)."""
+        kube.run(self._http, delete(self.claim_name, self.namespace))
+
+
+class SandboxClient:
+    """Claims sandboxes; as a context manager it deletes, on exit, the ones it created."""
+
+    def __init__(self, *, namespace: str = "default", client: httpx.Client | None = None) -> None:
+        self.namespace = namespace
+        self._own_client = client is None
+        self._http = client or kube.connect()
+        self._created: list[Sandbox] = []
+
+    def create_sandbox(
+        self,
+        template: str | None = None,
+        *,
+        warmpool: str | None = None,
+        namespace: str | None = None,
+        claim_name: str | None = None,
+        sandbox_ready_timeout: float = 180.0,
+        labels: dict[str, str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> Sandbox:
+        """Claim a sandbox from a template (cold start) or a warm pool, and wait (watching) until Ready."""
+        body = build_claim(
+            claim_name or claim_name_for(),
+            namespace or self.namespace,
+            template=template,
+            warmpool=warmpool,
+            labels=labels,
+            env=env,
+        )
+        ref = kube.run(self._http, create(body, sandbox_ready_timeout))
+        sandbox = Sandbox(self._http, ref)
+        self._created.append(sandbox)
+        return sandbox
+
+    def get_sandbox(self, claim_name: str, namespace: str | None = None) -> Sandbox:
+        return Sandbox(self._http, kube.run(self._http, get(claim_name, namespace or self.namespace)))
+
+    def list_sandboxes(self, namespace: str | None = None) -> list[Body]:
+        return kube.run(self._http, list_claims(namespace or self.namespace))
+
+    def delete_sandbox(self, claim_name: str, namespace: str | None = None) -> None:
+        kube.run(self._http, delete(claim_name, namespace or self.namespace))
+
+    def delete_all(self) -> None:
+        for sandbox in self._created:
+            with contextlib.suppress(SandboxNotFoundError):
+                sandbox.terminate()
+        self._created.clear()
+
+    def close(self) -> None:
+        if self._own_client:
+            self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.delete_all()
+        finally:
+            self.close()
+
+
+# -------------------------------------------------------------------------------------------- async
+class AsyncCommandExecutor:
+    def __init__(self, sandbox: AsyncSandbox) -> None:
+        self._sandbox = sandbox
+
+    async def run(
+        self,
+        command: str | list[str],
+        timeout: float = 60.0,
+        *,
+        cwd: str = "",
+        env: dict[str, str] | None = None,
+    ) -> ExecutionResult:
+        result: ExecutionResult = await self._sandbox._run(
+            lambda ep: runtime.run_command(ep, command, cwd=cwd, env=env, timeout=timeout)
+        )
+        return result
+
+    async def stream(
+        self, command: str | list[str], timeout: float = 60.0, *, cwd: str = ""
+    ) -> AsyncIterator[dict[str, Any]]:
+        call = runtime.exec_call(
+            await self._sandbox.endpoint(), command, cwd=cwd, timeout=timeout, stream=True
+        )
+        async for event in runtime.astream_events(self._sandbox._http, call):
+            yield event
+
+
+class AsyncFilesystem:
+    def __init__(self, sandbox: AsyncSandbox) -> None:
+        self._sandbox = sandbox
+
+    async def read(self, path: str) -> bytes:
+        return await self._sandbox._run(lambda ep: runtime.read_file(ep, path))  # type: ignore[no-any-return]
+
+    async def write(self, path: str, content: bytes | str) -> None:
+        data = content.encode() if isinstance(content, str) else content
+        await self._sandbox._run(lambda ep: runtime.write_file(ep, path, data))
+
+    async def exists(self, path: str) -> bool:
+        return await self._sandbox._run(lambda ep: runtime.stat(ep, path)) is not None
+
+    async def delete(self, path: str, recursive: bool = False) -> None:
+        await self._sandbox._run(lambda ep: runtime.delete_path(ep, path, recursive=recursive))
+
+
+class AsyncSandbox:
+    def __init__(self, http: httpx.AsyncClient, ref: SandboxRef) -> None:
+        self._http = http
+        self.ref = ref
+        self._ep: RuntimeEndpoint | None = None
+        self.commands = AsyncCommandExecutor(self)
+        self.files = AsyncFilesystem(self)
+
+    claim_name = property(lambda self: self.ref.claim_name)
+    sandbox_name = property(lambda self: self.ref.sandbox_name)
+    namespace = property(lambda self: self.ref.namespace)
+
+    async def endpoint(self) -> RuntimeEndpoint:
+        if self._ep is None:
+            self._ep = await kube.arun(self._http, endpoint(self.ref))
+        return self._ep
+
+    async def _run(self, make: Any) -> Any:
+        return await kube.arun(self._http, make(await self.endpoint()))
+
+    async def run(self, command: str | list[str], timeout: float = 60.0) -> ExecutionResult:
+        return await self.commands.run(command, timeout)
+
+    async def terminate(self) -> None:
+        await kube.arun(self._http, delete(self.claim_name, self.namespace))
+
+
+class AsyncSandboxClient:
+    def __init__(self, *, namespace: str = "default", client: httpx.AsyncClient | None = None) -> None:
+        self.namespace = namespace
+        self._own_client = client is None
+        self._http = client or kube.connect_async()
+        self._created: list[AsyncSandbox] = []
+
+    async def create_sandbox(
+        self,
+        template: str | None = None,
+        *,
+        warmpool: str | None = None,
+        namespace: str | None = None,
+        claim_name: str | None = None,
+        sandbox_ready_timeout: float = 180.0,
+        labels: dict[str, str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> AsyncSandbox:
+        body = build_claim(
+            claim_name or claim_name_for(),
+            namespace or self.namespace,
+            template=template,
+            warmpool=warmpool,
+            labels=labels,
+            env=env,
+        )
+        ref = await kube.arun(self._http, create(body, sandbox_ready_timeout))
+        sandbox = AsyncSandbox(self._http, ref)
+        self._created.append(sandbox)
+        return sandbox
+
+    async def get_sandbox(self, claim_name: str, namespace: str | None = None) -> AsyncSandbox:
+        return AsyncSandbox(
+            self._http, await kube.arun(self._http, get(claim_name, namespace or self.namespace))
+        )
+
+    async def list_sandboxes(self, namespace: str | None = None) -> list[Body]:
+        return await kube.arun(self._http, list_claims(namespace or self.namespace))
+
+    async def delete_sandbox(self, claim_name: str, namespace: str | None = None) -> None:
+        await kube.arun(self._http, delete(claim_name, namespace or self.namespace))
+
+    async def delete_all(self) -> None:
+        for sandbox in self._created:
+            with contextlib.suppress(SandboxNotFoundError):
+                await sandbox.terminate()
+        self._created.clear()
+
+    async def aclose(self) -> None:
+        if self._own_client:
+            await self._http.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            await self.delete_all()
+        finally:
+            await self.aclose()

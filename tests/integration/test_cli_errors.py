@@ -1,0 +1,122 @@
+"""shadowctl's errors as a new user meets them on a real API server where no operator runs: each is one line
+and a hint, never a traceback. (No cluster at all and bad flags: tests/unit/test_cli.py.)"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from tests.support.sandbox_operator import ENVIRONMENT, Objects, install_crds
+
+pytestmark = pytest.mark.integration
+
+SHADOWCTL = str(Path(sys.executable).parent / "shadowctl")
+
+
+def run(kubeconfig: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KUBECONFIG": kubeconfig, "COLUMNS": "200"}
+    return subprocess.run([SHADOWCTL, *args], env=env, capture_output=True, text=True, timeout=120)
+
+
+def one_error(result: subprocess.CompletedProcess[str], *needles: str) -> str:
+    assert result.returncode == 1, (result.returncode, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    # Progress lines may come first; the error is the last line but its hint.
+    assert lines[-2].startswith("error: ") and lines[-1].startswith("hint: "), result.stderr
+    for needle in needles:
+        assert needle in result.stderr, result.stderr
+    return result.stderr
+
+
+@pytest.fixture
+def objs(k8s_api: client.ApiClient, namespace: str) -> Objects:
+    """CRDs installed, and deliberately no operator."""
+    install_crds(k8s_api)
+    return Objects(k8s_api, namespace)
+
+
+def test_operator_not_running(objs: Objects, kubeconfig: str, tmp_path: Path) -> None:
+    (tmp_path / "repo").mkdir()
+    stderr = one_error(
+        run(kubeconfig, "create", "lonely", "-n", objs.namespace, "--git", "https://example.com/o/r.git"),
+        "no shadow-operator holds its leader Lease",
+        "start the operator",
+    )
+    assert "created ShadowEnvironment" in stderr  # the object was made; nothing acts on it
+
+
+def test_environment_not_found_and_runtime_unreachable(objs: Objects, kubeconfig: str) -> None:
+    ns = objs.namespace
+    one_error(run(kubeconfig, "exec", "nope", "-n", ns, "--", "true"), "does not exist", "shadowctl list")
+    one_error(run(kubeconfig, "diff", "nope", "-n", ns), "does not exist")
+
+    # An environment whose status says its workspace is ready, but whose Pod is gone.
+    objs.create(
+        ENVIRONMENT,
+        {"metadata": {"name": "ghost"}, "spec": {"sources": [{"name": "s", "repo": "o/s", "upload": {}}]}},
+        version="v1alpha1",
+    )
+    client.CoreV1Api(objs.api).create_namespaced_secret(
+        ns,
+        client.V1Secret(
+            metadata=client.V1ObjectMeta(name="ghost-runtime-token"),
+            data={"token": base64.b64encode(b"t").decode()},
+        ),
+    )
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    condition = {
+        "type": "WorkspaceReady",
+        "status": "True",
+        "reason": "Ready",
+        "message": "",
+        "lastTransitionTime": now,
+    }
+    objs.custom.patch_namespaced_custom_object_status(
+        "shadow.dev",
+        "v1alpha1",
+        ns,
+        "shadowenvironments",
+        "ghost",
+        {
+            "status": {
+                "conditions": [condition],
+                "sandbox": "ghost",
+                "runtimeTokenSecret": "ghost-runtime-token",
+            }
+        },
+    )
+    one_error(run(kubeconfig, "exec", "ghost", "-n", ns, "--", "true"), "cannot reach the workspace runtime")
+    one_error(run(kubeconfig, "diff", "ghost", "-n", ns), "cannot reach the workspace runtime")
+
+
+def test_workspace_not_ready_and_bad_input(objs: Objects, kubeconfig: str, tmp_path: Path) -> None:
+    ns = objs.namespace
+    objs.create(
+        ENVIRONMENT,
+        {"metadata": {"name": "young"}, "spec": {"sources": [{"name": "s", "repo": "o/s", "upload": {}}]}},
+        version="v1alpha1",
+    )
+    one_error(
+        run(kubeconfig, "exec", "young", "-n", ns, "--", "true"), "the workspace is not ready", "wait for it"
+    )
+    # The API server's own validation, passed on as the user's error.
+    one_error(
+        run(kubeconfig, "create", "Bad_Name", "-n", ns, "--git", "https://example.com/o/r.git", "--no-wait"),
+        "Bad_Name",
+    )
+    one_error(run(kubeconfig, "cp", "a", "b", "-n", ns), "exactly one side")
+    one_error(run(kubeconfig, "sandbox", "claim", "-n", ns), "exactly one of a template or a warm pool")
+    doctor = run(kubeconfig, "doctor", "-n", ns, "-o", "json")
+    checks = {c["check"]: c for c in json.loads(doctor.stdout)}
+    assert doctor.returncode == 1  # the operator check fails
+    assert checks["CRDs"]["state"] == "ok" and checks["operator"]["state"] == "failed"
+    assert "fix" in checks["operator"]

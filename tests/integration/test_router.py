@@ -1,0 +1,597 @@
+"""The router for real: nginx (Debian's binary, the chart's rendered config) and router-auth (a real process
+against the local API server) in front of real HTTP, WebSocket and SSE servers on loopback.
+
+The operator does not run: the test writes the Sandboxes, their Pods (never scheduled; the test sets their
+status, with loopback pod IPs 127.0.0.x so each sandbox has an address of its own) and runtime token Secrets
+the way the operator would, plus objects that must stay unreachable: a plain Service with its pod, a pod that
+carries a sandbox's label but is not owned by it, a sandbox in a namespace the router does not serve.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import itertools
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import httpx
+import pytest
+from kubernetes import client
+from shadow_operator.api import naming
+from shadow_operator.router.tokens import KeyRing
+
+from tests.support.controlplane import wait_for
+from tests.support.router import SSE_EVENTS, SSE_GAP_SECONDS, Router, Upstreams, raw_get, running_router
+from tests.support.sandbox_operator import install_crds
+
+pytestmark = pytest.mark.integration
+
+DOMAIN = "preview.test"
+KEY = b"k" * 32
+NGINX_DEFAULT_PAGE = "<center>nginx"
+
+
+@dataclass
+class Box:
+    name: str
+    ip: str
+    preview_port: int
+    runtime_port: int
+    token: str
+
+
+@dataclass
+class World:
+    router: Router
+    namespace: str
+    other_namespace: str
+    boxes: dict[str, Box]
+    keys: KeyRing
+    custom: client.CustomObjectsApi
+
+
+def _sandbox(
+    custom: client.CustomObjectsApi, ns: str, name: str, box: Box, annotations: dict[str, str]
+) -> Any:
+    body = {
+        "apiVersion": "agents.x-k8s.io/v1beta1",
+        "kind": "Sandbox",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {
+            "podTemplate": {
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "runtime",
+                            "image": "sandbox-runtime:dev",
+                            "ports": [
+                                {"name": "runtime", "containerPort": box.runtime_port},
+                                {"name": "preview", "containerPort": box.preview_port},
+                            ],
+                        }
+                    ]
+                }
+            }
+        },
+    }
+    return custom.create_namespaced_custom_object("agents.x-k8s.io", "v1beta1", ns, "sandboxes", body)
+
+
+def _set_ready(custom: client.CustomObjectsApi, ns: str, name: str, ready: bool) -> None:
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    condition = {
+        "type": "Ready",
+        "status": "True" if ready else "False",
+        "reason": "DependenciesReady" if ready else "DependenciesNotReady",
+        "message": "set by the test",
+        "lastTransitionTime": now,
+    }
+    custom.patch_namespaced_custom_object_status(
+        "agents.x-k8s.io", "v1beta1", ns, "sandboxes", name, {"status": {"conditions": [condition]}}
+    )
+
+
+def _pod(
+    core: client.CoreV1Api, ns: str, name: str, ip: str, owner: dict[str, Any] | None, labels: dict[str, str]
+) -> None:
+    meta: dict[str, Any] = {"name": name, "labels": labels}
+    if owner is not None:
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": owner["apiVersion"],
+                "kind": owner["kind"],
+                "name": owner["metadata"]["name"],
+                "uid": owner["metadata"]["uid"],
+                "controller": True,
+            }
+        ]
+    # A scheduler nobody runs: the pod stays where the test puts it, and the test writes its status.
+    spec = {"schedulerName": "nobody", "containers": [{"name": "c", "image": "none:dev"}]}
+    core.create_namespaced_pod(ns, {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec})
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    status = {
+        "phase": "Running",
+        "podIP": ip,
+        "podIPs": [{"ip": ip}],
+        "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}],
+    }
+    core.patch_namespaced_pod_status(name, ns, {"status": status})
+
+
+def _token_secret(core: client.CoreV1Api, ns: str, sandbox: str, token: str) -> None:
+    core.create_namespaced_secret(
+        ns,
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {
+                "name": naming.token_secret_name(sandbox),
+                "labels": {
+                    "agents.x-k8s.io/sandbox-name-hash": naming.name_hash(sandbox),
+                    "app.kubernetes.io/managed-by": "shadow-operator",
+                },
+            },
+            "data": {"token": base64.b64encode(token.encode()).decode()},
+        },
+    )
+
+
+def _managed(
+    world_args: tuple[client.CustomObjectsApi, client.CoreV1Api],
+    ns: str,
+    box: Box,
+    *,
+    ready: bool = True,
+    private: bool = False,
+) -> None:
+    custom, core = world_args
+    annotations = {"shadow.dev/preview-access": "private"} if private else {}
+    sandbox = _sandbox(custom, ns, box.name, box, annotations)
+    _set_ready(custom, ns, box.name, ready)
+    _pod(
+        core, ns, box.name, box.ip, sandbox, {"agents.x-k8s.io/sandbox-name-hash": naming.name_hash(box.name)}
+    )
+    _token_secret(core, ns, box.name, box.token)
+
+
+@pytest.fixture(scope="module")
+def world(
+    k8s_api: client.ApiClient, kubeconfig: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[World]:
+    install_crds(k8s_api)
+    core, custom = client.CoreV1Api(k8s_api), client.CustomObjectsApi(k8s_api)
+    suffix = uuid.uuid4().hex[:6]
+    namespace, other = f"router-{suffix}", f"router-other-{suffix}"
+    for ns in (namespace, other):
+        core.create_namespace({"metadata": {"name": ns}})
+    upstreams = Upstreams()
+    boxes: dict[str, Box] = {}
+    for number, name in enumerate(("sb-a", "sb-b", "sb-private", "sb-cold", "sb-gone", "elsewhere"), start=2):
+        ip = f"127.0.0.{number}"
+        boxes[name] = Box(
+            name=name,
+            ip=ip,
+            preview_port=upstreams.start(f"{name}/preview", ip),
+            runtime_port=upstreams.start(f"{name}/runtime", ip),
+            token=f"runtime-token-of-{name}-{uuid.uuid4().hex}",
+        )
+    apis = (custom, core)
+    for name in ("sb-a", "sb-b", "sb-gone"):
+        _managed(apis, namespace, boxes[name])
+    _managed(apis, namespace, boxes["sb-private"], private=True)
+    _managed(apis, namespace, boxes["sb-cold"], ready=False)
+    _managed(apis, other, boxes["elsewhere"])
+    # Must stay unreachable: a Service + pod that are no sandbox, and a pod with a sandbox's label and name
+    # for a Sandbox that does not own it.
+    intruder_port = upstreams.start("intruder", "127.0.0.20")
+    core.create_namespaced_service(
+        namespace,
+        {
+            "metadata": {"name": "other-svc"},
+            "spec": {"selector": {"app": "other"}, "ports": [{"port": intruder_port}]},
+        },
+    )
+    _pod(core, namespace, "other-svc", "127.0.0.20", None, {"app": "other"})
+    orphan = Box("sb-orphan", "127.0.0.20", intruder_port, intruder_port, "x")
+    owner = _sandbox(custom, namespace, "sb-orphan", orphan, {})
+    _set_ready(custom, namespace, "sb-orphan", True)
+    del owner
+    _pod(
+        core,
+        namespace,
+        "sb-orphan",
+        "127.0.0.20",
+        None,
+        {"agents.x-k8s.io/sandbox-name-hash": naming.name_hash("sb-orphan")},
+    )
+
+    directory = tmp_path_factory.mktemp("router")
+    values = [
+        "--set=previewRouter.enabled=true",
+        f"--set=previewRouter.domain={DOMAIN}",
+        "--set=previewRouter.scheme=http",
+        f"--set=previewRouter.sandboxNamespaces={{{namespace}}}",
+        "--set=previewRouter.authCacheSeconds=2",
+    ]
+    keys = KeyRing({"k1": KEY})
+    try:
+        with running_router(directory, kubeconfig, values) as router:
+            (router.keys_dir / "k1").write_bytes(KEY)
+            yield World(router, namespace, other, boxes, keys, custom)
+    finally:
+        upstreams.close()
+        for ns in (namespace, other):
+            core.delete_namespace(ns, propagation_policy="Background")
+
+
+def _preview(
+    world: World, host: str | None, path: str = "/", headers: list[tuple[str, str]] | None = None
+) -> tuple[int, dict[str, str], str]:
+    return raw_get(world.router.preview_port, path, headers or [], host=host)
+
+
+def _served_by(body: str) -> str | None:
+    try:
+        return str(json.loads(body)["server"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+# -------------------------------------------------------------------------------------------- routing
+def test_routes_by_host_to_the_sandbox_preview_port(world: World) -> None:
+    for name in ("sb-a", "sb-b"):
+        status, _, body = _preview(world, f"{name}.{DOMAIN}", "/some/page?x=1")
+        assert status == 200, body
+        answer = json.loads(body)
+        assert answer["server"] == f"{name}/preview"
+        assert answer["path"] == "/some/page?x=1"
+        assert answer["headers"]["Host"] == f"{name}.{DOMAIN}"
+
+
+def test_unknown_sandbox_gets_a_friendly_404(world: World) -> None:
+    status, headers, body = _preview(world, f"no-such-sandbox.{DOMAIN}")
+    assert status == 404
+    assert headers["content-type"].startswith("text/html")
+    assert "No such preview" in body and "no-such-sandbox" in body
+    assert NGINX_DEFAULT_PAGE not in body
+
+
+def test_not_ready_sandbox_gets_503_with_retry(world: World) -> None:
+    status, headers, body = _preview(world, f"sb-cold.{DOMAIN}")
+    assert status == 503
+    assert headers.get("retry-after") == "5"
+    assert "starting" in body and NGINX_DEFAULT_PAGE not in body
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        f"other-svc.{DOMAIN}",  # a Service of the namespace that is no sandbox
+        f"OTHER-SVC.{DOMAIN}",  # the same in capitals
+        f"elsewhere.{DOMAIN}",  # a sandbox of a namespace the router does not serve
+        f"sb-a.other-svc.{DOMAIN}",  # dotted label
+        f"sb-a%2eother-svc.{DOMAIN}",  # percent-encoded dot
+        f"other-svc%2E{DOMAIN}",
+        "127.0.0.20",  # an IP
+        "127.0.0.20:80",
+        f"127.0.0.20.{DOMAIN}",
+        "a" * 64 + f".{DOMAIN}",  # over-long label
+        f"-sb-a.{DOMAIN}",
+        f"sb_a.{DOMAIN}",
+        f"sb-a.{DOMAIN}.evil.example",
+        f"kubernetes.{DOMAIN}",
+        f"kubernetes.default.svc.{DOMAIN}",
+        "other-svc",
+        "",  # empty Host
+        None,  # no Host at all
+    ],
+)
+def test_host_attack_corpus_reaches_nothing_else(world: World, host: str | None) -> None:
+    status, headers, body = _preview(world, host)
+    assert status in (400, 404), (status, body)
+    assert headers["content-type"].startswith("text/html")
+    assert _served_by(body) is None, body
+    assert NGINX_DEFAULT_PAGE not in body
+
+
+def test_sandbox_whose_labelled_pod_it_does_not_own_is_not_routed(world: World) -> None:
+    # A pod with the sandbox's name and label, but no owner reference to it: never an upstream.
+    status, _, body = _preview(world, f"sb-orphan.{DOMAIN}")
+    assert status == 503 and _served_by(body) is None
+
+
+@pytest.mark.parametrize("host", [f"SB-A.{DOMAIN.upper()}", f"sb-a.{DOMAIN}:3000", f"sb-a.{DOMAIN}:1"])
+def test_case_and_explicit_port_still_reach_only_that_sandbox(world: World, host: str) -> None:
+    status, _, body = _preview(world, host)
+    assert status == 200, body
+    assert _served_by(body) == "sb-a/preview"
+
+
+def test_absolute_uri_in_the_request_line_routes_by_its_host(world: World) -> None:
+    status, _, body = _preview(world, "sb-a." + DOMAIN, f"http://other-svc.{DOMAIN}/")
+    assert status == 404 and _served_by(body) is None
+
+
+def test_deleted_sandbox_stops_being_routed(world: World) -> None:
+    host = f"sb-gone.{DOMAIN}"
+    assert _served_by(_preview(world, host)[2]) == "sb-gone/preview"
+    world.custom.delete_namespaced_custom_object(
+        "agents.x-k8s.io", "v1beta1", world.namespace, "sandboxes", "sb-gone"
+    )
+    # The watch removes it at once; nginx may still hold an allowed answer for authCacheSeconds (2 here).
+    wait_for(lambda: _preview(world, host)[0] == 404, timeout=15, what="sb-gone to answer 404")
+
+
+# --------------------------------------------------------------------------------- streams and bodies
+def test_websocket_round_trips(world: World) -> None:
+    async def talk() -> list[str]:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.ws_connect(f"{world.router.preview}/ws", headers={"Host": f"sb-a.{DOMAIN}"}) as ws,
+        ):
+            got = []
+            for text in ("hello", "vite-hmr"):
+                await ws.send_str(text)
+                got.append((await ws.receive(timeout=5)).data)
+            return got
+
+    assert asyncio.run(talk()) == ["sb-a/preview:hello", "sb-a/preview:vite-hmr"]
+
+
+def test_server_sent_events_arrive_one_by_one(world: World) -> None:
+    arrivals: list[float] = []
+    with httpx.stream(
+        "GET", f"{world.router.preview}/events", headers={"Host": f"sb-b.{DOMAIN}"}, timeout=10
+    ) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            if line.startswith("data:"):
+                arrivals.append(time.monotonic())
+    assert len(arrivals) == SSE_EVENTS
+    gaps = [b - a for a, b in itertools.pairwise(arrivals)]
+    # Buffered, they would arrive together at the end; streamed, about SSE_GAP_SECONDS apart.
+    assert all(gap > SSE_GAP_SECONDS / 2 for gap in gaps), gaps
+
+
+def test_large_request_bodies_pass(world: World) -> None:
+    body = b"x" * (32 * 1024 * 1024)
+    response = httpx.post(
+        f"{world.router.preview}/upload", content=body, headers={"Host": f"sb-a.{DOMAIN}"}, timeout=60
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["body_length"] == len(body)
+
+
+# ---------------------------------------------------------------------------------- private previews
+def test_private_preview_without_token_is_401(world: World) -> None:
+    status, headers, body = _preview(world, f"sb-private.{DOMAIN}")
+    assert status == 401
+    assert "private" in body and NGINX_DEFAULT_PAGE not in body
+    assert headers["content-type"].startswith("text/html")
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "valid",
+        "expired",
+        "tampered-signature",
+        "tampered-payload",
+        "other-sandbox",
+        "other-namespace",
+        "unknown-key",
+        "garbage",
+    ],
+)
+def test_private_preview_token_in_header(world: World, case: str) -> None:
+    keys, ns = world.keys, world.namespace
+    token = {
+        "valid": lambda: keys.sign(ns, "sb-private", 60),
+        "expired": lambda: keys.sign(ns, "sb-private", 10, now=time.time() - 60),
+        "tampered-signature": lambda: keys.sign(ns, "sb-private", 60)[:-2] + "AA",
+        "tampered-payload": lambda: _swap_payload(keys.sign(ns, "sb-private", 60), keys.sign(ns, "sb-a", 60)),
+        "other-sandbox": lambda: keys.sign(ns, "sb-a", 60),
+        "other-namespace": lambda: keys.sign(world.other_namespace, "sb-private", 60),
+        "unknown-key": lambda: KeyRing({"k9": b"z" * 32}).sign(ns, "sb-private", 60),
+        "garbage": lambda: "not-a-token",
+    }[case]()
+    status, _, body = _preview(world, f"sb-private.{DOMAIN}", headers=[("X-Shadow-Preview-Token", token)])
+    if case == "valid":
+        assert status == 200 and _served_by(body) == "sb-private/preview"
+        # The token is the router's business: the sandbox never sees it.
+        assert "X-Shadow-Preview-Token" not in json.loads(body)["headers"]
+    else:
+        assert status == 401, (case, body)
+
+
+def _swap_payload(token: str, other: str) -> str:
+    parts, donor = token.split("."), other.split(".")
+    return ".".join([parts[0], parts[1], donor[2], parts[3]])
+
+
+def test_signed_link_is_exchanged_for_a_host_only_cookie(world: World) -> None:
+    token = world.keys.sign(world.namespace, "sb-private", 120)
+    status, headers, _ = _preview(world, f"sb-private.{DOMAIN}", f"/app/page?shadow_token={token}&tab=2")
+    assert status == 302
+    assert headers["location"] == "/app/page?tab=2"
+    cookie = headers["set-cookie"]
+    name_value, *attributes = [part.strip() for part in cookie.split(";")]
+    assert name_value == f"shadow_preview={token}"
+    assert "HttpOnly" in attributes and "Path=/" in attributes and "SameSite=Lax" in attributes
+    assert not any(a.lower().startswith("domain=") for a in attributes), "host-only: no Domain attribute"
+    assert 100 <= int(next(a for a in attributes if a.startswith("Max-Age="))[8:]) <= 120
+
+    status, _, body = _preview(
+        world, f"sb-private.{DOMAIN}", "/app/page?tab=2", [("Cookie", f"a=b; {name_value}")]
+    )
+    assert status == 200 and _served_by(body) == "sb-private/preview"
+    # The same cookie presented to another private sandbox's host would be for the wrong sandbox: the
+    # cookie is host-only anyway, and the token names its sandbox.
+    status, _, _ = _preview(
+        world,
+        f"sb-private.{DOMAIN}",
+        "/",
+        [("Cookie", "shadow_preview=" + world.keys.sign(world.namespace, "sb-a", 60))],
+    )
+    assert status == 401
+
+
+def test_invalid_signed_link_is_401_not_a_redirect(world: World) -> None:
+    expired = world.keys.sign(world.namespace, "sb-private", 10, now=time.time() - 60)
+    status, headers, body = _preview(world, f"sb-private.{DOMAIN}", f"/?shadow_token={expired}")
+    assert status == 401 and "set-cookie" not in headers
+    assert "expired" in body
+
+
+def test_websocket_to_a_private_preview_needs_the_cookie(world: World) -> None:
+    token = world.keys.sign(world.namespace, "sb-private", 60)
+
+    async def talk(cookie: str | None) -> str:
+        headers = {"Host": f"sb-private.{DOMAIN}"}
+        if cookie:
+            headers["Cookie"] = cookie
+        async with aiohttp.ClientSession() as session:
+            try:
+                async with session.ws_connect(f"{world.router.preview}/ws", headers=headers) as ws:
+                    await ws.send_str("hi")
+                    return str((await ws.receive(timeout=5)).data)
+            except aiohttp.WSServerHandshakeError as exc:
+                return f"refused {exc.status}"
+
+    assert asyncio.run(talk(None)) == "refused 401"
+    assert asyncio.run(talk(f"shadow_preview={token}")) == "sb-private/preview:hi"
+
+
+# -------------------------------------------------------------------------------------------- the SDK
+def _sdk(
+    world: World, box: str, port: int | str, extra: dict[str, str] | None = None, path: str = "/execute"
+) -> httpx.Response:
+    headers = {"X-Sandbox-ID": box, "X-Sandbox-Namespace": world.namespace, "X-Sandbox-Port": str(port)}
+    headers.update(extra or {})
+    return httpx.post(f"{world.router.sdk}{path}", headers=headers, json={"command": "true"}, timeout=10)
+
+
+def test_sdk_healthz(world: World) -> None:
+    response = httpx.get(f"{world.router.sdk}/healthz")
+    assert response.status_code == 200 and response.json() == {"status": "ok"}
+
+
+def test_sdk_request_gets_the_runtime_token_and_loses_the_callers_credentials(world: World) -> None:
+    box = world.boxes["sb-a"]
+    response = _sdk(
+        world,
+        "sb-a",
+        box.runtime_port,
+        {"Authorization": "Bearer callers-own-secret", "X-Sandbox-Runtime-Token": "forged"},
+    )
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert answer["server"] == "sb-a/runtime" and answer["method"] == "POST" and answer["path"] == "/execute"
+    seen = answer["headers"]
+    assert seen["X-Sandbox-Runtime-Token"] == box.token
+    assert "Authorization" not in seen
+    assert seen["Host"] == f"{box.ip}:{box.runtime_port}"
+
+
+def test_sdk_request_to_another_port_gets_no_runtime_token(world: World) -> None:
+    box = world.boxes["sb-a"]
+    response = _sdk(world, "sb-a", box.preview_port, {"X-Sandbox-Runtime-Token": "forged"})
+    assert response.status_code == 200, response.text
+    assert response.json()["server"] == "sb-a/preview"
+    assert "X-Sandbox-Runtime-Token" not in response.json()["headers"]
+
+
+@pytest.mark.parametrize(
+    ("headers", "status", "detail"),
+    [
+        ({"X-Sandbox-ID": "Bad_Name"}, 400, "DNS-1123"),
+        ({"X-Sandbox-ID": "sb-a.other-svc"}, 400, "DNS-1123"),
+        ({"X-Sandbox-ID": "a" * 64}, 400, "DNS-1123"),
+        ({"X-Sandbox-Namespace": "kube-system/x"}, 400, "DNS-1123"),
+        ({"X-Sandbox-Port": "0"}, 400, "1 to 65535"),
+        ({"X-Sandbox-Port": "65536"}, 400, "1 to 65535"),
+        ({"X-Sandbox-Port": "88 88"}, 400, "1 to 65535"),
+        ({"X-Sandbox-Pod-IP": "127.0.0.2"}, 400, "loopback"),
+        ({"X-Sandbox-Pod-IP": "169.254.169.254"}, 400, "metadata"),
+        ({"X-Sandbox-Pod-IP": "::1"}, 400, "loopback"),
+        ({"X-Sandbox-Pod-IP": "0.0.0.0"}, 400, "loopback"),
+        ({"X-Sandbox-Pod-IP": "224.0.0.1"}, 400, "multicast"),
+        ({"X-Sandbox-Pod-IP": "10.1.2.3"}, 502, "not the sandbox's pod"),
+        ({"X-Sandbox-UID": "00000000-0000-0000-0000-000000000000"}, 404, "not found"),
+        ({"X-Sandbox-ID": "other-svc"}, 404, "not found"),
+        ({"X-Sandbox-ID": "sb-orphan"}, 502, "not ready"),
+        ({"X-Sandbox-ID": "sb-cold"}, 502, "not ready"),
+        ({"X-Sandbox-ID": "elsewhere"}, 404, "not found"),
+    ],
+)
+def test_sdk_headers_are_validated(world: World, headers: dict[str, str], status: int, detail: str) -> None:
+    base = {
+        "X-Sandbox-ID": "sb-a",
+        "X-Sandbox-Namespace": world.namespace,
+        "X-Sandbox-Port": str(world.boxes["sb-a"].runtime_port),
+    }
+    if headers.get("X-Sandbox-ID") == "elsewhere":
+        base["X-Sandbox-Namespace"] = world.other_namespace
+    base.update(headers)
+    response = httpx.post(f"{world.router.sdk}/execute", headers=base, json={}, timeout=10)
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    assert detail in response.json()["detail"]
+
+
+def test_sdk_repeated_routing_header_is_400(world: World) -> None:
+    headers = [
+        ("X-Sandbox-ID", "sb-a"),
+        ("X-Sandbox-ID", "sb-b"),
+        ("X-Sandbox-Namespace", world.namespace),
+        ("X-Sandbox-Port", str(world.boxes["sb-a"].runtime_port)),
+    ]
+    status, _, body = raw_get(world.router.sdk_port, "/execute", headers, host="localhost")
+    assert status == 400 and json.loads(body) == {"detail": "X-Sandbox-ID given more than once"}
+
+
+def test_sdk_request_without_headers_is_400(world: World) -> None:
+    response = httpx.get(f"{world.router.sdk}/list/.", timeout=10)
+    assert response.status_code == 400 and response.json() == {"detail": "missing X-Sandbox-ID"}
+
+
+def test_sdk_tokenreview_mode_admits_only_authenticated_callers(
+    world: World, k8s_api: client.ApiClient, kubeconfig: str, tmp_path: Path
+) -> None:
+    core = client.CoreV1Api(k8s_api)
+    core.create_namespaced_service_account(world.namespace, {"metadata": {"name": "sdk-user"}})
+    request = {"spec": {"expirationSeconds": 600}}
+    token = core.create_namespaced_service_account_token("sdk-user", world.namespace, request).status.token
+    values = [
+        "--set=previewRouter.enabled=true",
+        f"--set=previewRouter.domain={DOMAIN}",
+        f"--set=previewRouter.sandboxNamespaces={{{world.namespace}}}",
+        "--set=previewRouter.sdk.authorizationMode=tokenreview",
+    ]
+    box = world.boxes["sb-b"]
+    headers = {
+        "X-Sandbox-ID": "sb-b",
+        "X-Sandbox-Namespace": world.namespace,
+        "X-Sandbox-Port": str(box.runtime_port),
+    }
+    with running_router(tmp_path, kubeconfig, values) as router:
+        for authorization in (None, "Bearer not-a-real-token", f"Basic {token}"):
+            extra = {"Authorization": authorization} if authorization else {}
+            refused = httpx.get(f"{router.sdk}/list/.", headers={**headers, **extra}, timeout=10)
+            assert refused.status_code == 401, refused.text
+            assert refused.json() == {"detail": "a valid bearer token is required"}
+            assert refused.headers["www-authenticate"] == "Bearer"
+        allowed = httpx.get(
+            f"{router.sdk}/list/.", headers={**headers, "Authorization": f"Bearer {token}"}, timeout=10
+        )
+        assert allowed.status_code == 200, allowed.text
+        seen = allowed.json()["headers"]
+        # The caller's credential stops at the router; the sandbox gets its own runtime token instead.
+        assert "Authorization" not in seen and seen["X-Sandbox-Runtime-Token"] == box.token

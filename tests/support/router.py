@@ -1,0 +1,252 @@
+"""The preview router for tests: the real nginx binary with the chart's rendered config, router-auth as a real
+process against the test's API server, and upstream HTTP / WebSocket / SSE servers on loopback.
+
+What is changed from the chart's render, and why (nothing that routes): the `/tmp/` paths of the nginx config
+and of the image's main nginx.conf point into the test's directory (several test runs share the machine's
+/tmp), and router-auth's `--keys-dir` points at a directory the test writes. Ports are chosen with `--set`
+like any user would; the routing rules are used exactly as rendered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from aiohttp import web
+
+from tests.support.controlplane import free_port, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "shadow-operator"
+IMAGE_NGINX_CONF = ROOT / "images" / "preview-router" / "nginx.conf"
+SSE_EVENTS = 3
+SSE_GAP_SECONDS = 0.4
+
+
+def helm_binary() -> str:
+    cache = Path(os.environ.get("SHADOW_CACHE", Path.home() / ".cache" / "shadow-operator"))
+    for candidate in (os.environ.get("HELM", ""), str(cache / "bin" / "helm"), shutil.which("helm") or ""):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    raise RuntimeError("helm not found: build it with `hack/build-tools.sh helm` (or set HELM)")
+
+
+def render_router(values: list[str]) -> tuple[str, list[str]]:
+    """(nginx router.conf, router-auth's args) exactly as the chart renders them with these `--set`s."""
+    out = subprocess.run(
+        [helm_binary(), "template", "shadow", str(CHART), "--namespace", "shadow-system", *values],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
+    docs = [d for d in yaml.safe_load_all(out) if d]
+    (config,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-router")]
+    (deployment,) = [
+        d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"].endswith("-router")
+    ]
+    containers = {c["name"]: c for c in deployment["spec"]["template"]["spec"]["containers"]}
+    return config["data"]["router.conf"], list(containers["router-auth"]["args"])
+
+
+# ------------------------------------------------------------------------------------------- upstreams
+def upstream_app(name: str) -> web.Application:
+    """Echoes each request as JSON (who answered, method, path, headers); /ws echoes; /events streams."""
+
+    async def echo(request: web.Request) -> web.StreamResponse:
+        if request.path == "/ws":
+            ws = web.WebSocketResponse()
+            await ws.prepare(request)
+            async for message in ws:
+                await ws.send_str(f"{name}:{message.data}")
+            return ws
+        if request.path == "/events":
+            response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await response.prepare(request)
+            for number in range(SSE_EVENTS):
+                await response.write(f"data: {number}\n\n".encode())
+                await asyncio.sleep(SSE_GAP_SECONDS)
+            await response.write_eof()
+            return response
+        body = await request.read()
+        return web.json_response(
+            {
+                "server": name,
+                "method": request.method,
+                "path": request.path_qs,
+                "headers": {k: v for k, v in request.headers.items()},
+                "body_length": len(body),
+            }
+        )
+
+    app = web.Application(client_max_size=1024**3)
+    app.router.add_route("*", "/{tail:.*}", echo)
+    return app
+
+
+@dataclass
+class Upstreams:
+    """aiohttp servers in one background event loop; `start(name, host)` returns the port."""
+
+    loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.new_event_loop)
+    runners: list[web.AppRunner] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def start(self, name: str, host: str) -> int:
+        async def serve() -> int:
+            runner = web.AppRunner(upstream_app(name), access_log=None)
+            await runner.setup()
+            port = free_port()
+            await web.TCPSite(runner, host, port).start()
+            self.runners.append(runner)
+            return port
+
+        return asyncio.run_coroutine_threadsafe(serve(), self.loop).result(10)
+
+    def close(self) -> None:
+        async def cleanup() -> None:
+            for runner in self.runners:
+                await runner.cleanup()
+
+        asyncio.run_coroutine_threadsafe(cleanup(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+# ---------------------------------------------------------------------------------------- processes
+@dataclass
+class Router:
+    directory: Path
+    preview_port: int
+    sdk_port: int
+    auth_port: int
+    keys_dir: Path
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    @property
+    def preview(self) -> str:
+        return f"http://127.0.0.1:{self.preview_port}"
+
+    @property
+    def sdk(self) -> str:
+        return f"http://127.0.0.1:{self.sdk_port}"
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {p.name}\n{p.read_text(errors='replace')[-4000:]}"
+            for p in sorted(self.directory.glob("*.log"))
+        )
+
+
+@contextlib.contextmanager
+def running_router(directory: Path, kubeconfig: str, values: list[str]) -> Iterator[Router]:
+    """nginx (the chart's config) and router-auth (the chart's args), until the context ends."""
+    if shutil.which("nginx") is None:
+        raise RuntimeError("nginx not found: apt-get install nginx-light (the router image's package)")
+    router = Router(
+        directory=directory,
+        preview_port=free_port(),
+        sdk_port=free_port(),
+        auth_port=free_port(),
+        keys_dir=directory / "keys",
+    )
+    router.keys_dir.mkdir()
+    conf, args = render_router(
+        [
+            *values,
+            f"--set=previewRouter.ports.preview={router.preview_port}",
+            f"--set=previewRouter.ports.sdk={router.sdk_port}",
+            f"--set=previewRouter.ports.auth={router.auth_port}",
+        ]
+    )
+    # nginx's workers run as an unprivileged user when the tests run as root, and pytest's directories are
+    # private to root: the workers' writable paths (cache, temp files) go to a directory of their own.
+    scratch = Path(tempfile.mkdtemp(prefix="shadow-router-"))
+    scratch.chmod(0o777)
+    conf_dir = directory / "conf.d"
+    conf_dir.mkdir()
+    (conf_dir / "router.conf").write_text(conf.replace("/tmp/", f"{scratch}/"))
+    main = IMAGE_NGINX_CONF.read_text().replace("/tmp/", f"{scratch}/")
+    main = main.replace("/etc/nginx/conf.d/", f"{conf_dir}/")
+    (directory / "nginx.conf").write_text(main)
+
+    args[args.index("--keys-dir") + 1] = str(router.keys_dir)
+    env = {**os.environ, "KUBECONFIG": kubeconfig}
+    with (
+        (directory / "router-auth.log").open("wb") as auth_log,
+        (directory / "nginx.log").open("wb") as ng_log,
+    ):
+        auth = subprocess.Popen(
+            [sys.executable, "-m", "shadow_operator", *args],
+            stdout=auth_log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+        router.processes.append(auth)
+        nginx = subprocess.Popen(
+            ["nginx", "-p", str(directory), "-c", str(directory / "nginx.conf"), "-g", "daemon off;"],
+            stdout=ng_log,
+            stderr=subprocess.STDOUT,
+        )
+        router.processes.append(nginx)
+        try:
+            wait_for(lambda: _ready(router), timeout=60, what=f"the router to be ready:\n{router.logs()}")
+            yield router
+        finally:
+            for process in router.processes:
+                if process.poll() is None:
+                    process.send_signal(signal.SIGTERM)
+            for process in router.processes:
+                try:
+                    process.wait(10)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _ready(router: Router) -> bool:
+    import http.client
+
+    for process in router.processes:
+        if process.poll() is not None:
+            raise RuntimeError(f"a router process exited:\n{router.logs()}")
+    try:
+        connection = http.client.HTTPConnection("127.0.0.1", router.preview_port, timeout=2)
+        connection.request("GET", "/healthz")
+        return connection.getresponse().status == 200
+    except OSError:
+        return False
+
+
+def raw_get(
+    port: int, path: str, headers: list[tuple[str, str]], *, host: str | None
+) -> tuple[int, dict[str, str], str]:
+    """A GET with exactly these headers and this Host (None: no Host line at all), parsed loosely."""
+    import http.client
+
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    connection.putrequest("GET", path, skip_host=True, skip_accept_encoding=True)
+    if host is not None:
+        connection.putheader("Host", host)
+    for key, value in headers:
+        connection.putheader(key, value)
+    connection.endheaders()
+    response = connection.getresponse()
+    body = response.read().decode(errors="replace")
+    result = response.status, {k.lower(): v for k, v in response.getheaders()}, body
+    connection.close()
+    return result
