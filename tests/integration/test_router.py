@@ -13,16 +13,21 @@ import asyncio
 import base64
 import itertools
 import json
+import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import httpx
 import pytest
+import yaml
 from kubernetes import client
 from shadow_operator.api import naming
 from shadow_operator.router.tokens import KeyRing
@@ -467,6 +472,103 @@ def test_websocket_to_a_private_preview_needs_the_cookie(world: World) -> None:
 
     assert asyncio.run(talk(None)) == "refused 401"
     assert asyncio.run(talk(f"shadow_preview={token}")) == "sb-private/preview:hi"
+
+
+# --------------------------------------------------------------------------------- shadowctl preview
+def _shadowctl(kubeconfig: str, *args: str) -> subprocess.CompletedProcess[str]:
+    shadowctl = str(Path(sys.executable).parent / "shadowctl")
+    env = {**os.environ, "KUBECONFIG": kubeconfig, "COLUMNS": "80"}
+    return subprocess.run([shadowctl, *args], env=env, capture_output=True, text=True, timeout=120)
+
+
+def _open_link(world: World, url: str) -> tuple[int, str]:
+    """Follow a signed link as a browser would: the redirect that sets the cookie, then the page."""
+    parts = urlsplit(url)
+    status, headers, _ = _preview(world, parts.netloc, f"{parts.path}?{parts.query}")
+    assert status == 302, (status, headers)
+    cookie = headers["set-cookie"].split(";")[0]
+    status, _, body = _preview(world, parts.netloc, headers["location"], [("Cookie", cookie)])
+    return status, body
+
+
+def test_shadowctl_prints_links_that_open_the_private_preview(
+    world: World, k8s_api: client.ApiClient, kubeconfig: str
+) -> None:
+    """`shadowctl preview ENV` and `shadowctl sandbox preview CLAIM`, signed with the keys Secret the router
+    mounts, opened through the real nginx and router-auth."""
+    ns, custom = world.namespace, world.custom
+    host = f"sb-private.{DOMAIN}"
+    custom.patch_namespaced_custom_object_status(
+        "agents.x-k8s.io",
+        "v1beta1",
+        ns,
+        "sandboxes",
+        "sb-private",
+        {"status": {"previewURL": f"http://{host}/"}},
+    )
+    client.CoreV1Api(k8s_api).create_namespaced_secret(
+        ns, {"metadata": {"name": "preview-keys"}, "data": {"k1": base64.b64encode(KEY).decode()}}
+    )
+    custom.create_namespaced_custom_object(
+        "shadow.dev",
+        "v1alpha1",
+        ns,
+        "shadowenvironments",
+        {
+            "apiVersion": "shadow.dev/v1alpha1",
+            "kind": "ShadowEnvironment",
+            "metadata": {"name": "env-p"},
+            "spec": {"sources": [{"name": "s", "repo": "o/s", "upload": {}}]},
+        },
+    )
+    custom.patch_namespaced_custom_object_status(
+        "shadow.dev", "v1alpha1", ns, "shadowenvironments", "env-p", {"status": {"sandbox": "sb-private"}}
+    )
+    custom.create_namespaced_custom_object(
+        "extensions.agents.x-k8s.io",
+        "v1beta1",
+        ns,
+        "sandboxclaims",
+        {
+            "apiVersion": "extensions.agents.x-k8s.io/v1beta1",
+            "kind": "SandboxClaim",
+            "metadata": {"name": "claim-p"},
+            "spec": {"sandboxTemplateRef": {"name": "t"}},
+        },
+    )
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    ready = {"type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": now}
+    custom.patch_namespaced_custom_object_status(
+        "extensions.agents.x-k8s.io",
+        "v1beta1",
+        ns,
+        "sandboxclaims",
+        "claim-p",
+        {"status": {"conditions": [ready], "sandbox": {"name": "sb-private"}}},
+    )
+    keys = ["--keys-secret", "preview-keys", "--keys-namespace", ns, "-n", ns]
+
+    text = _shadowctl(kubeconfig, "preview", "env-p", *keys, "--ttl", "300")
+    assert text.returncode == 0, text.stderr
+    url = text.stdout.strip()
+    assert "\n" not in url and url.startswith(f"http://{host}/?shadow_token=")  # one line, however narrow
+    assert "valid until" in text.stderr
+    assert world.keys.verify(url.split("shadow_token=")[1]).expires <= time.time() + 300
+    status, body = _open_link(world, url)
+    assert status == 200 and _served_by(body) == "sb-private/preview"
+
+    as_json = _shadowctl(kubeconfig, "sandbox", "preview", "claim-p", *keys, "-o", "json")
+    assert as_json.returncode == 0, as_json.stderr
+    data = json.loads(as_json.stdout)
+    assert (data["sandbox"], data["namespace"]) == ("sb-private", ns)
+    assert data["expiresAt"].endswith("Z") and data["url"].startswith(f"http://{host}/?shadow_token=")
+    status, body = _open_link(world, data["url"])
+    assert status == 200 and _served_by(body) == "sb-private/preview"
+
+    as_yaml = _shadowctl(kubeconfig, "sandbox", "preview", "claim-p", *keys, "-o", "yaml")
+    # -o yaml is not re-wrapped at the terminal width (COLUMNS=80 here): the link parses back whole.
+    assert as_yaml.returncode == 0, as_yaml.stderr
+    assert yaml.safe_load(as_yaml.stdout)["url"].startswith(f"http://{host}/?shadow_token=")
 
 
 # -------------------------------------------------------------------------------------------- the SDK
