@@ -21,7 +21,6 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -33,7 +32,19 @@ from shadow_operator.api import naming
 from shadow_operator.router.tokens import KeyRing
 
 from tests.support.controlplane import wait_for
-from tests.support.router import SSE_EVENTS, SSE_GAP_SECONDS, Router, Upstreams, raw_get, running_router
+from tests.support.router import (
+    SSE_EVENTS,
+    SSE_GAP_SECONDS,
+    Box,
+    Router,
+    Upstreams,
+    managed_sandbox,
+    raw_get,
+    running_router,
+    sandbox_object,
+    sandbox_pod,
+    set_ready,
+)
 from tests.support.sandbox_operator import install_crds
 
 pytestmark = pytest.mark.integration
@@ -44,15 +55,6 @@ NGINX_DEFAULT_PAGE = "<center>nginx"
 
 
 @dataclass
-class Box:
-    name: str
-    ip: str
-    preview_port: int
-    runtime_port: int
-    token: str
-
-
-@dataclass
 class World:
     router: Router
     namespace: str
@@ -60,110 +62,6 @@ class World:
     boxes: dict[str, Box]
     keys: KeyRing
     custom: client.CustomObjectsApi
-
-
-def _sandbox(
-    custom: client.CustomObjectsApi, ns: str, name: str, box: Box, annotations: dict[str, str]
-) -> Any:
-    body = {
-        "apiVersion": "agents.x-k8s.io/v1beta1",
-        "kind": "Sandbox",
-        "metadata": {"name": name, "annotations": annotations},
-        "spec": {
-            "podTemplate": {
-                "spec": {
-                    "containers": [
-                        {
-                            "name": "runtime",
-                            "image": "sandbox-runtime:dev",
-                            "ports": [
-                                {"name": "runtime", "containerPort": box.runtime_port},
-                                {"name": "preview", "containerPort": box.preview_port},
-                            ],
-                        }
-                    ]
-                }
-            }
-        },
-    }
-    return custom.create_namespaced_custom_object("agents.x-k8s.io", "v1beta1", ns, "sandboxes", body)
-
-
-def _set_ready(custom: client.CustomObjectsApi, ns: str, name: str, ready: bool) -> None:
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    condition = {
-        "type": "Ready",
-        "status": "True" if ready else "False",
-        "reason": "DependenciesReady" if ready else "DependenciesNotReady",
-        "message": "set by the test",
-        "lastTransitionTime": now,
-    }
-    custom.patch_namespaced_custom_object_status(
-        "agents.x-k8s.io", "v1beta1", ns, "sandboxes", name, {"status": {"conditions": [condition]}}
-    )
-
-
-def _pod(
-    core: client.CoreV1Api, ns: str, name: str, ip: str, owner: dict[str, Any] | None, labels: dict[str, str]
-) -> None:
-    meta: dict[str, Any] = {"name": name, "labels": labels}
-    if owner is not None:
-        meta["ownerReferences"] = [
-            {
-                "apiVersion": owner["apiVersion"],
-                "kind": owner["kind"],
-                "name": owner["metadata"]["name"],
-                "uid": owner["metadata"]["uid"],
-                "controller": True,
-            }
-        ]
-    # A scheduler nobody runs: the pod stays where the test puts it, and the test writes its status.
-    spec = {"schedulerName": "nobody", "containers": [{"name": "c", "image": "none:dev"}]}
-    core.create_namespaced_pod(ns, {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec})
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    status = {
-        "phase": "Running",
-        "podIP": ip,
-        "podIPs": [{"ip": ip}],
-        "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}],
-    }
-    core.patch_namespaced_pod_status(name, ns, {"status": status})
-
-
-def _token_secret(core: client.CoreV1Api, ns: str, sandbox: str, token: str) -> None:
-    core.create_namespaced_secret(
-        ns,
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {
-                "name": naming.token_secret_name(sandbox),
-                "labels": {
-                    "agents.x-k8s.io/sandbox-name-hash": naming.name_hash(sandbox),
-                    "app.kubernetes.io/managed-by": "shadow-operator",
-                },
-            },
-            "data": {"token": base64.b64encode(token.encode()).decode()},
-        },
-    )
-
-
-def _managed(
-    world_args: tuple[client.CustomObjectsApi, client.CoreV1Api],
-    ns: str,
-    box: Box,
-    *,
-    ready: bool = True,
-    private: bool = False,
-) -> None:
-    custom, core = world_args
-    annotations = {"shadow.dev/preview-access": "private"} if private else {}
-    sandbox = _sandbox(custom, ns, box.name, box, annotations)
-    _set_ready(custom, ns, box.name, ready)
-    _pod(
-        core, ns, box.name, box.ip, sandbox, {"agents.x-k8s.io/sandbox-name-hash": naming.name_hash(box.name)}
-    )
-    _token_secret(core, ns, box.name, box.token)
 
 
 @pytest.fixture(scope="module")
@@ -189,10 +87,10 @@ def world(
         )
     apis = (custom, core)
     for name in ("sb-a", "sb-b", "sb-gone"):
-        _managed(apis, namespace, boxes[name])
-    _managed(apis, namespace, boxes["sb-private"], private=True)
-    _managed(apis, namespace, boxes["sb-cold"], ready=False)
-    _managed(apis, other, boxes["elsewhere"])
+        managed_sandbox(apis, namespace, boxes[name])
+    managed_sandbox(apis, namespace, boxes["sb-private"], private=True)
+    managed_sandbox(apis, namespace, boxes["sb-cold"], ready=False)
+    managed_sandbox(apis, other, boxes["elsewhere"])
     # Must stay unreachable: a Service + pod that are no sandbox, and a pod with a sandbox's label and name
     # for a Sandbox that does not own it.
     intruder_port = upstreams.start("intruder", "127.0.0.20")
@@ -203,12 +101,12 @@ def world(
             "spec": {"selector": {"app": "other"}, "ports": [{"port": intruder_port}]},
         },
     )
-    _pod(core, namespace, "other-svc", "127.0.0.20", None, {"app": "other"})
+    sandbox_pod(core, namespace, "other-svc", "127.0.0.20", None, {"app": "other"})
     orphan = Box("sb-orphan", "127.0.0.20", intruder_port, intruder_port, "x")
-    owner = _sandbox(custom, namespace, "sb-orphan", orphan, {})
-    _set_ready(custom, namespace, "sb-orphan", True)
+    owner = sandbox_object(custom, namespace, "sb-orphan", orphan, {})
+    set_ready(custom, namespace, "sb-orphan", True)
     del owner
-    _pod(
+    sandbox_pod(
         core,
         namespace,
         "sb-orphan",
