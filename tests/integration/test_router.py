@@ -28,6 +28,7 @@ import httpx
 import pytest
 import yaml
 from kubernetes import client
+from prometheus_client.parser import text_string_to_metric_families
 from shadow_operator.api import naming
 from shadow_operator.router.tokens import KeyRing
 
@@ -62,6 +63,7 @@ class World:
     boxes: dict[str, Box]
     keys: KeyRing
     custom: client.CustomObjectsApi
+    upstreams: Upstreams
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +129,7 @@ def world(
     try:
         with running_router(directory, kubeconfig, values) as router:
             (router.keys_dir / "k1").write_bytes(KEY)
-            yield World(router, namespace, other, boxes, keys, custom)
+            yield World(router, namespace, other, boxes, keys, custom, upstreams)
     finally:
         upstreams.close()
         for ns in (namespace, other):
@@ -595,3 +597,120 @@ def test_sdk_tokenreview_mode_admits_only_authenticated_callers(
         seen = allowed.json()["headers"]
         # The caller's credential stops at the router; the sandbox gets its own runtime token instead.
         assert "Authorization" not in seen and seen["X-Sandbox-Runtime-Token"] == box.token
+
+
+# -------------------------------------------------------------------------------------------- metrics
+Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def _scrape(router: Router) -> Series:
+    text = httpx.get(router.metrics, timeout=10).text
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def _value(series: Series, name: str, **labels: str) -> float:
+    return series.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def _requests(series: Series, route: str, ns: str, sandbox: str, code: str = "2xx") -> float:
+    labels = {"route": route, "namespace": ns, "sandbox": sandbox, "code": code}
+    return _value(series, "shadow_router_requests_total", **labels)
+
+
+def _latency_count(series: Series, route: str, ns: str, sandbox: str) -> float:
+    labels = {"route": route, "namespace": ns, "sandbox": sandbox}
+    return _value(series, "shadow_router_upstream_latency_seconds_count", **labels)
+
+
+def test_metrics_count_routed_requests_and_upstream_latency_per_sandbox(world: World) -> None:
+    """From nginx's access log (syslog over UDP to router-auth): only routed requests count, each under the
+    sandbox router-auth's decision named, with the sandbox's answer time in a histogram."""
+    ns, router = world.namespace, world.router
+    before = _scrape(router)
+    # Refused first (unknown host, a private preview without a token, an SDK call for a Service): UDP from
+    # nginx to router-auth on loopback keeps their order, so they would be counted before the routed ones.
+    for host in ("no-such-sandbox", "other-svc", "sb-private"):
+        assert _preview(world, f"{host}.{DOMAIN}")[0] in (401, 404)
+    assert _sdk(world, "other-svc", 8080).status_code == 404
+    for _ in range(7):
+        assert _preview(world, f"sb-a.{DOMAIN}", "/metered")[0] == 200
+    for _ in range(3):
+        assert _preview(world, f"SB-B.{DOMAIN}", "/metered")[0] == 200  # counted under its canonical name
+    for _ in range(4):
+        assert _sdk(world, "sb-a", world.boxes["sb-a"].runtime_port).status_code == 200
+
+    def delta(route: str, sandbox: str) -> float:
+        return _requests(_scrape(router), route, ns, sandbox) - _requests(before, route, ns, sandbox)
+
+    wait_for(
+        lambda: (delta("preview", "sb-a"), delta("preview", "sb-b"), delta("sdk", "sb-a")) == (7, 3, 4),
+        timeout=10,
+        what="the routed requests to be counted",
+    )
+    after = _scrape(router)
+    assert _latency_count(after, "preview", ns, "sb-a") - _latency_count(before, "preview", ns, "sb-a") == 7
+    assert _latency_count(after, "sdk", ns, "sb-a") - _latency_count(before, "sdk", ns, "sb-a") == 4
+    buckets = {
+        dict(labels)["le"]: value
+        for (name, labels), value in after.items()
+        if name == "shadow_router_upstream_latency_seconds_bucket"
+        and dict(labels)["sandbox"] == "sb-b"
+        and dict(labels)["route"] == "preview"
+    }
+    assert buckets["+Inf"] >= 3 and buckets["1.0"] >= 3  # loopback answers take well under a second
+    # Refused requests count nowhere: no label for names that are no sandbox, nothing more for sb-private.
+    sandboxes = {dict(labels).get("sandbox") for (_, labels) in after}
+    assert not sandboxes & {"no-such-sandbox", "other-svc"}
+    assert _requests(after, "preview", ns, "sb-private") == _requests(before, "preview", ns, "sb-private")
+    assert _value(after, "shadow_router_log_lines_invalid_total") == 0
+
+
+def test_metrics_sandbox_labels_are_bounded(
+    world: World, k8s_api: client.ApiClient, kubeconfig: str, tmp_path: Path
+) -> None:
+    """With room for one sandbox label: the first sandbox has it, the next counts as `_other` until the first
+    is deleted, then takes the freed label (and the deleted sandbox's series are gone)."""
+    ns = world.namespace
+    apis = (world.custom, client.CoreV1Api(k8s_api))
+    boxes = []
+    for number, name in enumerate(("sb-m1", "sb-m2"), start=30):
+        ip = f"127.0.0.{number}"
+        port = world.upstreams.start(f"{name}/preview", ip)
+        boxes.append(Box(name, ip, port, port, "t"))
+        managed_sandbox(apis, ns, boxes[-1])
+    values = [
+        "--set=previewRouter.enabled=true",
+        f"--set=previewRouter.domain={DOMAIN}",
+        f"--set=previewRouter.sandboxNamespaces={{{ns}}}",
+        "--set=previewRouter.authCacheSeconds=1",
+        "--set=previewRouter.metrics.maxSandboxes=1",
+    ]
+    with running_router(tmp_path, kubeconfig, values) as router:
+
+        def get(name: str) -> int:
+            return raw_get(router.preview_port, "/", [], host=f"{name}.{DOMAIN}")[0]
+
+        def counts() -> tuple[float, float, float]:
+            series = _scrape(router)
+            return (
+                _requests(series, "preview", ns, "sb-m1"),
+                _requests(series, "preview", ns, "sb-m2"),
+                _requests(series, "preview", "_other", "_other"),
+            )
+
+        assert get("sb-m1") == 200
+        wait_for(lambda: counts() == (1, 0, 0), timeout=10, what="sb-m1 to hold the one label")
+        assert get("sb-m2") == 200 and get("sb-m2") == 200
+        wait_for(lambda: counts() == (1, 0, 2), timeout=10, what="sb-m2 to count as _other")
+
+        world.custom.delete_namespaced_custom_object("agents.x-k8s.io", "v1beta1", ns, "sandboxes", "sb-m1")
+        wait_for(lambda: get("sb-m1") == 404, timeout=15, what="sb-m1 to be gone")
+        assert get("sb-m2") == 200
+        wait_for(lambda: counts() == (0, 1, 2), timeout=10, what="sb-m2 to take the freed label")
+        series = _scrape(router)
+        assert not any(dict(labels).get("sandbox") == "sb-m1" for (_, labels) in series)
+        assert {dict(labels).get("sandbox") for (_, labels) in series} - {None} == {"sb-m2", "_other"}

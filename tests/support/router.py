@@ -255,6 +255,7 @@ class Router:
     preview_port: int
     sdk_port: int
     auth_port: int
+    metrics_port: int
     keys_dir: Path
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
@@ -265,6 +266,10 @@ class Router:
     @property
     def sdk(self) -> str:
         return f"http://127.0.0.1:{self.sdk_port}"
+
+    @property
+    def metrics(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
 
     def logs(self) -> str:
         return "\n".join(
@@ -283,6 +288,7 @@ def running_router(directory: Path, kubeconfig: str, values: list[str]) -> Itera
         preview_port=free_port(),
         sdk_port=free_port(),
         auth_port=free_port(),
+        metrics_port=free_port(),
         keys_dir=directory / "keys",
     )
     router.keys_dir.mkdir()
@@ -292,6 +298,8 @@ def running_router(directory: Path, kubeconfig: str, values: list[str]) -> Itera
             f"--set=previewRouter.ports.preview={router.preview_port}",
             f"--set=previewRouter.ports.sdk={router.sdk_port}",
             f"--set=previewRouter.ports.auth={router.auth_port}",
+            f"--set=previewRouter.ports.metrics={router.metrics_port}",
+            f"--set=previewRouter.ports.accessLog={free_port()}",
         ]
     )
     # nginx's workers run as an unprivileged user when the tests run as root, and pytest's directories are
