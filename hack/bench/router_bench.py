@@ -21,6 +21,7 @@ import http.client
 import multiprocessing
 import os
 import platform
+import shutil
 import statistics
 import sys
 import tempfile
@@ -136,6 +137,7 @@ def main() -> int:
         upstream.terminate()
         upstream.join(10)
         plane.stop()
+        shutil.rmtree(work, ignore_errors=True)
 
     load = os.getloadavg()[0]
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
