@@ -230,6 +230,10 @@ def test_plain_sandboxes_from_shadowctl_and_the_sdk(
     ns = e2e_namespace
     claim = f"cli-sbx-{uuid.uuid4().hex[:6]}"
     assert ok(ctl(cluster, "sandbox", "claim", claim, "--template", "workspace", "-n", ns)).strip() == claim
+    # The claim names its sandbox's preview (the chart's domain on kind is preview.localhost).
+    assert (cluster.get(ns, "sandboxclaims", claim) or {})["status"][
+        "previewURL"
+    ] == f"http://{claim}.preview.localhost/"
     assert (
         ok(ctl(cluster, "sandbox", "exec", claim, "-n", ns, "--", "sh", "-c", "echo hi > f.txt; cat f.txt"))
         == "hi\n"

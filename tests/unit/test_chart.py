@@ -539,3 +539,23 @@ def test_router_in_its_own_namespace_with_a_wildcard_ingress(helm: str) -> None:
     env = {e["name"]: e.get("value") for e in operator["spec"]["template"]["spec"]["containers"][0]["env"]}
     # The sandboxes' managed NetworkPolicy must admit the router where it runs.
     assert env["SHADOW_INGRESS_NAMESPACES"] == "agent-sandbox-system"
+
+
+def test_router_has_its_own_narrow_network_policy(helm: str) -> None:
+    docs = router_docs(helm)
+    (policy,) = [p for p in by_kind(docs, "NetworkPolicy") if "preview-router" in p["metadata"]["name"]]
+    spec = policy["spec"]
+    assert spec["policyTypes"] == ["Ingress", "Egress"]
+    # In: only its listeners. Out: sandboxes, cluster DNS, the API server's ports.
+    assert {p["port"] for p in spec["ingress"][0]["ports"]} == {8080, 8081, 9091}
+    to_sandboxes, to_dns, to_api = spec["egress"]
+    assert to_sandboxes["to"][0]["podSelector"]["matchExpressions"] == [
+        {"key": "agents.x-k8s.io/sandbox-name-hash", "operator": "Exists"}
+    ]
+    assert to_dns["to"][0]["podSelector"] == {"matchLabels": {"k8s-app": "kube-dns"}}
+    assert [p["port"] for p in to_api["ports"]] == [443, 6443] and "to" not in to_api
+    narrowed = router_docs(helm, "--set=previewRouter.networkPolicy.apiServerCIDRs[0]=172.18.0.2/32")
+    (policy,) = [p for p in by_kind(narrowed, "NetworkPolicy") if "preview-router" in p["metadata"]["name"]]
+    assert policy["spec"]["egress"][2]["to"] == [{"ipBlock": {"cidr": "172.18.0.2/32"}}]
+    off = router_docs(helm, "--set=previewRouter.networkPolicy.enabled=false")
+    assert not [p for p in by_kind(off, "NetworkPolicy") if "preview-router" in p["metadata"]["name"]]

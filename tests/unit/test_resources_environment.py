@@ -91,6 +91,11 @@ def test_workspace_sandbox_mounts_a_volume_at_the_preserved_path() -> None:
     container = pod["containers"][0]
     assert sandbox["metadata"]["name"] == "demo"
     assert sandbox["metadata"]["labels"][c.LABEL_ENVIRONMENT] == "demo"
+    assert "annotations" not in sandbox["metadata"]
+    private = environment()
+    private["metadata"]["annotations"] = {c.ANNOTATION_PREVIEW_ACCESS: "private"}
+    built = res.build_workspace_sandbox(private, template(), gitea_base_url=None)
+    assert built["metadata"]["annotations"] == {c.ANNOTATION_PREVIEW_ACCESS: "private"}
     # Under the template's managed NetworkPolicy, like a claim's sandbox.
     assert sandbox["metadata"]["labels"][c.LABEL_TEMPLATE_REF_HASH] == naming.name_hash(
         template()["metadata"]["name"]

@@ -17,7 +17,7 @@ from typing import Any
 
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
-from shadow_operator.resources.blueprint import sandbox_spec_from_template
+from shadow_operator.resources.blueprint import preview_access, sandbox_spec_from_template
 from shadow_operator.resources.conditions import parse_time
 from shadow_operator.resources.sandbox import runtime_container_index
 
@@ -356,6 +356,7 @@ def build_workspace_sandbox(
                 **environment_labels(env, c.COMPONENT_WORKSPACE),
                 c.LABEL_TEMPLATE_REF_HASH: naming.name_hash(template["metadata"]["name"]),
             },
+            **({"annotations": preview_access(env)} if preview_access(env) else {}),
         },
         "spec": sandbox_spec,
     }
