@@ -4,7 +4,12 @@
 //   - routes every other node's podCIDRs through that node's InternalIP.
 //
 // It talks to the API server with plain HTTPS and the pod's service account (no client library), and
-// reconciles on a fixed period so nodes joining later are routed. NetworkPolicy is not enforced.
+// reconciles on a fixed period so nodes joining later are routed.
+//
+// It also enforces NetworkPolicy (netpol.go): pods, namespaces and policies are listed and watched
+// (watch.go) and compiled into one nftables table, `table inet kindnet-netpol`, replaced atomically with
+// `nft -f -` whenever it changes (enforcer.go). kind's own kindnetd embeds kube-network-policies instead,
+// which needs the nft queue expression (CONFIG_NFT_QUEUE) that our machines' kernels lack.
 package main
 
 import (
@@ -17,6 +22,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -59,8 +65,11 @@ func (n node) internalIPs() []net.IP {
 }
 
 type apiClient struct {
-	base string
-	http *http.Client
+	base      string
+	tokenPath string
+	http      *http.Client
+	// watch has no overall timeout of its own: watches end when the server's timeoutSeconds runs out.
+	watch *http.Client
 }
 
 func newAPIClient() (*apiClient, error) {
@@ -78,30 +87,49 @@ func newAPIClient() (*apiClient, error) {
 	}
 	transport := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
 	return &apiClient{
-		base: "https://" + net.JoinHostPort(host, port),
-		http: &http.Client{Transport: transport, Timeout: 15 * time.Second},
+		base:      "https://" + net.JoinHostPort(host, port),
+		tokenPath: filepath.Join(serviceAccountDir, "token"),
+		http:      &http.Client{Transport: transport, Timeout: 15 * time.Second},
+		watch:     &http.Client{Transport: transport, Timeout: watchTimeout + 30*time.Second},
 	}, nil
 }
 
-func (c *apiClient) nodes() ([]node, error) {
+// get sends an authenticated GET; the caller closes the body of a response with status 200.
+func (c *apiClient) get(client *http.Client, path string) (*http.Response, error) {
 	// Bound service account tokens rotate, so the file is read for every request.
-	token, err := os.ReadFile(filepath.Join(serviceAccountDir, "token"))
+	token, err := os.ReadFile(c.tokenPath)
 	if err != nil {
 		return nil, err
 	}
-	req, err := http.NewRequest(http.MethodGet, c.base+"/api/v1/nodes", nil)
+	req, err := http.NewRequest(http.MethodGet, c.base+path, nil)
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+string(bytes.TrimSpace(token)))
-	resp, err := c.http.Do(req)
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		return nil, &httpError{path: path, code: resp.StatusCode}
+	}
+	return resp, nil
+}
+
+type httpError struct {
+	path string
+	code int
+}
+
+func (e *httpError) Error() string { return fmt.Sprintf("GET %s: HTTP %d", e.path, e.code) }
+
+func (c *apiClient) nodes() ([]node, error) {
+	resp, err := c.get(c.http, "/api/v1/nodes")
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("list nodes: HTTP %d", resp.StatusCode)
-	}
 	var list nodeList
 	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
 		return nil, err
@@ -231,6 +259,8 @@ func main() {
 		log.Fatal(err)
 	}
 	log.Printf("kindnetd on %s, pod subnet %s", hostIP, os.Getenv("POD_SUBNET"))
+	nodeIP, _ := netip.ParseAddr(hostIP.String())
+	go runNetworkPolicy(client, nodeIP)
 	for {
 		if err := reconcile(client, hostIP); err != nil {
 			log.Printf("reconcile: %v", err)

@@ -366,6 +366,9 @@ class ProcessManager:
                 "NOT_FOUND" if code == 404 else "FAILED_PRECONDITION",
                 f"failed to execute {spec.argv[0]!r}: {err.strerror or err}",
             ) from None
+        except BaseException:
+            self.limiter.release()  # e.g. an argument that cannot be encoded: never leak the slot
+            raise
         p = Process(
             id=uuid.uuid4().hex[:12],
             argv=spec.argv,

@@ -106,6 +106,21 @@ def walk(
         stack.extend(reversed(subdirs))
 
 
+def list_files(root: Root, base: str, prune: frozenset[str]) -> list[str]:
+    """Every file under `base` (and symlink to one inside the root), relative to the root and sorted;
+    directories named in `prune` are not entered."""
+    out = []
+    for e, _ in walk(root, base, prune=prune):
+        if e.name in prune and e.is_dir(follow_symlinks=False):
+            continue
+        if e.is_file(follow_symlinks=False) or (e.is_symlink() and root.check_entry(e.path)):
+            if os.path.isdir(e.path):
+                continue
+            out.append(root.relative(e.path))
+    out.sort()
+    return out
+
+
 def list_tree(
     root: Root, res: Resolved, *, depth: int, glob: str | None, hidden: bool, files_only: bool = False
 ) -> list[dict[str, Any]]:

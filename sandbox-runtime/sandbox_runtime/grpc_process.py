@@ -12,20 +12,19 @@ import contextlib
 import hmac
 import os
 import signal
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from typing import Any, TypeAlias
 
 import grpc
 from google.protobuf import descriptor_pb2, descriptor_pool, empty_pb2, message_factory
 
 from .errors import ApiError
-from .execution import ExecSpec, base_env, killpg
-
-if TYPE_CHECKING:
-    from .app import Runtime
+from .execution import ExecSpec, killpg
+from .runtime import Runtime
 
 _F = descriptor_pb2.FieldDescriptorProto
 SERVICE = "process.v1.ProcessService"
+Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
 
 
 def _descriptor() -> descriptor_pb2.FileDescriptorProto:
@@ -169,7 +168,7 @@ class ProcessService:
         self.m = Messages()
         self.expected = f"Bearer {rt.settings.token}".encode() if rt.settings.token else None
 
-    async def _check(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+    async def _check(self, context: Context) -> None:
         if self.expected is None:
             return
         got = b""
@@ -180,41 +179,39 @@ class ProcessService:
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid bearer token")
 
     def _spec(self, config: Any, timeout: float | None) -> ExecSpec:
+        """The same checks as HTTP's exec (cwd confined, no NUL bytes, valid env names): one ExecService."""
         if not config.command:
             raise ApiError(400, "INVALID_ARGUMENT", "config.command is empty")
-        env = base_env()
-        env.update(dict(config.env_vars))
-        cwd = self.rt.cwd(config.cwd if config.HasField("cwd") else "")
-        return ExecSpec(
-            argv=list(config.command),
-            cwd=cwd,
-            env=env,
+        return self.rt.exec.spec(
+            list(config.command),
+            cwd=config.cwd if config.HasField("cwd") else "",
+            env=dict(config.env_vars),
             timeout=timeout,
-            max_output=self.rt.settings.max_output,
         )
 
-    async def _abort(self, context: grpc.aio.ServicerContext[Any, Any], err: ApiError) -> None:
+    async def _abort(self, context: Context, err: ApiError) -> None:
         await context.abort(_STATUS.get(err.status, grpc.StatusCode.UNKNOWN), err.message)
 
-    async def execute(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+    async def execute(self, request: Any, context: Context) -> Any:
         await self._check(context)
         remaining = context.time_remaining()
         timeout = (
             min(remaining, self.rt.settings.exec_timeout) if remaining else self.rt.settings.exec_timeout
         )
         try:
-            res = await self.rt.run(self._spec(request.config, timeout), "grpc")
+            res = await self.rt.exec.run(self._spec(request.config, timeout), "grpc")
         except ApiError as err:
             await self._abort(context, err)
             raise
         return self.m.ExecuteResponse(exit_code=res.exit_code, stdout=res.stdout, stderr=res.stderr)
 
-    async def start(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+    async def start(self, request: Any, context: Context) -> AsyncGenerator[Any, None]:
         await self._check(context)
         if request.HasField("pty"):
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, "PTY over gRPC is not supported; use /v1/pty")
+        # Like /v1/processes: no default timeout; the process lives as long as the caller's stream.
         try:
-            p = await self.rt.processes.start(self._spec(request.config, None), keep_stdin=True)
+            p = await self.rt.exec.start(self._spec(request.config, None), keep_stdin=True)
         except ApiError as err:
             await self._abort(context, err)
             raise
@@ -230,7 +227,7 @@ class ProcessService:
             if p.running:  # the caller cancelled the stream
                 killpg(p.pid)
 
-    async def _process(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+    async def _process(self, request: Any, context: Context) -> Any:
         """The authorised request's process, or an aborted call (NOT_FOUND) when there is none."""
         await self._check(context)
         try:
@@ -240,12 +237,12 @@ class ProcessService:
             raise
 
     def _by_pid(self, pid: int) -> Any:
-        for p in self.rt.processes.procs.values():
+        for p in self.rt.exec.processes.procs.values():
             if p.pid == pid:
                 return p
         raise ApiError(404, "NOT_FOUND", f"no process with id {pid}")
 
-    async def write_stdin(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+    async def write_stdin(self, request: Any, context: Context) -> Any:
         p = await self._process(request, context)
         stdin = p.proc.stdin
         if stdin is not None and not stdin.is_closing():
@@ -257,7 +254,7 @@ class ProcessService:
                     stdin.close()
         return self.m.WriteStdinResponse()
 
-    async def send_signal(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+    async def send_signal(self, request: Any, context: Context) -> Any:
         p = await self._process(request, context)
         sig = request.signal or signal.SIGTERM
         if p.running:
@@ -265,9 +262,27 @@ class ProcessService:
                 os.killpg(p.pid, sig)
         return self.m.SendSignalResponse()
 
-    async def resize_tty(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+    async def resize_tty(self, request: Any, context: Context) -> Any:
         await self._check(context)
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "PTY over gRPC is not supported; use /v1/pty")
+
+    def _unary(self, method: Callable[[Any, Context], Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        async def call(request: Any, context: Context) -> Any:
+            with self.rt.activity.busy():  # a gRPC client is as much a user as an HTTP one
+                return await method(request, context)
+
+        return call
+
+    def _stream(
+        self, method: Callable[[Any, Context], AsyncGenerator[Any, None]]
+    ) -> Callable[..., AsyncIterator[Any]]:
+        async def call(request: Any, context: Context) -> AsyncIterator[Any]:
+            with self.rt.activity.busy():
+                async with contextlib.aclosing(method(request, context)) as events:
+                    async for event in events:
+                        yield event
+
+        return call
 
     def handler(self) -> grpc.GenericRpcHandler:
         m = self.m
@@ -275,19 +290,27 @@ class ProcessService:
             SERVICE,
             {
                 "Execute": grpc.unary_unary_rpc_method_handler(
-                    self.execute, m.ExecuteRequest.FromString, m.ExecuteResponse.SerializeToString
+                    self._unary(self.execute),
+                    m.ExecuteRequest.FromString,
+                    m.ExecuteResponse.SerializeToString,
                 ),
                 "Start": grpc.unary_stream_rpc_method_handler(
-                    self.start, m.StartRequest.FromString, m.StartResponse.SerializeToString
+                    self._stream(self.start), m.StartRequest.FromString, m.StartResponse.SerializeToString
                 ),
                 "WriteStdin": grpc.unary_unary_rpc_method_handler(
-                    self.write_stdin, m.WriteStdinRequest.FromString, m.WriteStdinResponse.SerializeToString
+                    self._unary(self.write_stdin),
+                    m.WriteStdinRequest.FromString,
+                    m.WriteStdinResponse.SerializeToString,
                 ),
                 "SendSignal": grpc.unary_unary_rpc_method_handler(
-                    self.send_signal, m.SendSignalRequest.FromString, m.SendSignalResponse.SerializeToString
+                    self._unary(self.send_signal),
+                    m.SendSignalRequest.FromString,
+                    m.SendSignalResponse.SerializeToString,
                 ),
                 "ResizeTTY": grpc.unary_unary_rpc_method_handler(
-                    self.resize_tty, m.ResizeTTYRequest.FromString, m.ResizeTTYResponse.SerializeToString
+                    self._unary(self.resize_tty),
+                    m.ResizeTTYRequest.FromString,
+                    m.ResizeTTYResponse.SerializeToString,
                 ),
             },
         )

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import time
-
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 
 class Metrics:
@@ -44,31 +41,3 @@ class Metrics:
         self.processes = Gauge(
             "sandbox_runtime_processes", "Processes currently running.", registry=self.registry
         )
-
-
-class MetricsMiddleware:
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
-        self.app = app
-        self.metrics = metrics
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        start = time.perf_counter()
-        status = [500]
-
-        async def capture(msg: Message) -> None:
-            if msg["type"] == "http.response.start":
-                status[0] = msg["status"]
-            await send(msg)
-
-        try:
-            await self.app(scope, receive, capture)
-        finally:
-            route = scope.get("route")
-            # The route template, not the raw path, keeps label cardinality bounded.
-            name = getattr(route, "path", None) or "unmatched"
-            self.metrics.requests.labels(scope["method"], name, str(status[0])).observe(
-                time.perf_counter() - start
-            )

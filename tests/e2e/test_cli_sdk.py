@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from shadow_operator.sdk import AsyncShadowGateway, EnvironmentSpec, LocalSource, ShadowGateway
 
-from tests.e2e.cluster import Cluster, eventually
+from tests.e2e.cluster import Cluster, eventually, git
 
 pytestmark = pytest.mark.e2e
 
@@ -27,19 +27,6 @@ SHADOWCTL = str(Path(sys.executable).parent / "shadowctl")
 ORG = "shadowdemo"
 REQUESTS = {"cpu": "10m", "memory": "64Mi"}  # one 2-CPU node is shared with the other e2e tests
 TIMEOUT = "420"
-
-
-def git(cwd: Path, *args: str) -> str:
-    env = {
-        "PATH": os.environ["PATH"],
-        "HOME": str(cwd),
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_AUTHOR_NAME": "dev",
-        "GIT_AUTHOR_EMAIL": "dev@example.com",
-        "GIT_COMMITTER_NAME": "dev",
-        "GIT_COMMITTER_EMAIL": "dev@example.com",
-    }
-    return subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=True).stdout
 
 
 def repositories(root: Path) -> tuple[Path, Path]:
@@ -230,6 +217,10 @@ def test_plain_sandboxes_from_shadowctl_and_the_sdk(
     ns = e2e_namespace
     claim = f"cli-sbx-{uuid.uuid4().hex[:6]}"
     assert ok(ctl(cluster, "sandbox", "claim", claim, "--template", "workspace", "-n", ns)).strip() == claim
+    # The claim names its sandbox's preview (the chart's domain on kind is preview.localhost).
+    assert (cluster.get(ns, "sandboxclaims", claim) or {})["status"][
+        "previewURL"
+    ] == f"http://{claim}.preview.localhost/"
     assert (
         ok(ctl(cluster, "sandbox", "exec", claim, "-n", ns, "--", "sh", "-c", "echo hi > f.txt; cat f.txt"))
         == "hi\n"

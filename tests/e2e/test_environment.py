@@ -7,7 +7,6 @@ broken source gets a FAIL verdict with evidence; deleting the environments leave
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,7 +17,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 from shadow_operator.sdk import upload_source
 
-from tests.e2e.cluster import READY_TIMEOUT, Cluster, condition, eventually, is_ready
+from tests.e2e.cluster import READY_TIMEOUT, Cluster, condition, eventually, git, is_ready
 
 pytestmark = pytest.mark.e2e
 
@@ -30,20 +29,6 @@ ENV_TIMEOUT = max(READY_TIMEOUT, 300.0)
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
-
-
-def git(cwd: Path, *args: str) -> str:
-    env = {
-        "PATH": os.environ["PATH"],
-        "HOME": str(cwd),
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_AUTHOR_NAME": "dev",
-        "GIT_AUTHOR_EMAIL": "dev@example.com",
-        "GIT_COMMITTER_NAME": "dev",
-        "GIT_COMMITTER_EMAIL": "dev@example.com",
-    }
-    out = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=True)
-    return out.stdout.strip()
 
 
 def python_package(root: Path, *, broken: bool = False) -> Path:

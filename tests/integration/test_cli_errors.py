@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from tests.support.sandbox_operator import ENVIRONMENT, Objects, install_crds
+from tests.support.sandbox_operator import CLAIM, ENVIRONMENT, SANDBOX, Objects, install_crds
 
 pytestmark = pytest.mark.integration
 
@@ -120,3 +120,59 @@ def test_workspace_not_ready_and_bad_input(objs: Objects, kubeconfig: str, tmp_p
     assert doctor.returncode == 1  # the operator check fails
     assert checks["CRDs"]["state"] == "ok" and checks["operator"]["state"] == "failed"
     assert "fix" in checks["operator"]
+
+
+def test_preview_errors(objs: Objects, kubeconfig: str) -> None:
+    ns = objs.namespace
+    keys = ["--keys-secret", "keys", "--keys-namespace", ns, "-n", ns]
+    one_error(run(kubeconfig, "preview", "nope", *keys), "does not exist", "shadowctl list")
+    one_error(
+        run(kubeconfig, "sandbox", "preview", "nope", *keys), "does not exist", "shadowctl sandbox list"
+    )
+
+    # An environment with no workspace Sandbox yet.
+    objs.create(
+        ENVIRONMENT,
+        {"metadata": {"name": "young"}, "spec": {"sources": [{"name": "s", "repo": "o/s", "upload": {}}]}},
+        version="v1alpha1",
+    )
+    one_error(run(kubeconfig, "preview", "young", *keys), "no workspace Sandbox yet", "wait for it")
+
+    # Its Sandbox exists but has no preview URL (no preview domain configured), then has one.
+    objs.custom.patch_namespaced_custom_object_status(
+        "shadow.dev", "v1alpha1", ns, "shadowenvironments", "young", {"status": {"sandbox": "young-ws"}}
+    )
+    one_error(run(kubeconfig, "preview", "young", *keys), f"Sandbox {ns}/young-ws does not exist")
+    objs.create(
+        SANDBOX,
+        {
+            "metadata": {"name": "young-ws"},
+            "spec": {"podTemplate": {"spec": {"containers": [{"name": "c", "image": "x"}]}}},
+        },
+    )
+    one_error(run(kubeconfig, "preview", "young", *keys), "no status.previewURL", "previewRouter.domain")
+    objs.custom.patch_namespaced_custom_object_status(
+        "agents.x-k8s.io",
+        "v1beta1",
+        ns,
+        "sandboxes",
+        "young-ws",
+        {"status": {"previewURL": "http://young-ws.p.test/"}},
+    )
+
+    # The keys Secret: missing, then empty, then a key too short to sign with.
+    one_error(run(kubeconfig, "preview", "young", *keys), f"Secret {ns}/keys does not exist", "--keys-secret")
+    core = client.CoreV1Api(objs.api)
+    core.create_namespaced_secret(ns, client.V1Secret(metadata=client.V1ObjectMeta(name="keys")))
+    one_error(run(kubeconfig, "preview", "young", *keys), "holds no preview key", "32 bytes")
+    core.patch_namespaced_secret("keys", ns, {"data": {"k1": base64.b64encode(b"short").decode()}})
+    one_error(run(kubeconfig, "preview", "young", *keys), "shorter than 32 bytes", "token_urlsafe")
+    core.patch_namespaced_secret("keys", ns, {"data": {"k1": base64.b64encode(b"k" * 32).decode()}})
+    ok = run(kubeconfig, "preview", "young", *keys)
+    assert ok.returncode == 0 and ok.stdout.startswith("http://young-ws.p.test/?shadow_token="), ok.stderr
+
+    # A claim that is not bound yet.
+    objs.create(CLAIM, {"metadata": {"name": "waiting"}, "spec": {"sandboxTemplateRef": {"name": "t"}}})
+    one_error(
+        run(kubeconfig, "sandbox", "preview", "waiting", *keys), "is not ready", "describe sandboxclaim"
+    )

@@ -13,22 +13,39 @@ import asyncio
 import base64
 import itertools
 import json
+import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import httpx
 import pytest
+import yaml
 from kubernetes import client
+from prometheus_client.parser import text_string_to_metric_families
 from shadow_operator.api import naming
 from shadow_operator.router.tokens import KeyRing
 
 from tests.support.controlplane import wait_for
-from tests.support.router import SSE_EVENTS, SSE_GAP_SECONDS, Router, Upstreams, raw_get, running_router
+from tests.support.router import (
+    SSE_EVENTS,
+    SSE_GAP_SECONDS,
+    Box,
+    Router,
+    Upstreams,
+    managed_sandbox,
+    raw_get,
+    running_router,
+    sandbox_object,
+    sandbox_pod,
+    set_ready,
+)
 from tests.support.sandbox_operator import install_crds
 
 pytestmark = pytest.mark.integration
@@ -39,15 +56,6 @@ NGINX_DEFAULT_PAGE = "<center>nginx"
 
 
 @dataclass
-class Box:
-    name: str
-    ip: str
-    preview_port: int
-    runtime_port: int
-    token: str
-
-
-@dataclass
 class World:
     router: Router
     namespace: str
@@ -55,110 +63,7 @@ class World:
     boxes: dict[str, Box]
     keys: KeyRing
     custom: client.CustomObjectsApi
-
-
-def _sandbox(
-    custom: client.CustomObjectsApi, ns: str, name: str, box: Box, annotations: dict[str, str]
-) -> Any:
-    body = {
-        "apiVersion": "agents.x-k8s.io/v1beta1",
-        "kind": "Sandbox",
-        "metadata": {"name": name, "annotations": annotations},
-        "spec": {
-            "podTemplate": {
-                "spec": {
-                    "containers": [
-                        {
-                            "name": "runtime",
-                            "image": "sandbox-runtime:dev",
-                            "ports": [
-                                {"name": "runtime", "containerPort": box.runtime_port},
-                                {"name": "preview", "containerPort": box.preview_port},
-                            ],
-                        }
-                    ]
-                }
-            }
-        },
-    }
-    return custom.create_namespaced_custom_object("agents.x-k8s.io", "v1beta1", ns, "sandboxes", body)
-
-
-def _set_ready(custom: client.CustomObjectsApi, ns: str, name: str, ready: bool) -> None:
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    condition = {
-        "type": "Ready",
-        "status": "True" if ready else "False",
-        "reason": "DependenciesReady" if ready else "DependenciesNotReady",
-        "message": "set by the test",
-        "lastTransitionTime": now,
-    }
-    custom.patch_namespaced_custom_object_status(
-        "agents.x-k8s.io", "v1beta1", ns, "sandboxes", name, {"status": {"conditions": [condition]}}
-    )
-
-
-def _pod(
-    core: client.CoreV1Api, ns: str, name: str, ip: str, owner: dict[str, Any] | None, labels: dict[str, str]
-) -> None:
-    meta: dict[str, Any] = {"name": name, "labels": labels}
-    if owner is not None:
-        meta["ownerReferences"] = [
-            {
-                "apiVersion": owner["apiVersion"],
-                "kind": owner["kind"],
-                "name": owner["metadata"]["name"],
-                "uid": owner["metadata"]["uid"],
-                "controller": True,
-            }
-        ]
-    # A scheduler nobody runs: the pod stays where the test puts it, and the test writes its status.
-    spec = {"schedulerName": "nobody", "containers": [{"name": "c", "image": "none:dev"}]}
-    core.create_namespaced_pod(ns, {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec})
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    status = {
-        "phase": "Running",
-        "podIP": ip,
-        "podIPs": [{"ip": ip}],
-        "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}],
-    }
-    core.patch_namespaced_pod_status(name, ns, {"status": status})
-
-
-def _token_secret(core: client.CoreV1Api, ns: str, sandbox: str, token: str) -> None:
-    core.create_namespaced_secret(
-        ns,
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {
-                "name": naming.token_secret_name(sandbox),
-                "labels": {
-                    "agents.x-k8s.io/sandbox-name-hash": naming.name_hash(sandbox),
-                    "app.kubernetes.io/managed-by": "shadow-operator",
-                },
-            },
-            "data": {"token": base64.b64encode(token.encode()).decode()},
-        },
-    )
-
-
-def _managed(
-    world_args: tuple[client.CustomObjectsApi, client.CoreV1Api],
-    ns: str,
-    box: Box,
-    *,
-    ready: bool = True,
-    private: bool = False,
-) -> None:
-    custom, core = world_args
-    annotations = {"shadow.dev/preview-access": "private"} if private else {}
-    sandbox = _sandbox(custom, ns, box.name, box, annotations)
-    _set_ready(custom, ns, box.name, ready)
-    _pod(
-        core, ns, box.name, box.ip, sandbox, {"agents.x-k8s.io/sandbox-name-hash": naming.name_hash(box.name)}
-    )
-    _token_secret(core, ns, box.name, box.token)
+    upstreams: Upstreams
 
 
 @pytest.fixture(scope="module")
@@ -184,10 +89,10 @@ def world(
         )
     apis = (custom, core)
     for name in ("sb-a", "sb-b", "sb-gone"):
-        _managed(apis, namespace, boxes[name])
-    _managed(apis, namespace, boxes["sb-private"], private=True)
-    _managed(apis, namespace, boxes["sb-cold"], ready=False)
-    _managed(apis, other, boxes["elsewhere"])
+        managed_sandbox(apis, namespace, boxes[name])
+    managed_sandbox(apis, namespace, boxes["sb-private"], private=True)
+    managed_sandbox(apis, namespace, boxes["sb-cold"], ready=False)
+    managed_sandbox(apis, other, boxes["elsewhere"])
     # Must stay unreachable: a Service + pod that are no sandbox, and a pod with a sandbox's label and name
     # for a Sandbox that does not own it.
     intruder_port = upstreams.start("intruder", "127.0.0.20")
@@ -198,12 +103,12 @@ def world(
             "spec": {"selector": {"app": "other"}, "ports": [{"port": intruder_port}]},
         },
     )
-    _pod(core, namespace, "other-svc", "127.0.0.20", None, {"app": "other"})
+    sandbox_pod(core, namespace, "other-svc", "127.0.0.20", None, {"app": "other"})
     orphan = Box("sb-orphan", "127.0.0.20", intruder_port, intruder_port, "x")
-    owner = _sandbox(custom, namespace, "sb-orphan", orphan, {})
-    _set_ready(custom, namespace, "sb-orphan", True)
+    owner = sandbox_object(custom, namespace, "sb-orphan", orphan, {})
+    set_ready(custom, namespace, "sb-orphan", True)
     del owner
-    _pod(
+    sandbox_pod(
         core,
         namespace,
         "sb-orphan",
@@ -224,7 +129,7 @@ def world(
     try:
         with running_router(directory, kubeconfig, values) as router:
             (router.keys_dir / "k1").write_bytes(KEY)
-            yield World(router, namespace, other, boxes, keys, custom)
+            yield World(router, namespace, other, boxes, keys, custom, upstreams)
     finally:
         upstreams.close()
         for ns in (namespace, other):
@@ -469,6 +374,103 @@ def test_websocket_to_a_private_preview_needs_the_cookie(world: World) -> None:
     assert asyncio.run(talk(f"shadow_preview={token}")) == "sb-private/preview:hi"
 
 
+# --------------------------------------------------------------------------------- shadowctl preview
+def _shadowctl(kubeconfig: str, *args: str) -> subprocess.CompletedProcess[str]:
+    shadowctl = str(Path(sys.executable).parent / "shadowctl")
+    env = {**os.environ, "KUBECONFIG": kubeconfig, "COLUMNS": "80"}
+    return subprocess.run([shadowctl, *args], env=env, capture_output=True, text=True, timeout=120)
+
+
+def _open_link(world: World, url: str) -> tuple[int, str]:
+    """Follow a signed link as a browser would: the redirect that sets the cookie, then the page."""
+    parts = urlsplit(url)
+    status, headers, _ = _preview(world, parts.netloc, f"{parts.path}?{parts.query}")
+    assert status == 302, (status, headers)
+    cookie = headers["set-cookie"].split(";")[0]
+    status, _, body = _preview(world, parts.netloc, headers["location"], [("Cookie", cookie)])
+    return status, body
+
+
+def test_shadowctl_prints_links_that_open_the_private_preview(
+    world: World, k8s_api: client.ApiClient, kubeconfig: str
+) -> None:
+    """`shadowctl preview ENV` and `shadowctl sandbox preview CLAIM`, signed with the keys Secret the router
+    mounts, opened through the real nginx and router-auth."""
+    ns, custom = world.namespace, world.custom
+    host = f"sb-private.{DOMAIN}"
+    custom.patch_namespaced_custom_object_status(
+        "agents.x-k8s.io",
+        "v1beta1",
+        ns,
+        "sandboxes",
+        "sb-private",
+        {"status": {"previewURL": f"http://{host}/"}},
+    )
+    client.CoreV1Api(k8s_api).create_namespaced_secret(
+        ns, {"metadata": {"name": "preview-keys"}, "data": {"k1": base64.b64encode(KEY).decode()}}
+    )
+    custom.create_namespaced_custom_object(
+        "shadow.dev",
+        "v1alpha1",
+        ns,
+        "shadowenvironments",
+        {
+            "apiVersion": "shadow.dev/v1alpha1",
+            "kind": "ShadowEnvironment",
+            "metadata": {"name": "env-p"},
+            "spec": {"sources": [{"name": "s", "repo": "o/s", "upload": {}}]},
+        },
+    )
+    custom.patch_namespaced_custom_object_status(
+        "shadow.dev", "v1alpha1", ns, "shadowenvironments", "env-p", {"status": {"sandbox": "sb-private"}}
+    )
+    custom.create_namespaced_custom_object(
+        "extensions.agents.x-k8s.io",
+        "v1beta1",
+        ns,
+        "sandboxclaims",
+        {
+            "apiVersion": "extensions.agents.x-k8s.io/v1beta1",
+            "kind": "SandboxClaim",
+            "metadata": {"name": "claim-p"},
+            "spec": {"sandboxTemplateRef": {"name": "t"}},
+        },
+    )
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    ready = {"type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": now}
+    custom.patch_namespaced_custom_object_status(
+        "extensions.agents.x-k8s.io",
+        "v1beta1",
+        ns,
+        "sandboxclaims",
+        "claim-p",
+        {"status": {"conditions": [ready], "sandbox": {"name": "sb-private"}}},
+    )
+    keys = ["--keys-secret", "preview-keys", "--keys-namespace", ns, "-n", ns]
+
+    text = _shadowctl(kubeconfig, "preview", "env-p", *keys, "--ttl", "300")
+    assert text.returncode == 0, text.stderr
+    url = text.stdout.strip()
+    assert "\n" not in url and url.startswith(f"http://{host}/?shadow_token=")  # one line, however narrow
+    assert "valid until" in text.stderr
+    assert world.keys.verify(url.split("shadow_token=")[1]).expires <= time.time() + 300
+    status, body = _open_link(world, url)
+    assert status == 200 and _served_by(body) == "sb-private/preview"
+
+    as_json = _shadowctl(kubeconfig, "sandbox", "preview", "claim-p", *keys, "-o", "json")
+    assert as_json.returncode == 0, as_json.stderr
+    data = json.loads(as_json.stdout)
+    assert (data["sandbox"], data["namespace"]) == ("sb-private", ns)
+    assert data["expiresAt"].endswith("Z") and data["url"].startswith(f"http://{host}/?shadow_token=")
+    status, body = _open_link(world, data["url"])
+    assert status == 200 and _served_by(body) == "sb-private/preview"
+
+    as_yaml = _shadowctl(kubeconfig, "sandbox", "preview", "claim-p", *keys, "-o", "yaml")
+    # -o yaml is not re-wrapped at the terminal width (COLUMNS=80 here): the link parses back whole.
+    assert as_yaml.returncode == 0, as_yaml.stderr
+    assert yaml.safe_load(as_yaml.stdout)["url"].startswith(f"http://{host}/?shadow_token=")
+
+
 # -------------------------------------------------------------------------------------------- the SDK
 def _sdk(
     world: World, box: str, port: int | str, extra: dict[str, str] | None = None, path: str = "/execute"
@@ -595,3 +597,120 @@ def test_sdk_tokenreview_mode_admits_only_authenticated_callers(
         seen = allowed.json()["headers"]
         # The caller's credential stops at the router; the sandbox gets its own runtime token instead.
         assert "Authorization" not in seen and seen["X-Sandbox-Runtime-Token"] == box.token
+
+
+# -------------------------------------------------------------------------------------------- metrics
+Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def _scrape(router: Router) -> Series:
+    text = httpx.get(router.metrics, timeout=10).text
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def _value(series: Series, name: str, **labels: str) -> float:
+    return series.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def _requests(series: Series, route: str, ns: str, sandbox: str, code: str = "2xx") -> float:
+    labels = {"route": route, "namespace": ns, "sandbox": sandbox, "code": code}
+    return _value(series, "shadow_router_requests_total", **labels)
+
+
+def _latency_count(series: Series, route: str, ns: str, sandbox: str) -> float:
+    labels = {"route": route, "namespace": ns, "sandbox": sandbox}
+    return _value(series, "shadow_router_upstream_latency_seconds_count", **labels)
+
+
+def test_metrics_count_routed_requests_and_upstream_latency_per_sandbox(world: World) -> None:
+    """From nginx's access log (syslog over UDP to router-auth): only routed requests count, each under the
+    sandbox router-auth's decision named, with the sandbox's answer time in a histogram."""
+    ns, router = world.namespace, world.router
+    before = _scrape(router)
+    # Refused first (unknown host, a private preview without a token, an SDK call for a Service): UDP from
+    # nginx to router-auth on loopback keeps their order, so they would be counted before the routed ones.
+    for host in ("no-such-sandbox", "other-svc", "sb-private"):
+        assert _preview(world, f"{host}.{DOMAIN}")[0] in (401, 404)
+    assert _sdk(world, "other-svc", 8080).status_code == 404
+    for _ in range(7):
+        assert _preview(world, f"sb-a.{DOMAIN}", "/metered")[0] == 200
+    for _ in range(3):
+        assert _preview(world, f"SB-B.{DOMAIN}", "/metered")[0] == 200  # counted under its canonical name
+    for _ in range(4):
+        assert _sdk(world, "sb-a", world.boxes["sb-a"].runtime_port).status_code == 200
+
+    def delta(route: str, sandbox: str) -> float:
+        return _requests(_scrape(router), route, ns, sandbox) - _requests(before, route, ns, sandbox)
+
+    wait_for(
+        lambda: (delta("preview", "sb-a"), delta("preview", "sb-b"), delta("sdk", "sb-a")) == (7, 3, 4),
+        timeout=10,
+        what="the routed requests to be counted",
+    )
+    after = _scrape(router)
+    assert _latency_count(after, "preview", ns, "sb-a") - _latency_count(before, "preview", ns, "sb-a") == 7
+    assert _latency_count(after, "sdk", ns, "sb-a") - _latency_count(before, "sdk", ns, "sb-a") == 4
+    buckets = {
+        dict(labels)["le"]: value
+        for (name, labels), value in after.items()
+        if name == "shadow_router_upstream_latency_seconds_bucket"
+        and dict(labels)["sandbox"] == "sb-b"
+        and dict(labels)["route"] == "preview"
+    }
+    assert buckets["+Inf"] >= 3 and buckets["1.0"] >= 3  # loopback answers take well under a second
+    # Refused requests count nowhere: no label for names that are no sandbox, nothing more for sb-private.
+    sandboxes = {dict(labels).get("sandbox") for (_, labels) in after}
+    assert not sandboxes & {"no-such-sandbox", "other-svc"}
+    assert _requests(after, "preview", ns, "sb-private") == _requests(before, "preview", ns, "sb-private")
+    assert _value(after, "shadow_router_log_lines_invalid_total") == 0
+
+
+def test_metrics_sandbox_labels_are_bounded(
+    world: World, k8s_api: client.ApiClient, kubeconfig: str, tmp_path: Path
+) -> None:
+    """With room for one sandbox label: the first sandbox has it, the next counts as `_other` until the first
+    is deleted, then takes the freed label (and the deleted sandbox's series are gone)."""
+    ns = world.namespace
+    apis = (world.custom, client.CoreV1Api(k8s_api))
+    boxes = []
+    for number, name in enumerate(("sb-m1", "sb-m2"), start=30):
+        ip = f"127.0.0.{number}"
+        port = world.upstreams.start(f"{name}/preview", ip)
+        boxes.append(Box(name, ip, port, port, "t"))
+        managed_sandbox(apis, ns, boxes[-1])
+    values = [
+        "--set=previewRouter.enabled=true",
+        f"--set=previewRouter.domain={DOMAIN}",
+        f"--set=previewRouter.sandboxNamespaces={{{ns}}}",
+        "--set=previewRouter.authCacheSeconds=1",
+        "--set=previewRouter.metrics.maxSandboxes=1",
+    ]
+    with running_router(tmp_path, kubeconfig, values) as router:
+
+        def get(name: str) -> int:
+            return raw_get(router.preview_port, "/", [], host=f"{name}.{DOMAIN}")[0]
+
+        def counts() -> tuple[float, float, float]:
+            series = _scrape(router)
+            return (
+                _requests(series, "preview", ns, "sb-m1"),
+                _requests(series, "preview", ns, "sb-m2"),
+                _requests(series, "preview", "_other", "_other"),
+            )
+
+        assert get("sb-m1") == 200
+        wait_for(lambda: counts() == (1, 0, 0), timeout=10, what="sb-m1 to hold the one label")
+        assert get("sb-m2") == 200 and get("sb-m2") == 200
+        wait_for(lambda: counts() == (1, 0, 2), timeout=10, what="sb-m2 to count as _other")
+
+        world.custom.delete_namespaced_custom_object("agents.x-k8s.io", "v1beta1", ns, "sandboxes", "sb-m1")
+        wait_for(lambda: get("sb-m1") == 404, timeout=15, what="sb-m1 to be gone")
+        assert get("sb-m2") == 200
+        wait_for(lambda: counts() == (0, 1, 2), timeout=10, what="sb-m2 to take the freed label")
+        series = _scrape(router)
+        assert not any(dict(labels).get("sandbox") == "sb-m1" for (_, labels) in series)
+        assert {dict(labels).get("sandbox") for (_, labels) in series} - {None} == {"sb-m2", "_other"}

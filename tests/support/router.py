@@ -10,6 +10,7 @@ like any user would; the routing rules are used exactly as rendered.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import os
 import shutil
@@ -18,12 +19,16 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 from aiohttp import web
+from kubernetes import client
+from shadow_operator.api import naming
 
 from tests.support.controlplane import free_port, wait_for
 
@@ -127,6 +132,122 @@ class Upstreams:
         self.thread.join(10)
 
 
+# ------------------------------------------------------------------------ sandboxes, as the operator makes them
+# The operator does not run: these write a Sandbox, its Pod (never scheduled; its status says Running at a
+# loopback IP) and its runtime token Secret the way the operator would.
+@dataclass
+class Box:
+    name: str
+    ip: str
+    preview_port: int
+    runtime_port: int
+    token: str
+
+
+def sandbox_object(
+    custom: client.CustomObjectsApi, ns: str, name: str, box: Box, annotations: dict[str, str]
+) -> Any:
+    body = {
+        "apiVersion": "agents.x-k8s.io/v1beta1",
+        "kind": "Sandbox",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {
+            "podTemplate": {
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "runtime",
+                            "image": "sandbox-runtime:dev",
+                            "ports": [
+                                {"name": "runtime", "containerPort": box.runtime_port},
+                                {"name": "preview", "containerPort": box.preview_port},
+                            ],
+                        }
+                    ]
+                }
+            }
+        },
+    }
+    return custom.create_namespaced_custom_object("agents.x-k8s.io", "v1beta1", ns, "sandboxes", body)
+
+
+def set_ready(custom: client.CustomObjectsApi, ns: str, name: str, ready: bool) -> None:
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    condition = {
+        "type": "Ready",
+        "status": "True" if ready else "False",
+        "reason": "DependenciesReady" if ready else "DependenciesNotReady",
+        "message": "set by the test",
+        "lastTransitionTime": now,
+    }
+    custom.patch_namespaced_custom_object_status(
+        "agents.x-k8s.io", "v1beta1", ns, "sandboxes", name, {"status": {"conditions": [condition]}}
+    )
+
+
+def sandbox_pod(
+    core: client.CoreV1Api, ns: str, name: str, ip: str, owner: dict[str, Any] | None, labels: dict[str, str]
+) -> None:
+    meta: dict[str, Any] = {"name": name, "labels": labels}
+    if owner is not None:
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": owner["apiVersion"],
+                "kind": owner["kind"],
+                "name": owner["metadata"]["name"],
+                "uid": owner["metadata"]["uid"],
+                "controller": True,
+            }
+        ]
+    # A scheduler nobody runs: the pod stays where the test puts it, and the test writes its status.
+    spec = {"schedulerName": "nobody", "containers": [{"name": "c", "image": "none:dev"}]}
+    core.create_namespaced_pod(ns, {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec})
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    status = {
+        "phase": "Running",
+        "podIP": ip,
+        "podIPs": [{"ip": ip}],
+        "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}],
+    }
+    core.patch_namespaced_pod_status(name, ns, {"status": status})
+
+
+def token_secret(core: client.CoreV1Api, ns: str, sandbox: str, token: str) -> None:
+    core.create_namespaced_secret(
+        ns,
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {
+                "name": naming.token_secret_name(sandbox),
+                "labels": {
+                    "agents.x-k8s.io/sandbox-name-hash": naming.name_hash(sandbox),
+                    "app.kubernetes.io/managed-by": "shadow-operator",
+                },
+            },
+            "data": {"token": base64.b64encode(token.encode()).decode()},
+        },
+    )
+
+
+def managed_sandbox(
+    world_args: tuple[client.CustomObjectsApi, client.CoreV1Api],
+    ns: str,
+    box: Box,
+    *,
+    ready: bool = True,
+    private: bool = False,
+) -> None:
+    custom, core = world_args
+    annotations = {"shadow.dev/preview-access": "private"} if private else {}
+    sandbox = sandbox_object(custom, ns, box.name, box, annotations)
+    set_ready(custom, ns, box.name, ready)
+    sandbox_pod(
+        core, ns, box.name, box.ip, sandbox, {"agents.x-k8s.io/sandbox-name-hash": naming.name_hash(box.name)}
+    )
+    token_secret(core, ns, box.name, box.token)
+
+
 # ---------------------------------------------------------------------------------------- processes
 @dataclass
 class Router:
@@ -134,6 +255,7 @@ class Router:
     preview_port: int
     sdk_port: int
     auth_port: int
+    metrics_port: int
     keys_dir: Path
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
@@ -144,6 +266,10 @@ class Router:
     @property
     def sdk(self) -> str:
         return f"http://127.0.0.1:{self.sdk_port}"
+
+    @property
+    def metrics(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
 
     def logs(self) -> str:
         return "\n".join(
@@ -162,6 +288,7 @@ def running_router(directory: Path, kubeconfig: str, values: list[str]) -> Itera
         preview_port=free_port(),
         sdk_port=free_port(),
         auth_port=free_port(),
+        metrics_port=free_port(),
         keys_dir=directory / "keys",
     )
     router.keys_dir.mkdir()
@@ -171,6 +298,8 @@ def running_router(directory: Path, kubeconfig: str, values: list[str]) -> Itera
             f"--set=previewRouter.ports.preview={router.preview_port}",
             f"--set=previewRouter.ports.sdk={router.sdk_port}",
             f"--set=previewRouter.ports.auth={router.auth_port}",
+            f"--set=previewRouter.ports.metrics={router.metrics_port}",
+            f"--set=previewRouter.ports.accessLog={free_port()}",
         ]
     )
     # nginx's workers run as an unprivileged user when the tests run as root, and pytest's directories are

@@ -454,6 +454,46 @@ def test_router_pod_runs_nginx_and_router_auth(helm: str) -> None:
     assert not by_kind(docs, "Ingress")
 
 
+def test_router_metrics_per_sandbox_from_nginx_access_log(helm: str) -> None:
+    docs = router_docs(helm, "--set=previewRouter.metrics.maxSandboxes=50")
+    (config,) = [d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"].endswith("preview-router")]
+    conf = config["data"]["router.conf"]
+    # Only requests router-auth routed are sent (it names their sandbox), to its UDP port on loopback; the
+    # stdout access log stays beside them.
+    assert conf.count("auth_request_set $shadow_sandbox $upstream_http_x_shadow_sandbox;") == 2
+    for route in ("preview", "sdk"):
+        assert (
+            "access_log syslog:server=127.0.0.1:8091,nohostname,tag=shadow_metrics "
+            f"shadow_metrics_{route} if=$shadow_sandbox;"
+        ) in conf
+    assert conf.count("access_log /dev/stdout;") == 2
+    deployment = router_deployment(docs)
+    template = deployment["spec"]["template"]
+    annotations = template["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true" and annotations["prometheus.io/port"] == "9091"
+    auth = next(c for c in template["spec"]["containers"] if c["name"] == "router-auth")
+    args = auth["args"]
+    assert args[args.index("--metrics-listen") + 1] == ":9091"
+    assert args[args.index("--access-log-listen") + 1] == "127.0.0.1:8091"
+    assert args[args.index("--metrics-max-sandboxes") + 1] == "50"
+    assert auth["ports"] == [{"name": "metrics", "containerPort": 9091, "protocol": "TCP"}]
+    services = {s["metadata"]["name"]: s for s in by_kind(docs, "Service")}
+    metrics = services["shadow-shadow-operator-preview-router-metrics"]
+    assert metrics["spec"]["ports"] == [
+        {"name": "metrics", "port": 9091, "targetPort": "metrics", "protocol": "TCP"}
+    ]
+    # The preview Service (what an Ingress points at) never carries the metrics port.
+    assert [p["name"] for p in services["shadow-shadow-operator-preview-router"]["spec"]["ports"]] == ["http"]
+
+    off = router_docs(helm, "--set=previewRouter.metrics.enabled=false")
+    (config,) = [d for d in by_kind(off, "ConfigMap") if d["metadata"]["name"].endswith("preview-router")]
+    assert "syslog" not in config["data"]["router.conf"]
+    assert "--metrics-listen" not in str(router_deployment(off))
+    assert "shadow-shadow-operator-preview-router-metrics" not in {
+        s["metadata"]["name"] for s in by_kind(off, "Service")
+    }
+
+
 def test_router_auth_reads_only_what_it_routes(helm: str) -> None:
     docs = router_docs(helm, "--set=previewRouter.sandboxNamespaces={team-a,team-b}")
     roles = [r for r in by_kind(docs, "Role") if r["metadata"]["name"].endswith("preview-router")]
@@ -499,3 +539,23 @@ def test_router_in_its_own_namespace_with_a_wildcard_ingress(helm: str) -> None:
     env = {e["name"]: e.get("value") for e in operator["spec"]["template"]["spec"]["containers"][0]["env"]}
     # The sandboxes' managed NetworkPolicy must admit the router where it runs.
     assert env["SHADOW_INGRESS_NAMESPACES"] == "agent-sandbox-system"
+
+
+def test_router_has_its_own_narrow_network_policy(helm: str) -> None:
+    docs = router_docs(helm)
+    (policy,) = [p for p in by_kind(docs, "NetworkPolicy") if "preview-router" in p["metadata"]["name"]]
+    spec = policy["spec"]
+    assert spec["policyTypes"] == ["Ingress", "Egress"]
+    # In: only its listeners. Out: sandboxes, cluster DNS, the API server's ports.
+    assert {p["port"] for p in spec["ingress"][0]["ports"]} == {8080, 8081, 9091}
+    to_sandboxes, to_dns, to_api = spec["egress"]
+    assert to_sandboxes["to"][0]["podSelector"]["matchExpressions"] == [
+        {"key": "agents.x-k8s.io/sandbox-name-hash", "operator": "Exists"}
+    ]
+    assert to_dns["to"][0]["podSelector"] == {"matchLabels": {"k8s-app": "kube-dns"}}
+    assert [p["port"] for p in to_api["ports"]] == [443, 6443] and "to" not in to_api
+    narrowed = router_docs(helm, "--set=previewRouter.networkPolicy.apiServerCIDRs[0]=172.18.0.2/32")
+    (policy,) = [p for p in by_kind(narrowed, "NetworkPolicy") if "preview-router" in p["metadata"]["name"]]
+    assert policy["spec"]["egress"][2]["to"] == [{"ipBlock": {"cidr": "172.18.0.2/32"}}]
+    off = router_docs(helm, "--set=previewRouter.networkPolicy.enabled=false")
+    assert not [p for p in by_kind(off, "NetworkPolicy") if "preview-router" in p["metadata"]["name"]]

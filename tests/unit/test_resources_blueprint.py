@@ -135,6 +135,30 @@ def test_adoption_patch_is_guarded_by_resource_version() -> None:
     assert patch["metadata"]["ownerReferences"][0]["uid"] == "claim-uid"
     assert patch["metadata"]["labels"][c.LABEL_WARM_POOL] is None
     assert patch["metadata"]["labels"][c.LABEL_CLAIM_UID] == "claim-uid"
+    assert "annotations" not in patch["metadata"]
+
+
+def test_a_claim_chooses_a_private_or_public_preview_for_its_sandbox() -> None:
+    private = claim()
+    private["metadata"]["annotations"] = {c.ANNOTATION_PREVIEW_ACCESS: "private"}
+    cold = blueprint.build_claimed_sandbox(private, template())
+    assert cold["metadata"]["annotations"][c.ANNOTATION_PREVIEW_ACCESS] == "private"
+    warm = blueprint.build_warm_sandbox(
+        {
+            "apiVersion": "x/v1",
+            "kind": "SandboxWarmPool",
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+        },
+        template(),
+    )
+    warm["metadata"]["resourceVersion"] = "7"
+    assert blueprint.adoption_patch(warm, private)["metadata"]["annotations"] == {
+        c.ANNOTATION_PREVIEW_ACCESS: "private"
+    }
+    assert (
+        c.ANNOTATION_PREVIEW_ACCESS
+        not in blueprint.build_claimed_sandbox(claim(), template())["metadata"]["annotations"]
+    )
 
 
 def test_default_network_policy() -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from shadow_operator.api import constants as c
+from shadow_operator.api import naming
 from shadow_operator.api.environment import ShadowEnvironment, ShadowEnvironmentStatus
 from shadow_operator.resources import copyin
 from shadow_operator.resources import environment as res
@@ -90,6 +91,15 @@ def test_workspace_sandbox_mounts_a_volume_at_the_preserved_path() -> None:
     container = pod["containers"][0]
     assert sandbox["metadata"]["name"] == "demo"
     assert sandbox["metadata"]["labels"][c.LABEL_ENVIRONMENT] == "demo"
+    assert "annotations" not in sandbox["metadata"]
+    private = environment()
+    private["metadata"]["annotations"] = {c.ANNOTATION_PREVIEW_ACCESS: "private"}
+    built = res.build_workspace_sandbox(private, template(), gitea_base_url=None)
+    assert built["metadata"]["annotations"] == {c.ANNOTATION_PREVIEW_ACCESS: "private"}
+    # Under the template's managed NetworkPolicy, like a claim's sandbox.
+    assert sandbox["metadata"]["labels"][c.LABEL_TEMPLATE_REF_HASH] == naming.name_hash(
+        template()["metadata"]["name"]
+    )
     assert container["args"] == ["--root", "/home/dev/src", "--port", "8888"]
     assert container["workingDir"] == "/home/dev/src"
     assert container["volumeMounts"] == [{"name": "workspace", "mountPath": "/home/dev/src"}]

@@ -29,6 +29,12 @@ map $http_upgrade $connection_upgrade {
   default upgrade;
   ''      close;
 }
+{{- if $r.metrics.enabled }}
+# Metrics: one line per routed request to router-auth (UDP on loopback), which counts it under the sandbox its
+# own decision named ($shadow_sandbox, from the auth answer): refused requests have none and are not sent.
+log_format shadow_metrics_preview 'preview $shadow_sandbox $status $upstream_response_time';
+log_format shadow_metrics_sdk 'sdk $shadow_sandbox $status $upstream_response_time';
+{{- end }}
 proxy_cache_path /tmp/auth-cache levels=1:2 keys_zone=shadow_auth:4m max_size=32m inactive=60s use_temp_path=off;
 upstream shadow_router_auth {
   server 127.0.0.1:{{ $r.ports.auth }};
@@ -71,6 +77,11 @@ server {
   # <sandbox>.<domain>: exactly one DNS label in front of the domain. Quoted: the regex has braces.
   server_name "~^(?<sandbox>[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)\.{{ $r.domain | replace "." "\\." }}$";
   client_max_body_size {{ $r.maxBodySize }};
+  {{- if $r.metrics.enabled }}
+  # A server-level access_log replaces the inherited one: the image's stdout log is kept beside it.
+  access_log /dev/stdout;
+  access_log syslog:server=127.0.0.1:{{ $r.ports.accessLog }},nohostname,tag=shadow_metrics shadow_metrics_preview if=$shadow_sandbox;
+  {{- end }}
   location = /_shadow/auth {
     internal;
     proxy_pass http://shadow_router_auth/auth/preview;
@@ -90,6 +101,7 @@ server {
   location / {
     auth_request /_shadow/auth;
     auth_request_set $shadow_upstream $upstream_http_x_shadow_upstream;
+    auth_request_set $shadow_sandbox $upstream_http_x_shadow_sandbox;
     error_page 401 403 = @shadow_refused;
     error_page 500 502 504 = @shadow_unreachable;
     proxy_pass http://$shadow_upstream;
@@ -143,6 +155,10 @@ server {
   listen {{ $r.ports.sdk }} default_server;
   server_name _;
   client_max_body_size {{ $r.maxBodySize }};
+  {{- if $r.metrics.enabled }}
+  access_log /dev/stdout;
+  access_log syslog:server=127.0.0.1:{{ $r.ports.accessLog }},nohostname,tag=shadow_metrics shadow_metrics_sdk if=$shadow_sandbox;
+  {{- end }}
   location = /healthz { access_log off; default_type application/json; return 200 '{"status":"ok"}'; }
   location = /_shadow/auth {
     internal;
@@ -162,6 +178,7 @@ server {
     auth_request /_shadow/auth;
     auth_request_set $shadow_upstream $upstream_http_x_shadow_upstream;
     auth_request_set $shadow_runtime_token $upstream_http_x_shadow_runtime_token;
+    auth_request_set $shadow_sandbox $upstream_http_x_shadow_sandbox;
     error_page 401 403 = @shadow_refused;
     error_page 500 502 504 = @shadow_unreachable;
     proxy_pass http://$shadow_upstream;

@@ -119,3 +119,7 @@ WORKSPACE_VOLUME: Final = "workspace"
 
 # The operator's leader-election Lease (clients read its renewTime to tell whether an operator is running).
 LEADER_LEASE_NAME: Final = "shadow-operator"
+
+# Whether a Sandbox's preview needs a signed link (public|private); set on a SandboxTemplate, a Sandbox, or
+# on a SandboxClaim / ShadowEnvironment, whose sandbox gets it.
+ANNOTATION_PREVIEW_ACCESS: Final = f"{OPERATOR_PREFIX}/preview-access"

@@ -444,6 +444,12 @@ class SandboxClaimStatus(ApiModel):
 
     conditions: list[Condition] | None = CONDITIONS_FIELD
     sandbox: ClaimSandboxStatus | None = Field(default=None, description="The bound sandbox.")
+    preview_url: str | None = Field(
+        default=None,
+        alias="previewURL",
+        description="The bound sandbox's preview URL, when a preview domain is configured (a shadow-operator "
+        "addition).",
+    )
 
 
 class SandboxClaim(Resource):

@@ -4,6 +4,7 @@
     shadowctl exec my-change -- python3 -m pytest -q
     shadowctl diff my-change
     shadowctl promote my-change
+    shadowctl preview my-change          # a signed link to its private preview
     shadowctl destroy my-change
 
 Every verb talks to the API server of the kubeconfig's context (`--context` picks another); workspace runtimes
@@ -19,7 +20,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from shadow_operator.cli import environments, maintenance, sandboxes
+from shadow_operator.cli import environments, maintenance, previews, sandboxes
 from shadow_operator.cli.common import GLOBALS, err
 from shadow_operator.sdk.errors import ShadowError
 
@@ -43,6 +44,7 @@ def options(
 
 
 environments.register(app)
+previews.register(app, sandboxes.app)
 maintenance.register(app)
 app.add_typer(sandboxes.app, name="sandbox")
 

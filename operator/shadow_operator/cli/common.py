@@ -66,7 +66,8 @@ def emit(data: Any, output: str) -> bool:
         out.print_json(json.dumps(plain(data)))
         return True
     if output == "yaml":
-        out.print(yaml.safe_dump(plain(data), sort_keys=False), end="", markup=False)
+        # soft_wrap: the console must not re-wrap long values (a signed link) at the terminal's width.
+        out.print(yaml.safe_dump(plain(data), sort_keys=False), end="", markup=False, soft_wrap=True)
         return True
     if output != "text":
         fail(f"--output {output}: unknown format", "use text, json or yaml")

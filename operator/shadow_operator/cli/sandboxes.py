@@ -15,7 +15,7 @@ from shadow_operator.sdk import kube
 from shadow_operator.sdk import sandbox as ops
 from shadow_operator.sdk.sandbox import SandboxClient
 
-app = typer.Typer(help="Plain sandboxes: claim, exec, cp, delete.", no_args_is_help=True)
+app = typer.Typer(help="Plain sandboxes: claim, exec, cp, preview, delete.", no_args_is_help=True)
 ClaimArg = Annotated[str, typer.Argument(help="Name of the SandboxClaim.", show_default=False)]
 
 

@@ -239,6 +239,9 @@ class ClaimReconciler(Reconciler[SandboxClaim]):
             }
             if (old.get("sandbox") or {}) != {k: v for k, v in bound.items() if v is not None}:
                 patch["sandbox"] = bound
+            preview = (sandbox.get("status") or {}).get("previewURL")
+            if old.get("previewURL") != preview:
+                patch["previewURL"] = preview
         if not patch:
             return
         if await self.client.patch_status(SANDBOX_CLAIM, claim.body, patch) is None:

@@ -171,11 +171,20 @@ def build_claimed_sandbox(claim: Body, template: Body) -> Manifest:
             "name": cmeta["name"],
             "namespace": cmeta["namespace"],
             "labels": labels,
-            "annotations": {c.ANNOTATION_TEMPLATE_REF: template["metadata"]["name"]},
+            "annotations": {
+                c.ANNOTATION_TEMPLATE_REF: template["metadata"]["name"],
+                **preview_access(claim),
+            },
             "ownerReferences": [owner_reference(claim)],
         },
         "spec": spec,
     }
+
+
+def preview_access(owner: Body) -> dict[str, str]:
+    """The claim's (or environment's) choice of a public or private preview, for its Sandbox."""
+    value = (owner["metadata"].get("annotations") or {}).get(c.ANNOTATION_PREVIEW_ACCESS)
+    return {c.ANNOTATION_PREVIEW_ACCESS: value} if value else {}
 
 
 def apply_claim_metadata(pod_template: dict[str, Any], claim: Body) -> None:
@@ -204,11 +213,14 @@ def adoption_patch(sandbox: Body, claim: Body) -> Manifest:
     created_by = (claim["metadata"].get("labels") or {}).get(c.LABEL_CREATED_BY)
     if created_by:
         labels[c.LABEL_CREATED_BY] = created_by
+    metadata: dict[str, Any] = {
+        "resourceVersion": sandbox["metadata"]["resourceVersion"],
+        "ownerReferences": [owner_reference(claim)],
+        "labels": labels,
+    }
+    if preview_access(claim):
+        metadata["annotations"] = preview_access(claim)
     return {
-        "metadata": {
-            "resourceVersion": sandbox["metadata"]["resourceVersion"],
-            "ownerReferences": [owner_reference(claim)],
-            "labels": labels,
-        },
+        "metadata": metadata,
         "spec": {"podTemplate": {"metadata": pod_template.get("metadata") or {}}},
     }

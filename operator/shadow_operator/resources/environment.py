@@ -17,7 +17,7 @@ from typing import Any
 
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
-from shadow_operator.resources.blueprint import sandbox_spec_from_template
+from shadow_operator.resources.blueprint import preview_access, sandbox_spec_from_template
 from shadow_operator.resources.conditions import parse_time
 from shadow_operator.resources.sandbox import runtime_container_index
 
@@ -349,7 +349,14 @@ def build_workspace_sandbox(
         "metadata": {
             "name": meta["name"],
             "namespace": meta["namespace"],
-            "labels": environment_labels(env, c.COMPONENT_WORKSPACE),
+            # The template's label (propagated to the Pod) puts the workspace under the template's managed
+            # NetworkPolicy, as claims' sandboxes are: DNS and the internet, never other private ranges.
+            # The environment's own policy adds the one exception it needs: its Gitea.
+            "labels": {
+                **environment_labels(env, c.COMPONENT_WORKSPACE),
+                c.LABEL_TEMPLATE_REF_HASH: naming.name_hash(template["metadata"]["name"]),
+            },
+            **({"annotations": preview_access(env)} if preview_access(env) else {}),
         },
         "spec": sandbox_spec,
     }

@@ -8,6 +8,8 @@
   HTML page for browsers (or the redirect that swaps a link's token for a cookie), JSON `{"detail": ...}` for
   the SDK. `.../unreachable` is what nginx shows when the upstream itself does not answer.
 - `GET /healthz` (alive) and `GET /readyz` (every watch has listed once).
+
+`build_metrics_app` is the other listener (not loopback: Prometheus scrapes it): `GET /metrics` only.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from shadow_operator.clients.kube import ApiError, Kube
 from shadow_operator.router.decisions import HEADER, Decision, PreviewPolicy, SdkPolicy
@@ -59,7 +62,7 @@ def _json(status: int, detail: str) -> web.Response:
 
 def _auth_answer(decision: Decision) -> web.Response:
     if decision.status == 200:
-        headers = {"X-Shadow-Upstream": decision.upstream or ""}
+        headers = {"X-Shadow-Upstream": decision.upstream or "", "X-Shadow-Sandbox": decision.sandbox or ""}
         if decision.runtime_token:
             headers["X-Shadow-Runtime-Token"] = decision.runtime_token
         return web.Response(status=200, headers=headers)
@@ -203,4 +206,15 @@ def build_app(
     app.router.add_get("/page/sdk/unreachable", unreachable_sdk)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+    return app
+
+
+def build_metrics_app(registry: CollectorRegistry) -> web.Application:
+    async def metrics(request: web.Request) -> web.Response:
+        response = web.Response(body=generate_latest(registry))
+        response.headers["Content-Type"] = CONTENT_TYPE_LATEST
+        return response
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
     return app

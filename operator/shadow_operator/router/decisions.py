@@ -29,6 +29,7 @@ class Decision:
     detail: str
     upstream: str | None = None
     runtime_token: str | None = None
+    sandbox: str | None = None  # `namespace/name` of the sandbox a 200 routes to (the metrics' label)
     headers: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -79,7 +80,12 @@ class PreviewPolicy:
                 return denied
         if not route.ready or route.preview_port is None or not route.ips:
             return Decision(503, f"Sandbox {sandbox} is starting or not ready yet.")
-        return Decision(200, "ok", upstream=_upstream(route.ips[0], route.preview_port))
+        return Decision(
+            200,
+            "ok",
+            upstream=_upstream(route.ips[0], route.preview_port),
+            sandbox=f"{route.namespace}/{route.name}",
+        )
 
     def _verify(self, token: str, route: Route) -> int | None:
         """The token's expiry when it is valid for this sandbox, else None."""
@@ -154,4 +160,10 @@ class SdkPolicy:
         if target.port == route.runtime_port:
             # Only the runtime gets the token; a dev server on another port never sees it.
             token = self.index.runtime_token(target.namespace, target.name)
-        return Decision(200, "ok", upstream=_upstream(ip, target.port), runtime_token=token)
+        return Decision(
+            200,
+            "ok",
+            upstream=_upstream(ip, target.port),
+            runtime_token=token,
+            sandbox=f"{route.namespace}/{route.name}",
+        )

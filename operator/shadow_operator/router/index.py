@@ -24,7 +24,7 @@ Body = Mapping[str, Any]
 Key = tuple[str, str]
 
 # `public` or `private`, on a Sandbox (wins) or on its SandboxTemplate; else the router's default.
-ANNOTATION_PREVIEW_ACCESS = f"{c.OPERATOR_PREFIX}/preview-access"
+ANNOTATION_PREVIEW_ACCESS = c.ANNOTATION_PREVIEW_ACCESS
 
 
 @dataclass(frozen=True)

@@ -33,3 +33,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=True,
         help="serve the SDK path (reads the runtime token Secrets to attach them)",
     )
+    parser.add_argument(
+        "--metrics-listen",
+        help="HOST:PORT of /metrics (requests and upstream latency per sandbox); none if unset",
+    )
+    parser.add_argument(
+        "--access-log-listen",
+        default="127.0.0.1:8091",
+        help="UDP HOST:PORT where nginx sends its metrics access log (syslog); used with --metrics-listen",
+    )
+    parser.add_argument(
+        "--metrics-max-sandboxes",
+        type=int,
+        default=200,
+        help="sandbox label values at most; further sandboxes count under _other",
+    )

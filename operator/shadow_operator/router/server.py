@@ -6,14 +6,45 @@ import argparse
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
+from prometheus_client import CollectorRegistry
 
 from shadow_operator.clients.kube import Kube
 from shadow_operator.router import watch
-from shadow_operator.router.app import KeyFiles, TokenReviewer, build_app
+from shadow_operator.router.app import KeyFiles, TokenReviewer, build_app, build_metrics_app
 from shadow_operator.router.decisions import PreviewPolicy, SdkPolicy
 from shadow_operator.router.index import Index
+from shadow_operator.router.metrics import LogReceiver, RouterMetrics
+
+
+def split_address(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+async def serve_metrics(args: argparse.Namespace, index: Index) -> Callable[[], Awaitable[None]]:
+    """/metrics and the UDP receiver of nginx's access log; returns what stops them."""
+    registry = CollectorRegistry()
+    metrics = RouterMetrics(
+        registry,
+        max_sandboxes=args.metrics_max_sandboxes,
+        exists=lambda namespace, name: index.route(namespace, name) is not None,
+    )
+    loop = asyncio.get_running_loop()
+    transport, _ = await loop.create_datagram_endpoint(
+        lambda: LogReceiver(metrics), local_addr=split_address(args.access_log_listen)
+    )
+    runner = web.AppRunner(build_metrics_app(registry), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, *split_address(args.metrics_listen)).start()
+
+    async def stop() -> None:
+        transport.close()
+        await runner.cleanup()
+
+    return stop
 
 
 async def serve(args: argparse.Namespace) -> None:
@@ -36,10 +67,13 @@ async def serve(args: argparse.Namespace) -> None:
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host or "127.0.0.1", int(port)).start()
+    stop_metrics = await serve_metrics(args, index) if args.metrics_listen else None
     logging.getLogger(__name__).info("router-auth listening on %s for %s", args.listen, ", ".join(namespaces))
     try:
         await feeder.run()
     finally:
+        if stop_metrics is not None:
+            await stop_metrics()
         await runner.cleanup()
         await kube.close()
 

@@ -29,7 +29,13 @@ from shadow_operator.sdk.errors import (
     WaitTimeout,
 )
 from shadow_operator.sdk.gateway import AsyncShadowGateway, ShadowGateway
-from shadow_operator.sdk.preview import PreviewUnavailable, preview_link
+from shadow_operator.sdk.preview import (
+    PreviewKeysUnavailable,
+    PreviewLink,
+    PreviewUnavailable,
+    apreview_link,
+    preview_link,
+)
 from shadow_operator.sdk.promote import PromotePlan
 from shadow_operator.sdk.runtime import Diff, ExecutionResult, JournalEntry
 from shadow_operator.sdk.sandbox import AsyncSandbox, AsyncSandboxClient, Sandbox, SandboxClient
@@ -60,6 +66,8 @@ __all__ = [
     "NotAnUploadSource",
     "NotFound",
     "OperatorNotRunning",
+    "PreviewKeysUnavailable",
+    "PreviewLink",
     "PreviewUnavailable",
     "PromoteError",
     "PromotePlan",
@@ -78,6 +86,7 @@ __all__ = [
     "UploadError",
     "UploadResult",
     "WaitTimeout",
+    "apreview_link",
     "preview_link",
     "stream_worktree",
     "upload_source",

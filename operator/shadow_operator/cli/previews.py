@@ -1,0 +1,102 @@
+"""`shadowctl preview NAME` and `shadowctl sandbox preview CLAIM`: a signed link to a private preview.
+
+The link is signed here, with the router's keys read from their Secret: whoever may read that Secret may hand
+out links, and nobody else (the router only verifies).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated
+
+import typer
+
+from shadow_operator.cli.common import NameArg, NamespaceOpt, OutputOpt, connect, emit, err, out
+from shadow_operator.router.links import DEFAULT_TTL_SECONDS
+from shadow_operator.sdk import environment as envops
+from shadow_operator.sdk import kube
+from shadow_operator.sdk import sandbox as ops
+from shadow_operator.sdk.kube import Op
+from shadow_operator.sdk.preview import KEYS_NAMESPACE, KEYS_SECRET, PreviewLink, signed_preview
+
+TtlOpt = Annotated[int, typer.Option("--ttl", help="Seconds the link stays valid.", min=1)]
+KeysSecretOpt = Annotated[
+    str, typer.Option("--keys-secret", help="The router's keys Secret (the chart's <release>-preview-keys).")
+]
+KeysNamespaceOpt = Annotated[
+    str,
+    typer.Option("--keys-namespace", help="Namespace of the keys Secret (the chart's release namespace)."),
+]
+ClaimArg = Annotated[str, typer.Argument(help="Name of the SandboxClaim.", show_default=False)]
+
+
+def environment_link(
+    name: str, namespace: str, ttl: int, keys_secret: str, keys_namespace: str
+) -> Op[PreviewLink]:
+    env = yield from envops.get(namespace, name)
+    sandbox = env.status.sandbox if env.status else None
+    if not sandbox:
+        raise envops.runtime_not_ready(env, " (it has no workspace Sandbox yet)")
+    return (
+        yield from signed_preview(
+            sandbox, namespace, ttl_seconds=ttl, keys_secret=keys_secret, keys_namespace=keys_namespace
+        )
+    )
+
+
+def claim_link(name: str, namespace: str, ttl: int, keys_secret: str, keys_namespace: str) -> Op[PreviewLink]:
+    ref = yield from ops.get(name, namespace)
+    return (
+        yield from signed_preview(
+            ref.sandbox_name,
+            namespace,
+            ttl_seconds=ttl,
+            keys_secret=keys_secret,
+            keys_namespace=keys_namespace,
+        )
+    )
+
+
+def show(link: PreviewLink, output: str) -> None:
+    expires = dt.datetime.fromtimestamp(link.expires_at, dt.UTC)
+    data = {
+        "url": link.url,
+        "sandbox": link.sandbox,
+        "namespace": link.namespace,
+        "expiresAt": expires.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    if emit(data, output):
+        return
+    out.print(link.url, markup=False, soft_wrap=True)  # one line, whatever the terminal's width
+    err.print(f"valid until {data['expiresAt']}; anyone with the link can open the preview until then")
+
+
+def preview(
+    name: NameArg,
+    namespace: NamespaceOpt = "default",
+    ttl: TtlOpt = DEFAULT_TTL_SECONDS,
+    keys_secret: KeysSecretOpt = KEYS_SECRET,
+    keys_namespace: KeysNamespaceOpt = KEYS_NAMESPACE,
+    output: OutputOpt = "text",
+) -> None:
+    """Print a signed link to the environment's (private) preview."""
+    with connect() as http:
+        show(kube.run(http, environment_link(name, namespace, ttl, keys_secret, keys_namespace)), output)
+
+
+def sandbox_preview(
+    name: ClaimArg,
+    namespace: NamespaceOpt = "default",
+    ttl: TtlOpt = DEFAULT_TTL_SECONDS,
+    keys_secret: KeysSecretOpt = KEYS_SECRET,
+    keys_namespace: KeysNamespaceOpt = KEYS_NAMESPACE,
+    output: OutputOpt = "text",
+) -> None:
+    """Print a signed link to the claimed sandbox's (private) preview."""
+    with connect() as http:
+        show(kube.run(http, claim_link(name, namespace, ttl, keys_secret, keys_namespace)), output)
+
+
+def register(app: typer.Typer, sandbox_app: typer.Typer) -> None:
+    app.command("preview")(preview)
+    sandbox_app.command("preview")(sandbox_preview)

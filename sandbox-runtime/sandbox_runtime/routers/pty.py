@@ -1,0 +1,111 @@
+"""Interactive shell on a PTY over WebSocket (`/v1/pty`).
+
+Protocol: binary frames (or text frames that are not a JSON object) are keystrokes; the text frame
+`{"type": "resize", "cols": C, "rows": R}` resizes the terminal. The server sends output as binary
+frames and, when the shell exits, a text frame `{"type": "exit", "exit_code": N}` before closing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+
+from fastapi import APIRouter, WebSocket, WebSocketDisconnect
+
+from ..errors import ApiError
+from ..execution import killpg
+from ..terminal import Terminal, open_terminal
+from .common import RuntimeDep
+
+router = APIRouter()
+
+
+@router.websocket("/v1/pty")
+async def pty_ws(ws: WebSocket, rt: RuntimeDep) -> None:
+    q = ws.query_params
+    proto = ws.headers.get("sec-websocket-protocol", "")
+    subprotocol = next((p.strip() for p in proto.split(",") if p.strip().startswith("bearer.")), None)
+    try:
+        spec = rt.exec.terminal_spec(q.get("cwd", ""), q.get("shell"))
+        cols = max(1, min(1000, int(q.get("cols", "80"))))
+        rows = max(1, min(1000, int(q.get("rows", "24"))))
+        slot = rt.exec.claim()
+    except (ApiError, ValueError) as err:
+        await ws.close(code=4400, reason=str(getattr(err, "message", err))[:120])
+        return
+    with slot:
+        await ws.accept(subprotocol=subprotocol)
+        try:
+            term = open_terminal(spec, rows, cols)
+        except OSError as err:
+            await ws.send_text(json.dumps({"type": "error", "message": str(err)}))
+            await ws.close()
+            return
+        await _session(ws, term, rows, cols)
+
+
+async def _session(ws: WebSocket, term: Terminal, rows: int, cols: int) -> None:
+    """Pump keystrokes in and output out until either side ends; the shell's group dies with it."""
+    master, proc = term.master, term.proc
+    loop = asyncio.get_running_loop()
+    out: asyncio.Queue[bytes] = asyncio.Queue()
+
+    def readable() -> None:
+        try:
+            data = os.read(master, 1 << 16)
+        except OSError:
+            data = b""
+        if not data:
+            loop.remove_reader(master)
+        out.put_nowait(data)
+
+    loop.add_reader(master, readable)
+
+    async def pump_out() -> None:
+        while data := await out.get():
+            await ws.send_bytes(data)
+
+    async def pump_in() -> None:
+        while True:
+            msg = await ws.receive()
+            if msg["type"] == "websocket.disconnect":
+                return
+            data = msg.get("bytes")
+            if data is None and msg.get("text") is not None:
+                text = msg["text"]
+                try:
+                    obj = json.loads(text)
+                except ValueError:
+                    obj = None
+                if isinstance(obj, dict):
+                    if obj.get("type") == "resize":
+                        term.resize(int(obj.get("rows", rows)), int(obj.get("cols", cols)))
+                    elif obj.get("type") == "input":
+                        os.write(master, str(obj.get("data", "")).encode())
+                    continue
+                data = text.encode()
+            if data:
+                os.write(master, data)
+
+    reader = asyncio.ensure_future(pump_out())
+    writer = asyncio.ensure_future(pump_in())
+    try:
+        await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
+        if reader.done():
+            code = await loop.run_in_executor(None, proc.wait)
+            with contextlib.suppress(RuntimeError, WebSocketDisconnect):
+                await ws.send_text(json.dumps({"type": "exit", "exit_code": code}))
+                await ws.close()
+    finally:
+        writer.cancel()
+        reader.cancel()
+        with contextlib.suppress(OSError, ValueError):
+            loop.remove_reader(master)
+        if proc.poll() is None:
+            killpg(proc.pid, signal.SIGHUP)
+            killpg(proc.pid)
+        await loop.run_in_executor(None, proc.wait)
+        os.close(master)

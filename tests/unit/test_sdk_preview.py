@@ -1,0 +1,105 @@
+"""sdk.preview: the signed link from a Sandbox's previewURL and the keys Secret, and each way it can fail,
+driven on httpx's mock transport (sync and async: one operation, two drivers)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+from shadow_operator.router.tokens import KeyRing
+from shadow_operator.sdk import kube
+from shadow_operator.sdk.errors import SandboxNotFoundError, ShadowError
+from shadow_operator.sdk.preview import (
+    PreviewKeysUnavailable,
+    PreviewUnavailable,
+    apreview_link,
+    preview_link,
+    signed_preview,
+)
+
+pytestmark = pytest.mark.unit
+
+KEY = b"k" * 32
+SANDBOX_PATH = "/apis/agents.x-k8s.io/v1beta1/namespaces/ns/sandboxes/box"
+SECRET_PATH = "/api/v1/namespaces/shadow-system/secrets/shadow-operator-preview-keys"
+
+
+def status(code: int, message: str) -> httpx.Response:
+    return httpx.Response(code, json={"kind": "Status", "code": code, "message": message})
+
+
+def cluster(
+    sandbox: dict[str, Any] | None = None, secret: dict[str, Any] | httpx.Response | None = None
+) -> Callable[[httpx.Request], httpx.Response]:
+    sandbox_body = {"status": {"previewURL": "https://box.preview.example/"}} if sandbox is None else sandbox
+    secret_body = {"data": {"k1": base64.b64encode(KEY).decode()}} if secret is None else secret
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.path == SANDBOX_PATH:
+            return httpx.Response(200, json=sandbox_body)
+        if request.url.path == SECRET_PATH:
+            return (
+                secret_body
+                if isinstance(secret_body, httpx.Response)
+                else httpx.Response(200, json=secret_body)
+            )
+        return status(404, f"{request.url.path} not found")
+
+    return handle
+
+
+def client(handler: Callable[[httpx.Request], httpx.Response]) -> httpx.Client:
+    return httpx.Client(base_url="https://api", transport=httpx.MockTransport(handler))
+
+
+def test_link_carries_a_token_for_that_sandbox_until_the_ttl() -> None:
+    with client(cluster()) as http:
+        link = kube.run(http, signed_preview("box", "ns", ttl_seconds=600, now=1_000_000))
+    assert link.url.startswith("https://box.preview.example/?shadow_token=v1.k1.")
+    assert link.expires_at == 1_000_600 and (link.sandbox, link.namespace) == ("box", "ns")
+    claims = KeyRing({"k1": KEY}).verify(link.url.split("shadow_token=")[1], now=1_000_599)
+    assert (claims.namespace, claims.sandbox, claims.expires) == ("ns", "box", 1_000_600)
+
+
+def test_sync_and_async_twins_agree() -> None:
+    with client(cluster()) as http:
+        sync = preview_link("box", "ns", http=http)
+
+    async def run() -> str:
+        async with httpx.AsyncClient(
+            base_url="https://api", transport=httpx.MockTransport(cluster())
+        ) as http:
+            return await apreview_link("box", "ns", http=http)
+
+    for url in (sync, asyncio.run(run())):
+        assert KeyRing({"k1": KEY}).verify(url.split("shadow_token=")[1]).sandbox == "box"
+
+
+@pytest.mark.parametrize(
+    ("sandbox", "secret", "error", "needle"),
+    [
+        ({"status": {}}, None, PreviewUnavailable, "no status.previewURL"),
+        (None, status(404, 'secrets "x" not found'), PreviewKeysUnavailable, "does not exist"),
+        (None, status(403, "secrets is forbidden"), PreviewKeysUnavailable, "forbidden"),
+        (None, {"data": {}}, PreviewKeysUnavailable, "holds no preview key"),
+        (None, {"data": {"k1": base64.b64encode(b"short").decode()}}, PreviewKeysUnavailable, "shorter"),
+    ],
+)
+def test_each_failure_is_a_typed_error_with_a_hint(
+    sandbox: dict[str, Any] | None, secret: Any, error: type[ShadowError], needle: str
+) -> None:
+    with client(cluster(sandbox, secret)) as http, pytest.raises(error, match=needle) as caught:
+        preview_link("box", "ns", http=http)
+    assert caught.value.hint
+
+
+def test_missing_sandbox_and_bad_ttl() -> None:
+    with client(cluster()) as http:
+        with pytest.raises(SandboxNotFoundError, match="ns/other does not exist"):
+            preview_link("other", "ns", http=http)
+        with pytest.raises(ShadowError, match="live a while"):
+            preview_link("box", "ns", ttl_seconds=0, http=http)
