@@ -10,7 +10,7 @@ export SHADOW_CACHE := $(CACHE)
 export PATH := $(TOOLS_BIN):$(PATH)
 PYTEST_ARGS ?=
 
-.PHONY: help dev tools snapshot-tools test unit integration lint fmt crds cluster-up cluster-down images kind-up kind-down e2e demo clean
+.PHONY: help dev tools snapshot-tools snapshot-test test unit integration lint fmt crds cluster-up cluster-down images kind-up kind-down e2e demo clean
 
 help: ## list targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -29,14 +29,17 @@ tools: ## build the pinned tools (etcd, kube-apiserver, controllers, kwok, helm,
 snapshot-tools: ## build snapshot-controller, csi-snapshotter, csi-provisioner (cold: 15-35 min on 2 cores; warm: a no-op)
 	hack/build-tools.sh snapshots
 
-test: dev tools snapshot-tools ## unit + integration tests (fails if integration tests are skipped or missing)
+test: dev tools ## unit + integration tests (fails if integration tests are skipped or missing)
 	SHADOW_REQUIRE_INTEGRATION=1 $(PY) -m pytest -m "unit or integration" $(PYTEST_ARGS)
 
 unit: dev ## unit tests only (no cluster)
 	$(PY) -m pytest -m unit $(PYTEST_ARGS)
 
-integration: dev tools snapshot-tools ## integration tests against a local control plane
+integration: dev tools ## integration tests against a local control plane
 	SHADOW_REQUIRE_INTEGRATION=1 $(PY) -m pytest -m integration $(PYTEST_ARGS)
+
+snapshot-test: dev tools snapshot-tools ## the CSI snapshot stack (snapshot-controller, csi-provisioner, csi-snapshotter, our driver) on a local control plane
+	$(PY) -m pytest -m storage $(PYTEST_ARGS)
 
 lint: dev ## ruff, mypy and the import-linter layering contract
 	$(VENV)/bin/ruff check operator sandbox-runtime tests hack

@@ -35,7 +35,8 @@ from tests.support.snapshots import (
     snapshots_tool,
 )
 
-pytestmark = pytest.mark.integration
+# Its own tier: the three controllers it runs take 15-35 min to build cold (make snapshot-test).
+pytestmark = pytest.mark.storage
 
 CLASS = "shadow-snapshots"
 SNAPSHOTS = ("snapshot.storage.k8s.io/v1", "VolumeSnapshot")
