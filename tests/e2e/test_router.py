@@ -171,14 +171,14 @@ def test_unmodified_sdk_in_its_default_mode(cluster: Cluster) -> None:
             "spec": {"replicas": 1, "sandboxTemplateRef": {"name": DEFAULT_TEMPLATE}},
         },
     )
-    # The default mode (a kubectl port-forward to svc/sandbox-router-svc), in the router's namespace.
-    # api_client: the kubernetes library froze its default kubeconfig path when the test session imported it;
-    # the SDK accepts a configured client for exactly this (its port-forward reads KUBECONFIG).
-    sandbox_client = SandboxClient(
-        connection_config=SandboxLocalTunnelConnectionConfig(router_namespace=OPERATOR_NAMESPACE),
-        api_client=cluster.api,
-    )
     try:
+        # The default mode (a kubectl port-forward to svc/sandbox-router-svc), in the router's namespace.
+        # api_client: the kubernetes library froze its default kubeconfig path when the test session imported it;
+        # the SDK accepts a configured client for exactly this (its port-forward reads KUBECONFIG).
+        sandbox_client = SandboxClient(
+            connection_config=SandboxLocalTunnelConnectionConfig(router_namespace=OPERATOR_NAMESPACE),
+            api_client=cluster.api,
+        )
         sandbox = sandbox_client.create_sandbox(warmpool=pool, namespace=OPERATOR_NAMESPACE)
         try:
             result = sandbox.commands.run("echo hello from the sdk")
