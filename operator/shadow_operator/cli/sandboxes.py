@@ -33,7 +33,10 @@ def claim(
     timeout: Annotated[float, typer.Option(help="Seconds to wait for Ready.")] = 180.0,
     output: OutputOpt = "text",
 ) -> None:
-    """Claim a sandbox and wait until it is Ready; prints the claim's name."""
+    """Claim a sandbox and wait until it is Ready.
+
+    Prints the claim's name (-o json: claim, sandbox, namespace).
+    """
     variables = {}
     for item in env or ():
         key, sep, value = item.partition("=")
@@ -83,7 +86,10 @@ def exec_(
     namespace: NamespaceOpt = "default",
     timeout: Annotated[float, typer.Option(help="Seconds before the command is killed.")] = 600.0,
 ) -> None:
-    """Run a command in the sandbox; prints its output and returns its exit code."""
+    """Run a command in the sandbox.
+
+    Prints its output; shadowctl exits with the command's exit code (124 on timeout).
+    """
     client = SandboxClient(namespace=namespace, client=connect())
     result = client.get_sandbox(name).commands.run(command, timeout)
     sys.stdout.write(result.stdout)
