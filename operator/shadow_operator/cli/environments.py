@@ -486,7 +486,8 @@ def sync(
             results.append(result)
             if output == "text":
                 err.print(f"published {repo.name} as {result['repo']} ({result['commit'][:12]})")
-    emit(results, output) if output != "text" else None
+    if output != "text":
+        emit(results, output)
 
 
 def logs(

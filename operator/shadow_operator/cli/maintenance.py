@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Annotated, Any
 
 import httpx
@@ -219,6 +218,6 @@ def cleanup(
         err.print("dry run: nothing deleted; run again with --yes to delete")
 
 
-def register(app: typer.Typer, checks_hook: Callable[..., Any] | None = None) -> None:
+def register(app: typer.Typer) -> None:
     app.command("doctor")(doctor)
     app.command("cleanup")(cleanup)

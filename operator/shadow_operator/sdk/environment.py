@@ -26,6 +26,7 @@ from shadow_operator.sdk.errors import (
     NotAnUploadSource,
     NotFound,
     OperatorNotRunning,
+    SandboxNotReadyError,
     ShadowError,
     SourceNotFound,
     WaitTimeout,
@@ -338,8 +339,6 @@ def runtime_endpoint(env: ShadowEnvironment) -> Op[RuntimeEndpoint]:
 
 
 def runtime_not_ready(env: ShadowEnvironment, why: str = "") -> ShadowError:
-    from shadow_operator.sdk.errors import SandboxNotReadyError
-
     return SandboxNotReadyError(
         f"{_what(env.namespace, env.name)}: the workspace is not ready{why}",
         hint=f"wait for it: shadowctl status {env.name} -n {env.namespace}",

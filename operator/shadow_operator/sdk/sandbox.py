@@ -31,6 +31,7 @@ from shadow_operator.sdk.errors import (
     NotFound,
     SandboxClaimFailedError,
     SandboxNotFoundError,
+    SandboxNotReadyError,
     SandboxTemplateNotFoundError,
     SandboxWarmPoolNotFoundError,
     ShadowError,
@@ -152,8 +153,6 @@ def get(claim_name: str, namespace: str) -> Op[SandboxRef]:
         raise SandboxNotFoundError(f"{what} does not exist") from None
     ref = claim_ready(body)
     if ref is None:
-        from shadow_operator.sdk.errors import SandboxNotReadyError
-
         raise SandboxNotReadyError(
             f"{what} is not ready", hint=f"kubectl -n {namespace} describe sandboxclaim {claim_name}"
         )
