@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `make e2e`: dockerd, offline images, the kind cluster (reused when present), the Helm install, then the
+# `make e2e`: dockerd, offline images, the kind cluster (reused when present) with snapshot-capable storage,
+# the Helm install, then the
 # e2e tests against real pods. Every step is cached, so a second run only re-runs the tests.
 set -Eeuo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -10,9 +11,11 @@ steps_begin "make e2e"
 STEPS_RECORD="${SHADOW_CACHE}/logs/e2e-steps.txt"
 : >"$STEPS_RECORD"
 run_step "docker daemon and local registry" "${HACK_DIR}/docker.sh"
-run_step "tools (kind, helm, Kubernetes node binaries)" "${HACK_DIR}/build-tools.sh" kind helm node control-plane coredns local-path-provisioner
+run_step "tools (kind, helm, Kubernetes node binaries)" "${HACK_DIR}/build-tools.sh" kind helm node control-plane coredns local-path-provisioner snapshots
 run_step "images (offline, cached)" "${HACK_DIR}/images.sh"
 run_step "kind cluster" "${HACK_DIR}/kind/cluster.sh" up
+run_step "snapshot storage (VolumeSnapshot CRDs, snapshot controller, our CSI host-path driver)" \
+  "${HACK_DIR}/kind/snapshots.sh" up
 run_step "helm install" "${HACK_DIR}/kind/deploy.sh"
 run_step "e2e tests" env SHADOW_E2E_KUBECONFIG="$("${HACK_DIR}/kind/cluster.sh" kubeconfig)" \
   "$PY" -m pytest -m e2e "${REPO_ROOT}/tests/e2e" ${PYTEST_ARGS:-}

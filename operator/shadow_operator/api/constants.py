@@ -108,6 +108,14 @@ COND_WORKSPACE_READY: Final = "WorkspaceReady"
 COND_GITEA_READY: Final = "GiteaReady"
 COND_SOURCES_READY: Final = "SourcesReady"
 COND_VERIFIED: Final = "Verified"
+# A fork (spec.workspace.from): True once the cloned workspace is usable; its reason says Snapshot or Copy.
+COND_CLONED: Final = "Cloned"
+COMPONENT_SNAPSHOT: Final = "snapshot"
+# On VolumeSnapshots of a workspace: the environment it was taken of, and that environment's sources (JSON
+# [{name, repo, path}]), which an environment restored from it inherits.
+LABEL_SNAPSHOT_OF: Final = f"{OPERATOR_PREFIX}/snapshot-of"
+ANNOTATION_SNAPSHOT_SOURCES: Final = f"{OPERATOR_PREFIX}/sources"
+SNAPSHOT_GROUP: Final = "snapshot.storage.k8s.io"
 GITEA_HTTP_PORT: Final = 3000
 GITEA_SECRET_USERNAME: Final = "username"
 GITEA_SECRET_PASSWORD: Final = "password"

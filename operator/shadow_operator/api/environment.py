@@ -46,7 +46,13 @@ FailureCode = Literal[
     "SourceFetchFailed",
     "GiteaBootstrapFailed",
     "Timeout",
+    "CloneSourceNotFound",
+    "SnapshotUnsupported",
+    "SnapshotFailed",
+    "SnapshotTimeout",
+    "CopyFailed",
 ]
+CloneMethod = Literal["Snapshot", "Copy"]
 
 
 # ------------------------------------------------------------------------------------------------ spec
@@ -107,6 +113,57 @@ class Source(ApiModel):
     upload: UploadSource | None = Field(default=None, description="Uploaded by the client.")
 
 
+class WorkspaceFrom(ApiModel):
+    """Start the workspace as a copy of another one (a fork) instead of copying the sources in."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "has(self.environment) != has(self.snapshot)",
+                    "workspace.from needs exactly one of environment (fork a running environment) or "
+                    "snapshot (a VolumeSnapshot)",
+                ),
+                cel(
+                    "!has(self.snapshot) || self.method != 'Copy'",
+                    "a VolumeSnapshot can only be restored: method Copy needs from.environment",
+                ),
+            ]
+        }
+    )
+
+    environment: str | None = Field(
+        default=None,
+        max_length=253,
+        pattern=DNS_LABEL,
+        description="Fork this ShadowEnvironment (same namespace): its workspace is snapshotted after a "
+        "filesystem flush (or copied, see method) and this one starts from it. The source keeps running.",
+    )
+    snapshot: str | None = Field(
+        default=None,
+        max_length=253,
+        description="Restore this VolumeSnapshot (same namespace), e.g. one taken by `shadowctl snapshot`.",
+    )
+    method: Literal["Auto", "Snapshot", "Copy"] = Field(
+        default="Auto",
+        description="Auto: a VolumeSnapshot when the source volume's CSI driver has a VolumeSnapshotClass, "
+        "else a copy streamed through the two runtimes. Snapshot: fail with SnapshotUnsupported instead of "
+        "copying. Copy: always copy. status.cloneMethod says which was used, and the Cloned condition why.",
+    )
+    timeout_seconds: int = Field(
+        default=300,
+        ge=10,
+        le=86400,
+        description="Fail with SnapshotTimeout (or CopyFailed) when the snapshot is not readyToUse, or the copy "
+        "not done, this long after it started.",
+    )
+    retain_snapshot: bool = Field(
+        default=False,
+        description="Keep the VolumeSnapshot taken for the fork when this environment is deleted (it is "
+        "owned by the environment otherwise; `shadowctl cleanup` finds it once the environment is gone).",
+    )
+
+
 class WorkspaceSpec(ApiModel):
     """The workspace volume."""
 
@@ -121,7 +178,14 @@ class WorkspaceSpec(ApiModel):
     storage_class_name: str | None = Field(
         default=None,
         max_length=253,
-        description="StorageClass of the volume; default: the cluster's default.",
+        description="StorageClass of the volume; default: the cluster's default (for a fork: the class of "
+        "the volume it starts from).",
+    )
+    from_: WorkspaceFrom | None = Field(
+        default=None,
+        alias="from",
+        description="Start as a copy of another environment's workspace or of a VolumeSnapshot. The files "
+        "land at the same relative paths; keep mountPath equal to the source's for absolute paths to work.",
     )
 
 
@@ -206,10 +270,29 @@ class VerifySpec(ApiModel):
 class ShadowEnvironmentSpec(ApiModel):
     """Desired state of a ShadowEnvironment."""
 
-    sources: list[Source] = Field(
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "has(self.sources) || has(self.workspace.from)",
+                    "spec.sources is required unless spec.workspace.from names an environment or a snapshot "
+                    "to start from",
+                ),
+                cel(
+                    "has(self.sources) == has(oldSelf.sources)",
+                    "spec.sources is immutable: create a new environment for other sources",
+                    reason="FieldValueForbidden",
+                ),
+            ]
+        }
+    )
+
+    sources: list[Source] | None = Field(
+        default=None,
         min_length=1,
         max_length=MAX_SOURCES,
-        description="Repositories to copy in. Immutable: create a new environment for other sources.",
+        description="Repositories to copy in. Immutable: create a new environment for other sources. A fork "
+        "(workspace.from) inherits its source's when this is unset; the files come with the clone.",
         json_schema_extra={
             "x-kubernetes-list-type": "map",
             "x-kubernetes-list-map-keys": ["name"],
@@ -358,6 +441,39 @@ class IdleStatus(ApiModel):
     )
 
 
+class InheritedSource(ApiModel):
+    """A source that came with a fork's clone."""
+
+    name: str = Field(description="Source name.")
+    repo: str = Field(description="Gitea repository, org/name.")
+    path: str = Field(description="Directory in the workspace, relative to mountPath.")
+
+
+class CloneStatus(ApiModel):
+    """How the workspace was cloned from spec.workspace.from."""
+
+    method: CloneMethod = Field(description="Snapshot (a VolumeSnapshot restored) or Copy (a tar stream).")
+    reason: str = Field(description="Why this method was chosen.")
+    source: str = Field(description="What was cloned: environment/<name> or volumesnapshot/<name>.")
+    snapshot: str | None = Field(default=None, description="The VolumeSnapshot restored.")
+    snapshot_class_name: str | None = Field(
+        default=None, description="The VolumeSnapshotClass of the snapshot taken for the fork."
+    )
+    storage_class_name: str | None = Field(default=None, description="StorageClass of the new volume.")
+    restore_size: str | None = Field(
+        default=None,
+        description="Smallest size of the new volume: the snapshot's restoreSize, or the source volume's size.",
+    )
+    sources: list[InheritedSource] | None = Field(
+        default=None, description="The sources inherited with the clone (when spec.sources is unset)."
+    )
+    started_at: datetime | None = Field(default=None, description="When cloning started.")
+    completed_at: datetime | None = Field(
+        default=None, description="When the cloned workspace was usable (its Pod Ready with the files)."
+    )
+    copied_bytes: int | None = Field(default=None, description="Bytes streamed (method Copy).")
+
+
 class ShadowEnvironmentStatus(ApiModel):
     """Observed state of a ShadowEnvironment."""
 
@@ -381,6 +497,10 @@ class ShadowEnvironmentStatus(ApiModel):
     )
     sources_ready: str | None = Field(default=None, description="Sources copied in, of all (e.g. 2/2).")
     idle: IdleStatus | None = Field(default=None, description="Idle suspension of the workspace.")
+    clone_method: CloneMethod | None = Field(
+        default=None, description="How a fork's workspace was cloned (spec.workspace.from): Snapshot or Copy."
+    )
+    clone: CloneStatus | None = Field(default=None, description="Details of the clone (spec.workspace.from).")
     failure: Failure | None = Field(default=None, description="Set while the environment cannot work.")
     verdict: Verdict | None = Field(default=None, description="The last verification's verdict.")
 

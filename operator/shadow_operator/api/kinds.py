@@ -189,6 +189,13 @@ SHADOW_ENVIRONMENT = ResourceKind(
                 "priority": 1,
             },
             {"name": "Score", "type": "integer", "jsonPath": ".status.verdict.score", "priority": 1},
+            {
+                "name": "Clone",
+                "type": "string",
+                "jsonPath": ".status.cloneMethod",
+                "description": "How a fork was cloned: Snapshot or Copy.",
+                "priority": 1,
+            },
             AGE_COLUMN,
         ),
         versions=(c.SHADOW_VERSION,),
@@ -207,6 +214,9 @@ NETWORK_POLICY = ResourceKind("networking.k8s.io", "v1", "networkpolicies", "Net
 LEASE = ResourceKind("coordination.k8s.io", "v1", "leases", "Lease")
 STATEFUL_SET = ResourceKind("apps", "v1", "statefulsets", "StatefulSet")
 STORAGE_CLASS = ResourceKind("storage.k8s.io", "v1", "storageclasses", "StorageClass")
+# CSI snapshots (external-snapshotter's CRDs; absent on clusters without snapshot support).
+VOLUME_SNAPSHOT = ResourceKind(c.SNAPSHOT_GROUP, "v1", "volumesnapshots", "VolumeSnapshot")
+VOLUME_SNAPSHOT_CLASS = ResourceKind(c.SNAPSHOT_GROUP, "v1", "volumesnapshotclasses", "VolumeSnapshotClass")
 
 CUSTOM_KINDS: tuple[ResourceKind, ...] = (
     SANDBOX,
@@ -226,6 +236,8 @@ ALL_KINDS: tuple[ResourceKind, ...] = (
     LEASE,
     STATEFUL_SET,
     STORAGE_CLASS,
+    VOLUME_SNAPSHOT,
+    VOLUME_SNAPSHOT_CLASS,
 )
 
 

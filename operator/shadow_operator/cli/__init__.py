@@ -3,6 +3,7 @@
     shadowctl create my-change --local ~/src/core --rewrite https://github.com/microsoft/=shadow
     shadowctl exec my-change -- python3 -m pytest -q
     shadowctl diff my-change
+    shadowctl fork my-change --count 3   # three independent copies (copy-on-write where storage allows)
     shadowctl promote my-change
     shadowctl preview my-change          # a signed link to its private preview
     shadowctl destroy my-change
@@ -20,7 +21,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from shadow_operator.cli import environments, maintenance, previews, sandboxes
+from shadow_operator.cli import environments, forks, maintenance, previews, sandboxes
 from shadow_operator.cli.common import GLOBALS, err
 from shadow_operator.sdk.errors import ShadowError
 
@@ -44,6 +45,7 @@ def options(
 
 
 environments.register(app)
+forks.register(app)
 previews.register(app, sandboxes.app)
 maintenance.register(app)
 app.add_typer(sandboxes.app, name="sandbox")

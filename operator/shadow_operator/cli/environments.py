@@ -104,6 +104,13 @@ def create(
         list[str] | None,
         typer.Option("--verify", help="A command that must succeed for the verdict (repeatable)."),
     ] = None,
+    storage_class: Annotated[
+        str | None,
+        typer.Option(
+            "--storage-class",
+            help="StorageClass of the workspace volume (one with a VolumeSnapshotClass makes forks copy-on-write).",
+        ),
+    ] = None,
     cpu: Annotated[str | None, typer.Option(help="CPU request of the workspace, e.g. 500m.")] = None,
     memory: Annotated[str | None, typer.Option(help="Memory request of the workspace, e.g. 1Gi.")] = None,
     namespace: NamespaceOpt = "default",
@@ -122,6 +129,7 @@ def create(
         rewrites=parse_rewrites(rewrite or []),
         template=template,
         mount_path=mount_path,
+        storage_class=storage_class,
         verify_commands=verify_command or (),
         requests={k: v for k, v in (("cpu", cpu), ("memory", memory)) if v},
     )

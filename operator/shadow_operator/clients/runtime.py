@@ -118,3 +118,52 @@ class Runtime:
             "POST", "/v1/baseline", json={"exclude": exclude or []}, timeout=600.0
         )
         return result
+
+    async def has_baseline(self) -> bool:
+        try:
+            await self._request("GET", "/v1/baseline", timeout=30.0)
+        except RuntimeRefused as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    async def flush(self) -> None:
+        """Write the workspace's dirty pages to its volume (`sync`), e.g. before the volume is snapshotted."""
+        result = await self.sh("sync", timeout=120.0, tag="shadow-operator: flush before snapshot")
+        if not result.ok:
+            raise RuntimeRefused(500, "sync failed in the workspace", result.output[:300])
+
+    async def copy_tree_to(self, target: Runtime, path: str = "", *, timeout: float = 600.0) -> int:
+        """Stream the directory `path` of this workspace as tar.gz into the same directory of `target`.
+
+        The bytes pass through without being held: the export's body is the import's request body. Returns
+        the number of (compressed) bytes streamed.
+        """
+        streamed = 0
+        try:
+            async with self._http.stream(
+                "GET", f"/v1/archive/{path}", params={"level": 1}, timeout=timeout
+            ) as resp:
+                if resp.status_code >= 400:
+                    detail = (await resp.aread()).decode(errors="replace")[:300]
+                    raise RuntimeRefused(
+                        resp.status_code, f"export of {path or 'the workspace'} refused", detail
+                    )
+
+                async def body() -> Any:
+                    nonlocal streamed
+                    async for chunk in resp.aiter_raw():
+                        streamed += len(chunk)
+                        yield chunk
+
+                await target._request(
+                    "POST",
+                    f"/v1/archive/{path}",
+                    content=body(),
+                    headers={"content-type": "application/gzip"},
+                    timeout=timeout,
+                )
+        except httpx.HTTPError as exc:
+            raise RuntimeUnavailable(f"copy interrupted: {type(exc).__name__}: {exc}") from None
+        return streamed

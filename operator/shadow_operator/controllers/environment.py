@@ -4,9 +4,12 @@ Each pass walks the same steps and stops at the first that is not done yet; ever
 restart of the operator (or a second replica taking over) resumes where the last one stopped:
 
 1. preflight: the SandboxTemplate and the StorageClass exist (else `TemplateNotFound`, `StorageUnavailable`);
+1b. a fork (spec.workspace.from): snapshot the source's volume after a flush and wait until it is ready to
+   use, or, when no VolumeSnapshotClass serves it, plan a copy streamed between the runtimes (step 4b);
 2. children: the Gitea Secret (credentials generated once), Service and StatefulSet, and the workspace Sandbox;
 3. a Pod that will not start surfaces as `ImagePullFailed`, `Unschedulable` or `StorageUnavailable`;
 4. Gitea bootstrap: the operator's API token, one organization per owner, one repository per source;
+4b. a fork by copy: the source workspace's tree and its diff baseline are streamed into the new one;
 5. copy-in: each source is cloned (or waits for its upload), snapshotted with its uncommitted work and pushed
    to Gitea; then the runtime captures the baseline that diffs are taken against;
 6. verification: seed 001's rubric, scored into `status.verdict`.
@@ -14,11 +17,13 @@ restart of the operator (or a second replica taking over) resumes where the last
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import logging
 import secrets
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -36,13 +41,16 @@ from shadow_operator.api.kinds import (
     SHADOW_ENVIRONMENT,
     STATEFUL_SET,
     STORAGE_CLASS,
+    VOLUME_SNAPSHOT,
+    VOLUME_SNAPSHOT_CLASS,
 )
 from shadow_operator.clients.gitea import Gitea, GiteaError
-from shadow_operator.clients.runtime import Runtime, RuntimeUnavailable
+from shadow_operator.clients.kube import ApiError
+from shadow_operator.clients.runtime import Runtime, RuntimeRefused, RuntimeUnavailable
 from shadow_operator.engine import Cache, Cached, NotOwned, Reconciler, Watch
 from shadow_operator.engine.cache import Body, Key
 from shadow_operator.resources import conditions as conds
-from shadow_operator.resources import copyin
+from shadow_operator.resources import copyin, snapshots
 from shadow_operator.resources import environment as res
 from shadow_operator.resources.verdict import (
     CODE_EXECUTION,
@@ -54,11 +62,17 @@ from shadow_operator.resources.verdict import (
 
 _log = logging.getLogger("shadow_operator.environment")
 
+SNAPSHOT_POLL_SECONDS = (
+    1.0  # VolumeSnapshots are not watched (their API is optional): read while they are cut
+)
 POLL_SECONDS = 3.0  # while Pods start: Gitea's Pod is not watched, and start-up failures must show quickly
 RETRY_SECONDS = 30.0  # after a failure that may heal (a source that could not be fetched, a missing class)
 BOOTSTRAP_ATTEMPTS = 20  # consecutive failures of a ready Gitea before GiteaBootstrapFailed
 ADMIN_USERNAME = "shadow-admin"
 BASELINE_EXCLUDE = [".git/", ".sandbox-runtime/", "__pycache__/"]
+BASELINE_DIR = (
+    ".sandbox-runtime/baseline"  # the runtime's diff baseline, in its state directory on the volume
+)
 
 
 def _envs_in_namespace(template: Body, cache: Cache) -> Iterable[Key]:
@@ -68,6 +82,14 @@ def _envs_in_namespace(template: Body, cache: Cache) -> Iterable[Key]:
         yield namespace, env["metadata"]["name"]
 
 
+def _forks_of(env: Body, cache: Cache) -> Iterable[Key]:
+    """An environment changed (e.g. its sources are in): the forks waiting for it may go on."""
+    namespace, name = env["metadata"]["namespace"], env["metadata"]["name"]
+    for other in cache.store(SHADOW_ENVIRONMENT).list(namespace):
+        if ((other["spec"].get("workspace") or {}).get("from") or {}).get("environment") == name:
+            yield namespace, other["metadata"]["name"]
+
+
 def _env_of_pod(pod: Body, cache: Cache) -> Iterable[Key]:
     """A workspace Pod -> its Sandbox -> the environment that Sandbox belongs to."""
     meta = pod["metadata"]
@@ -75,6 +97,15 @@ def _env_of_pod(pod: Body, cache: Cache) -> Iterable[Key]:
     env = ((sandbox or {}).get("metadata", {}).get("labels") or {}).get(c.LABEL_ENVIRONMENT)
     if env:
         yield meta["namespace"], env
+
+
+@dataclass(frozen=True)
+class _Restore:
+    """What a fork's workspace volume is made from."""
+
+    data_source: dict[str, str] | None  # a VolumeSnapshot, or None (an empty volume the copy fills)
+    storage_class: str | None
+    min_size: str | None
 
 
 class StepFailed(Exception):
@@ -93,7 +124,11 @@ class StepFailed(Exception):
 class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
     kind = SHADOW_ENVIRONMENT
     owns = (SANDBOX, STATEFUL_SET, SERVICE, SECRET, NETWORK_POLICY)
-    watches = (Watch(SANDBOX_TEMPLATE, _envs_in_namespace), Watch(POD, _env_of_pod))
+    watches = (
+        Watch(SANDBOX_TEMPLATE, _envs_in_namespace),
+        Watch(POD, _env_of_pod),
+        Watch(SHADOW_ENVIRONMENT, _forks_of),
+    )
     cached = (Cached(STATEFUL_SET, c.LABEL_ENVIRONMENT),)
     workers = 4
 
@@ -155,10 +190,21 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
                 ),
                 env,
             )
+        restore: _Restore | None = None
+        if env.spec.workspace.from_ is not None:
+            restore = await self._clone(env, state)
         suspended = self._suspended(env, state)
         sandbox = await self._apply(
             SANDBOX,
-            res.build_workspace_sandbox(body, template, gitea_base_url=base_url, suspended=suspended),
+            res.build_workspace_sandbox(
+                body,
+                template,
+                gitea_base_url=base_url,
+                suspended=suspended,
+                data_source=restore.data_source if restore else None,
+                storage_class=restore.storage_class if restore else None,
+                min_size=restore.min_size if restore else None,
+            ),
             env,
         )
         sb_status = sandbox.get("status") or {}
@@ -194,6 +240,8 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
             gitea_ready = await self._gitea(env, state, sts, creds)
         else:
             state.remove(c.COND_GITEA_READY)
+        if workspace_ready and restore is not None:
+            await self._finish_clone(env, state)
         if not (workspace_ready and gitea_ready):
             return POLL_SECONDS
 
@@ -278,6 +326,315 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
                 retry=RETRY_SECONDS,
             ) from None
 
+    # ------------------------------------------------------------------------------------------ forks
+    async def _clone(self, env: ShadowEnvironment, state: _Status) -> _Restore:
+        """Decide how to clone (once), take the snapshot and wait until it can be restored.
+
+        Returns what the workspace volume is made from. Raises StepFailed while the snapshot is being cut, so
+        the Sandbox (and its volume) is only created from a snapshot that is ready to use.
+        """
+        origin = env.spec.workspace.from_
+        assert origin is not None
+        clone = dict(state.status.get("clone") or {})
+        if not clone:
+            clone = await self._plan_clone(env)
+            state.status.update(clone=clone, cloneMethod=clone["method"])
+            self.recorder.info(env.body, reason="Cloning", message=f"{clone['method']}: {clone['reason']}")
+        if clone["method"] == "Copy":
+            if not clone.get("completedAt"):
+                state.set(c.COND_CLONED, False, "Copying", f"copy planned: {clone['reason']}")
+            return _Restore(None, clone.get("storageClassName"), clone.get("restoreSize"))
+        name = clone["snapshot"]
+        if not clone.get("restoreSize"):
+            snapshot = await self._get_snapshot(env.namespace, name)
+            if snapshot is None:
+                if origin.snapshot:
+                    raise StepFailed(
+                        "CloneSourceNotFound",
+                        "CloneSourceNotFound",
+                        f"VolumeSnapshot {name!r} does not exist in namespace {env.namespace} any more",
+                        retry=None,
+                    )
+                snapshot = await self._take_snapshot(env, clone)
+            phase, detail = snapshots.snapshot_state(snapshot)
+            if phase == "Failed":
+                raise StepFailed(
+                    "SnapshotFailed", "SnapshotFailed", f"VolumeSnapshot {name}: {detail}", retry=None
+                )
+            if phase == "Pending":
+                timeout = origin.timeout_seconds
+                started = conds.parse_time(clone.get("startedAt")) or datetime.now(UTC)
+                if (datetime.now(UTC) - started).total_seconds() > timeout:
+                    raise StepFailed(
+                        "SnapshotTimeout",
+                        "SnapshotTimeout",
+                        f"VolumeSnapshot {name} was not ready to use {timeout}s after it was requested "
+                        f"({detail}); check the snapshot controller and the CSI driver "
+                        "(kubectl describe volumesnapshot), or fork with spec.workspace.from.method: Copy",
+                        retry=None,
+                    )
+                message = f"VolumeSnapshot {name}: {detail}"
+                state.set(c.COND_CLONED, False, "Snapshotting", message)
+                raise StepFailed(None, "Snapshotting", message, retry=SNAPSHOT_POLL_SECONDS)
+            size = (snapshot.get("status") or {}).get("restoreSize")
+            clone["restoreSize"] = str(size) if size else clone.get("restoreSize") or "0"
+            state.status["clone"] = clone
+        if not clone.get("completedAt"):
+            state.set(
+                c.COND_CLONED,
+                False,
+                "Restoring",
+                f"restoring VolumeSnapshot {name} into the workspace volume",
+            )
+        restore_size = clone.get("restoreSize")
+        return _Restore(
+            snapshots.data_source(name),
+            clone.get("storageClassName"),
+            restore_size if restore_size != "0" else None,
+        )
+
+    async def _plan_clone(self, env: ShadowEnvironment) -> dict[str, Any]:
+        origin = env.spec.workspace.from_
+        assert origin is not None
+        ns, started = env.namespace, conds.now_rfc3339()
+        if origin.snapshot:
+            snapshot = await self._get_snapshot(ns, origin.snapshot)
+            if snapshot is None:
+                raise StepFailed(
+                    "CloneSourceNotFound",
+                    "CloneSourceNotFound",
+                    f"VolumeSnapshot {origin.snapshot!r} does not exist in namespace {ns}; take one with "
+                    "`shadowctl snapshot ENV` or name an existing one (kubectl get volumesnapshot)",
+                    retry=RETRY_SECONDS,
+                )
+            annotations = snapshot["metadata"].get("annotations") or {}
+            return {
+                "method": "Snapshot",
+                "reason": f"restoring VolumeSnapshot {origin.snapshot}",
+                "source": f"volumesnapshot/{origin.snapshot}",
+                "snapshot": origin.snapshot,
+                "storageClassName": env.spec.workspace.storage_class_name
+                or await self._class_for_snapshot(snapshot),
+                "sources": snapshots.parse_sources_annotation(annotations.get(c.ANNOTATION_SNAPSHOT_SOURCES)),
+                "startedAt": started,
+            }
+        name = origin.environment
+        assert name is not None
+        source = self.cache.store(SHADOW_ENVIRONMENT).get(ns, name)
+        if source is None or name == env.name:
+            raise StepFailed(
+                "CloneSourceNotFound",
+                "CloneSourceNotFound",
+                f"environment {name!r} does not exist in namespace {ns}"
+                if source is None
+                else "an environment cannot fork itself",
+                retry=None,  # its creation wakes us
+            )
+        src_status = source.get("status") or {}
+        if not conds.is_true(src_status.get("conditions"), c.COND_SOURCES_READY):
+            raise StepFailed(
+                None,
+                "WaitingForSource",
+                f"waiting for environment {name} to have its sources copied in",
+                retry=None,
+            )
+        pvc = self.cache.store(PVC).get(ns, naming.pvc_name(c.WORKSPACE_VOLUME, name))
+        if pvc is None:
+            raise StepFailed(None, "WaitingForSource", f"environment {name} has no workspace volume yet")
+        source_class = pvc["spec"].get("storageClassName")
+        target_class = env.spec.workspace.storage_class_name or source_class
+        clone: dict[str, Any] = {
+            "source": f"environment/{name}",
+            "storageClassName": target_class,
+            "restoreSize": ((pvc.get("status") or {}).get("capacity") or {}).get("storage")
+            or pvc["spec"]["resources"]["requests"]["storage"],
+            "sources": [{k: s[k] for k in ("name", "repo", "path")} for s in src_status.get("sources") or ()],
+            "startedAt": started,
+        }
+        if origin.method == "Copy":
+            return {**clone, "method": "Copy", "reason": "spec.workspace.from.method is Copy"}
+        choice = await self._snapshot_class(source_class, target_class)
+        if choice.name is None:
+            if origin.method == "Snapshot":
+                raise StepFailed(
+                    "SnapshotUnsupported",
+                    "SnapshotUnsupported",
+                    f"cannot snapshot environment {name}'s volume: {choice.reason}; install a "
+                    "VolumeSnapshotClass for its driver, or set spec.workspace.from.method to Auto to copy",
+                    retry=RETRY_SECONDS,
+                )
+            return {**clone, "method": "Copy", "reason": f"{choice.reason}: copying through the runtimes"}
+        return {
+            **clone,
+            "method": "Snapshot",
+            "reason": choice.reason,
+            "snapshot": naming.bounded(f"{env.name}-fork"),
+            "snapshotClassName": choice.name,
+            "restoreSize": None,
+        }
+
+    async def _snapshot_class(
+        self, source_class: str | None, target_class: str | None
+    ) -> snapshots.ClassChoice:
+        storage_class = await self.client.get_live(STORAGE_CLASS, "", source_class) if source_class else None
+        driver = snapshots.volume_driver({}, storage_class)
+        if target_class != source_class:
+            target = await self.client.get_live(STORAGE_CLASS, "", target_class) if target_class else None
+            if snapshots.volume_driver({}, target) != driver:
+                return snapshots.ClassChoice(
+                    None, f"StorageClass {target_class} is served by another driver than the source volume"
+                )
+        try:
+            classes = await self.client.kube.list(VOLUME_SNAPSHOT_CLASS.path())
+        except ApiError as exc:
+            if exc.not_found:
+                return snapshots.choose_class(driver, (), api_installed=False)
+            raise
+        return snapshots.choose_class(driver, classes)
+
+    async def _class_for_snapshot(self, snapshot: Body) -> str | None:
+        """A StorageClass of the snapshot's driver (the default one if it is), to restore it into."""
+        class_name = (snapshot.get("spec") or {}).get("volumeSnapshotClassName")
+        klass = await self.client.get_live(VOLUME_SNAPSHOT_CLASS, "", class_name) if class_name else None
+        driver = (klass or {}).get("driver")
+        if not driver:
+            return None
+        candidates = [
+            sc for sc in await self.client.kube.list(STORAGE_CLASS.path()) if sc.get("provisioner") == driver
+        ]
+        candidates.sort(
+            key=lambda sc: (
+                (sc["metadata"].get("annotations") or {}).get("storageclass.kubernetes.io/is-default-class")
+                != "true",
+                sc["metadata"]["name"],
+            )
+        )
+        return str(candidates[0]["metadata"]["name"]) if candidates else None
+
+    async def _get_snapshot(self, namespace: str, name: str) -> Body | None:
+        try:
+            return await self.client.get_live(VOLUME_SNAPSHOT, namespace, name)
+        except ApiError as exc:
+            if exc.not_found:
+                return None
+            raise
+
+    async def _take_snapshot(self, env: ShadowEnvironment, clone: dict[str, Any]) -> Body:
+        """Flush the source workspace's writes to its volume, then snapshot the volume."""
+        origin = env.spec.workspace.from_
+        assert origin is not None and origin.environment
+        source_name, ns = origin.environment, env.namespace
+        source = self.cache.store(SHADOW_ENVIRONMENT).get(ns, source_name) or {}
+        sandbox = self.cache.store(SANDBOX).get(ns, source_name)
+        # A suspended workspace has no Pod and nothing to flush; a running one must flush first.
+        if conds.is_true(((sandbox or {}).get("status") or {}).get("conditions"), c.COND_READY):
+            try:
+                async with self._runtime_for(
+                    ns, source_name, (source.get("status") or {}).get("runtimeURL")
+                ) as rt:
+                    await rt.flush()
+            except RuntimeUnavailable as exc:
+                raise StepFailed(
+                    None, "WaitingForSource", f"flushing environment {source_name}'s workspace: {exc}"
+                ) from None
+        manifest = snapshots.build_volume_snapshot(
+            name=clone["snapshot"],
+            namespace=ns,
+            pvc=naming.pvc_name(c.WORKSPACE_VOLUME, source_name),
+            class_name=clone["snapshotClassName"],
+            environment=env.name,
+            snapshot_of=source_name,
+            sources=clone.get("sources") or (),
+        )
+        if origin.retain_snapshot:
+            try:
+                created = await self.client.create(VOLUME_SNAPSHOT, manifest)
+            except ApiError as exc:
+                if not exc.already_exists:
+                    raise
+                created = await self._get_snapshot(ns, clone["snapshot"]) or manifest
+        else:
+            created = await self._apply(VOLUME_SNAPSHOT, manifest, env)
+        self.recorder.info(
+            env.body,
+            reason="SnapshotCreated",
+            message=f"VolumeSnapshot {clone['snapshot']} of environment {source_name}'s workspace "
+            f"(class {clone['snapshotClassName']})",
+        )
+        return created
+
+    async def _finish_clone(self, env: ShadowEnvironment, state: _Status) -> None:
+        """The workspace Pod is up on its new volume: a snapshot is restored; a copy is streamed in now."""
+        clone = dict(state.status.get("clone") or {})
+        if clone.get("completedAt"):
+            return
+        origin = env.spec.workspace.from_
+        assert origin is not None
+        if clone["method"] == "Copy":
+            clone["copiedBytes"] = await self._copy_workspace(env, state, clone, origin.timeout_seconds)
+            reason, message = (
+                "Copied",
+                f"copied from {clone['source']} through the runtimes ({clone['reason']})",
+            )
+        else:
+            reason, message = "SnapshotRestored", f"restored from VolumeSnapshot {clone['snapshot']}"
+        clone["completedAt"] = conds.now_rfc3339()
+        state.status["clone"] = clone
+        state.set(c.COND_CLONED, True, reason, message)
+        self.recorder.info(env.body, reason="Cloned", message=message)
+
+    async def _copy_workspace(
+        self, env: ShadowEnvironment, state: _Status, clone: dict[str, Any], timeout: int
+    ) -> int:
+        source_name = clone["source"].partition("/")[2]
+        source = self.cache.store(SHADOW_ENVIRONMENT).get(env.namespace, source_name)
+        if source is None:
+            raise StepFailed(
+                "CloneSourceNotFound",
+                "CloneSourceNotFound",
+                f"environment {source_name!r} was deleted before its workspace was copied",
+                retry=None,
+            )
+        started = conds.parse_time(clone.get("startedAt")) or datetime.now(UTC)
+        remaining = timeout - (datetime.now(UTC) - started).total_seconds()
+        if remaining <= 0:
+            raise StepFailed(
+                "CopyFailed",
+                "CopyFailed",
+                f"environment {source_name}'s workspace was not copied within {timeout}s; is it running "
+                "(not suspended)? Raise spec.workspace.from.timeoutSeconds for large workspaces",
+                retry=None,
+            )
+        url = (source.get("status") or {}).get("runtimeURL")
+        try:
+            async with (
+                self._runtime_for(env.namespace, source_name, url) as origin,
+                self._runtime(env, state) as target,
+            ):
+                async with asyncio.timeout(remaining):
+                    copied = await origin.copy_tree_to(target, "", timeout=remaining)
+                    if await origin.has_baseline():
+                        # The diff baseline comes along, so the fork diffs (and promotes) against the sources
+                        # as they were copied in, like a snapshot's clone.
+                        copied += await origin.copy_tree_to(target, BASELINE_DIR, timeout=remaining)
+        except TimeoutError:
+            raise StepFailed(
+                "CopyFailed",
+                "CopyFailed",
+                f"copying environment {source_name}'s workspace took longer than {timeout}s; raise "
+                "spec.workspace.from.timeoutSeconds for large workspaces",
+                retry=None,
+            ) from None
+        except RuntimeRefused as exc:
+            raise StepFailed(
+                "CopyFailed", "CopyFailed", f"copying the workspace: {exc}", retry=RETRY_SECONDS
+            ) from None
+        except RuntimeUnavailable as exc:
+            message = f"copying from environment {source_name} (it must be running): {exc}"
+            state.set(c.COND_CLONED, False, "Copying", message)
+            raise StepFailed(None, "Copying", message) from None
+        return copied
+
     # ------------------------------------------------------------------------------------------- Gitea
     async def _ensure_gitea_secret(self, env: ShadowEnvironment) -> dict[str, str]:
         """The admin credentials, generated once; the API token is added by the bootstrap."""
@@ -306,7 +663,7 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
         ):
             return True
         try:
-            created = await self._bootstrap(env, creds)
+            created = await self._bootstrap(env, creds, self._plans(env, state.status))
         except GiteaError as exc:
             failures = self._bootstrap_failures.get(key, 0) + 1
             self._bootstrap_failures[key] = failures
@@ -330,7 +687,9 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
     def _gitea_api_url(self, env: ShadowEnvironment) -> str:
         return self.config.gitea_api_url or res.gitea_url(env.body, self.config.cluster_domain)
 
-    async def _bootstrap(self, env: ShadowEnvironment, creds: dict[str, str]) -> list[str]:
+    async def _bootstrap(
+        self, env: ShadowEnvironment, creds: dict[str, str], plans: list[res.SourcePlan]
+    ) -> list[str]:
         """Token, organizations, repositories: each created only when missing. Returns what was created."""
         url = self._gitea_api_url(env)
         username = creds[c.GITEA_SECRET_USERNAME]
@@ -352,7 +711,6 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
             )
             creds[c.GITEA_SECRET_TOKEN] = token
         created: list[str] = []
-        plans = res.plan_sources(env.body)
         orgs = {p.org for p in plans} | {r.to for r in env.spec.git_rewrites or ()}
         async with Gitea(url, username=username, token=token) as gitea:
             for org in sorted(orgs):
@@ -366,15 +724,22 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
 
     # ------------------------------------------------------------------------------------------ copy-in
     def _runtime(self, env: ShadowEnvironment, state: _Status) -> Runtime:
-        url = state.status.get("runtimeURL")
+        return self._runtime_for(env.namespace, env.name, state.status.get("runtimeURL"))
+
+    def _runtime_for(self, namespace: str, name: str, url: str | None) -> Runtime:
+        """The runtime of the workspace Sandbox `name` (an environment's, named like it)."""
         if not url:
-            raise StepFailed(None, "RuntimeUnknown", "the workspace has no runtime URL yet")
-        secret = self.cache.store(SECRET).get(env.namespace, naming.token_secret_name(env.name))
+            raise StepFailed(None, "RuntimeUnknown", f"the workspace {name} has no runtime URL yet")
+        secret = self.cache.store(SECRET).get(namespace, naming.token_secret_name(name))
         token = _secret_data(secret).get(c.RUNTIME_TOKEN_KEY) if secret else None
         return Runtime(url, token)
 
+    def _plans(self, env: ShadowEnvironment, status: dict[str, Any]) -> list[res.SourcePlan]:
+        return res.plan_sources(env.body, (status.get("clone") or {}).get("sources"))
+
     async def _copy_in(self, env: ShadowEnvironment, state: _Status, token: str | None) -> None:
-        plans = res.plan_sources(env.body)
+        plans = self._plans(env, state.status)
+        forked = env.spec.workspace.from_ is not None
         done = {s["name"]: s for s in state.status.get("sources") or ()}
         base_url = state.status.get("giteaURL")
         rewrites = [r.model_dump(by_alias=True) for r in env.spec.git_rewrites or ()]
@@ -390,7 +755,8 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
             for plan in plans:
                 if plan.name in done:
                     continue
-                if plan.upload and (c.ANNOTATION_UPLOAD_PREFIX + plan.name) not in annotations:
+                # A fork's sources came with its clone; others are uploaded by the client.
+                if plan.upload and not forked and (c.ANNOTATION_UPLOAD_PREFIX + plan.name) not in annotations:
                     waiting.append(plan.name)
                     continue
                 push_url = f"{base_url}/{plan.full_repo}.git" if base_url else None
@@ -449,17 +815,22 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
                     "shadow_operator.sdk.upload_source)",
                 )
                 return
+            baseline = "baseline captured"
             if not conds.is_true(state.conditions, c.COND_SOURCES_READY):
                 try:
-                    await runtime.capture_baseline(BASELINE_EXCLUDE)
+                    # A fork keeps the baseline its clone brought: it diffs against the original copy-in.
+                    if forked and await runtime.has_baseline():
+                        baseline = "the diff baseline came with the clone"
+                    else:
+                        await runtime.capture_baseline(BASELINE_EXCLUDE)
                 except RuntimeUnavailable as exc:
                     raise StepFailed(None, "RuntimeUnreachable", str(exc)) from None
-            state.set(
-                c.COND_SOURCES_READY,
-                True,
-                "SourcesCopied",
-                f"{len(plans)} source(s) copied in; baseline captured",
-            )
+                state.set(
+                    c.COND_SOURCES_READY,
+                    True,
+                    "SourcesCopied",
+                    f"{len(plans)} source(s) copied in; {baseline}",
+                )
 
     # ------------------------------------------------------------------------------------------ verify
     async def _verify(self, env: ShadowEnvironment, state: _Status) -> None:
@@ -615,7 +986,16 @@ class _Status:
         self.conditions: list[dict[str, Any]] = [dict(x) for x in old.get("conditions") or ()]
         self.status: dict[str, Any] = {
             k: old[k]
-            for k in ("sources", "sourcesReady", "verdict", "runtimeURL", "sandbox", "idle")
+            for k in (
+                "sources",
+                "sourcesReady",
+                "verdict",
+                "runtimeURL",
+                "sandbox",
+                "idle",
+                "clone",
+                "cloneMethod",
+            )
             if k in old
         }
         self.failure: dict[str, str] | None = None

@@ -63,6 +63,18 @@ def cached_labels(env: Body, component: str) -> dict[str, str]:
     }
 
 
+_QUANTITY_UNITS = {
+    **{s: 1024**i for i, s in enumerate(("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))},
+    **{s: 1000**i for i, s in enumerate(("", "k", "M", "G", "T", "P", "E")) if s},
+}
+
+
+def parse_quantity(value: str) -> float:
+    """Bytes of a storage quantity such as 10Gi, 1.5G or 500M (the forms spec.workspace.size admits)."""
+    number = value.rstrip("KMGTPEik")
+    return float(number) * float(_QUANTITY_UNITS[value[len(number) :]])
+
+
 # -------------------------------------------------------------------------------------------- sources
 @dataclass(frozen=True)
 class SourcePlan:
@@ -81,11 +93,13 @@ class SourcePlan:
         return f"{self.org}/{self.repo}"
 
 
-def plan_sources(env: Body) -> list[SourcePlan]:
+def plan_sources(env: Body, inherited: Sequence[Mapping[str, Any]] | None = None) -> list[SourcePlan]:
+    """The environment's sources; a fork without spec.sources has those it `inherited` with its clone
+    (already in the workspace, so they are planned like uploads)."""
     spec = env["spec"]
     default_org = (spec.get("gitea") or {}).get("organization") or "shadow"
     plans = []
-    for source in spec["sources"]:
+    for source in spec.get("sources") or inherited or ():
         org, _, repo = source["repo"].rpartition("/")
         git = source.get("git")
         plans.append(
@@ -272,9 +286,20 @@ def _set_root_arg(container: dict[str, Any], mount_path: str) -> None:
 
 
 def build_workspace_sandbox(
-    env: Body, template: Body, *, gitea_base_url: str | None, suspended: bool = False
+    env: Body,
+    template: Body,
+    *,
+    gitea_base_url: str | None,
+    suspended: bool = False,
+    data_source: Mapping[str, str] | None = None,
+    storage_class: str | None = None,
+    min_size: str | None = None,
 ) -> Manifest:
-    """The Sandbox the workspace runs in: the template's Pod with the workspace volume at mountPath."""
+    """The Sandbox the workspace runs in: the template's Pod with the workspace volume at mountPath.
+
+    A fork's volume is restored from `data_source` (a VolumeSnapshot), in `storage_class` (the source
+    volume's when spec.workspace.storageClassName is unset), at least `min_size` (the snapshot's size).
+    """
     meta, spec = env["metadata"], env["spec"]
     workspace = spec.get("workspace") or {}
     mount_path = workspace.get("mountPath", "/workspace")
@@ -314,14 +339,23 @@ def build_workspace_sandbox(
         ]
     pod_meta = sandbox_spec["podTemplate"].setdefault("metadata", {})
     pod_meta.setdefault("labels", {})[c.LABEL_ENVIRONMENT] = meta["name"]
-    pod_spec.setdefault("securityContext", {}).setdefault("fsGroup", 1000)
+    security = pod_spec.setdefault("securityContext", {})
+    security.setdefault("fsGroup", 1000)
+    # The kubelet re-applies fsGroup to every file of a volume it mounts unless the volume's root already has
+    # it: a restored fork would otherwise see every file's mode changed (g+rw), and wait for a walk of its tree.
+    security.setdefault("fsGroupChangePolicy", "OnRootMismatch")
 
+    size = workspace.get("size", "10Gi")
+    if min_size and parse_quantity(min_size) > parse_quantity(size):
+        size = min_size
     pvc_spec: dict[str, Any] = {
         "accessModes": ["ReadWriteOnce"],
-        "resources": {"requests": {"storage": workspace.get("size", "10Gi")}},
+        "resources": {"requests": {"storage": size}},
     }
-    if workspace.get("storageClassName"):
-        pvc_spec["storageClassName"] = workspace["storageClassName"]
+    if workspace.get("storageClassName") or storage_class:
+        pvc_spec["storageClassName"] = workspace.get("storageClassName") or storage_class
+    if data_source:
+        pvc_spec["dataSource"] = dict(data_source)
     vcts = [
         t
         for t in sandbox_spec.get("volumeClaimTemplates") or ()

@@ -82,6 +82,7 @@ class EnvironmentSpec:
     rewrites: dict[str, str] = field(default_factory=dict)  # URL prefix -> Gitea organization
     template: str | None = None
     mount_path: str | None = None
+    storage_class: str | None = None  # of the workspace volume; forks by snapshot need one that supports it
     verify_commands: Sequence[str] = ()
     requests: dict[str, str] = field(default_factory=dict)  # resource requests of the workspace, e.g. cpu
 
@@ -115,8 +116,11 @@ def build_environment(name: str, namespace: str, spec: EnvironmentSpec) -> Body:
         body_spec["gitRewrites"] = [{"from": k, "to": v} for k, v in spec.rewrites.items()]
     if spec.template:
         body_spec["template"] = spec.template
-    if spec.mount_path:
-        body_spec["workspace"] = {"mountPath": spec.mount_path}
+    workspace = {
+        k: v for k, v in (("mountPath", spec.mount_path), ("storageClassName", spec.storage_class)) if v
+    }
+    if workspace:
+        body_spec["workspace"] = workspace
     if spec.requests:
         body_spec["resources"] = {"requests": dict(spec.requests)}
     if spec.verify_commands:
