@@ -74,13 +74,10 @@ def fork(
         if not wait:
             return
         done: dict[str, ShadowEnvironment] = {}
-        cloned_after: dict[str, float] = {}
         with err.status("waiting for the forks") as spinner:
             for name in targets:
 
                 def show(env: ShadowEnvironment, name: str = name) -> None:
-                    if forkops.cloned(env) and name not in cloned_after:
-                        cloned_after[name] = time.monotonic() - started
                     ready = envops.conditions(env).get(c.COND_READY)
                     spinner.update(f"{name}: {ready.message if ready else 'starting'}")
 
@@ -102,7 +99,7 @@ def fork(
             "name": name,
             "cloneMethod": (env.status.clone_method if env.status else None) or "",
             "reason": (env.status.clone.reason if env.status and env.status.clone else ""),
-            "clonedAfterSeconds": round(cloned_after.get(name, time.monotonic() - started), 1),
+            "clonedAfterSeconds": forkops.clone_seconds(env),
             "verdict": (env.status.verdict.result if env.status and env.status.verdict else ""),
         }
         for name, env in done.items()
@@ -114,7 +111,7 @@ def fork(
         table.add_row(
             str(row["name"]),
             str(row["cloneMethod"]),
-            f"{row['clonedAfterSeconds']}s",
+            f"{row['clonedAfterSeconds']:.1f}s" if row["clonedAfterSeconds"] is not None else "",
             str(row["verdict"]),
             str(row["reason"]),
         )

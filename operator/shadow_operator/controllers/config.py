@@ -23,6 +23,9 @@ class Config:
     # Where the operator reaches an environment's Gitea API; default: its in-cluster Service. Set it when the
     # operator runs outside the cluster (with a port-forward) or in tests against a Gitea on loopback.
     gitea_api_url: str | None = None
+    # Likewise for workspace runtimes (default: each workspace's status.runtimeURL): one runtime on loopback
+    # answering for every workspace, for an operator outside the cluster or tests without a kubelet.
+    runtime_api_url: str | None = None
 
     @classmethod
     def from_env(cls) -> Config:
@@ -43,4 +46,5 @@ class Config:
             gitea_image=env.get("SHADOW_GITEA_IMAGE") or "shadow-operator/gitea:latest",
             gitea_image_pull_policy=env.get("SHADOW_GITEA_IMAGE_PULL_POLICY") or "IfNotPresent",
             gitea_api_url=env.get("SHADOW_GITEA_API_URL") or None,
+            runtime_api_url=env.get("SHADOW_RUNTIME_API_URL") or None,
         )

@@ -728,6 +728,7 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
 
     def _runtime_for(self, namespace: str, name: str, url: str | None) -> Runtime:
         """The runtime of the workspace Sandbox `name` (an environment's, named like it)."""
+        url = self.config.runtime_api_url or url
         if not url:
             raise StepFailed(None, "RuntimeUnknown", f"the workspace {name} has no runtime URL yet")
         secret = self.cache.store(SECRET).get(namespace, naming.token_secret_name(name))

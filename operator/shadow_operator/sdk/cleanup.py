@@ -7,12 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from shadow_operator.api import constants as c
-from shadow_operator.api.kinds import PVC, SECRET, SHADOW_ENVIRONMENT, ResourceKind
+from shadow_operator.api.kinds import PVC, SECRET, SHADOW_ENVIRONMENT, VOLUME_SNAPSHOT, ResourceKind
 from shadow_operator.sdk import kube
 from shadow_operator.sdk.errors import ApiNotInstalled, NotFound
 from shadow_operator.sdk.kube import Call, Op
 
-VOLUME_SNAPSHOT = ResourceKind("snapshot.storage.k8s.io", "v1", "volumesnapshots", "VolumeSnapshot")
 KINDS = (PVC, VOLUME_SNAPSHOT, SECRET)
 
 

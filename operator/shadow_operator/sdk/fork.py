@@ -95,6 +95,15 @@ def cloned(env: ShadowEnvironment) -> bool:
     return envops.is_true(env, c.COND_CLONED)
 
 
+def clone_seconds(env: ShadowEnvironment) -> float | None:
+    """Seconds from the fork's creation until its cloned workspace was usable (None: not yet)."""
+    clone = env.status.clone if env.status else None
+    created = env.metadata.creation_timestamp
+    if clone is None or clone.completed_at is None or created is None:
+        return None
+    return round((clone.completed_at - created).total_seconds(), 1)
+
+
 def snapshot(
     namespace: str, environment: str, name: str | None = None, *, retain: bool = False, timeout: float = 300.0
 ) -> Op[Body]:

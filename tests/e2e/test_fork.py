@@ -1,0 +1,246 @@
+"""Copy-on-write workspaces on kind (seed 004): one environment with uncommitted work forked into clones.
+
+On the `shadow-snapshots` StorageClass (our CSI host-path driver, reflink XFS) each fork restores a
+VolumeSnapshot of the source's volume; on `standard` (local-path, no snapshot support) the fork is copied
+through the two runtimes and says so. Either way every clone sees the source's files at the same mount path,
+changes stay in the clone that made them, and deleting clones leaves the source as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from tests.e2e.cluster import Cluster, eventually, git
+from tests.e2e.test_cli_sdk import REQUESTS, TIMEOUT, ctl, ok
+
+pytestmark = pytest.mark.e2e
+
+SNAPSHOT_CLASS = "shadow-snapshots"
+SNAPSHOT_GROUP, SNAPSHOT_VERSION = "snapshot.storage.k8s.io", "v1"
+
+
+def repository(root: Path) -> Path:
+    """A package with a commit, uncommitted changes and an untracked file."""
+    repo = root / "core"
+    (repo / "core").mkdir(parents=True)
+    (repo / "core" / "__init__.py").write_text('VERSION = "committed"\n')
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "initial")
+    (repo / "core" / "__init__.py").write_text('VERSION = "uncommitted"\n')
+    (repo / "notes.md").write_text("untracked\n")
+    return repo
+
+
+def create_source(cluster: Cluster, ns: str, name: str, repo: Path, *extra: str) -> dict[str, Any]:
+    status = json.loads(
+        ok(
+            ctl(
+                cluster, "create", name, "-n", ns, "--local", str(repo), "--cpu", REQUESTS["cpu"],
+                "--memory", REQUESTS["memory"], "--timeout", TIMEOUT, "-o", "json", *extra,
+            )
+        )
+    )  # fmt: skip
+    assert status["sourcesReady"] == "1/1"
+    # Work done in the workspace after the copy-in, never committed: the forks must carry it.
+    ok(ctl(cluster, "exec", name, "-n", ns, "--", "sh", "-c", "echo agent > core/agent.txt"))
+    return dict(status)
+
+
+def read(cluster: Cluster, ns: str, env: str, path: str) -> str:
+    return ok(ctl(cluster, "exec", env, "-n", ns, "--", "cat", path))
+
+
+def snapshots_in(cluster: Cluster, ns: str) -> list[dict[str, Any]]:
+    listed = cluster.custom.list_namespaced_custom_object(
+        SNAPSHOT_GROUP, SNAPSHOT_VERSION, ns, "volumesnapshots"
+    )
+    return list(listed["items"])
+
+
+def environment(cluster: Cluster, ns: str, name: str) -> dict[str, Any] | None:
+    try:
+        return dict(
+            cluster.custom.get_namespaced_custom_object(
+                "shadow.dev", "v1alpha1", ns, "shadowenvironments", name
+            )
+        )
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def assert_isolated_clones(cluster: Cluster, ns: str, source: str, forks: list[str]) -> None:
+    """Every fork has the source's files (committed, uncommitted, untracked, made in the workspace) at the
+    same absolute path; a change in one is seen by none of the others nor by the source."""
+    source_dir = ok(ctl(cluster, "exec", source, "-n", ns, "--", "pwd")).strip()
+    for fork in forks:
+        assert ok(ctl(cluster, "exec", fork, "-n", ns, "--", "pwd")).strip() == source_dir
+        assert read(cluster, ns, fork, "core/core/__init__.py") == 'VERSION = "uncommitted"\n'
+        assert read(cluster, ns, fork, "core/notes.md") == "untracked\n"
+        assert read(cluster, ns, fork, "core/agent.txt") == "agent\n"
+        assert git_log(cluster, ns, fork) == git_log(cluster, ns, source)
+    first, others = forks[0], forks[1:]
+    ok(
+        ctl(
+            cluster,
+            "exec",
+            first,
+            "-n",
+            ns,
+            "--",
+            "sh",
+            "-c",
+            "echo mine > core/agent.txt && rm core/notes.md",
+        )
+    )
+    assert read(cluster, ns, first, "core/agent.txt") == "mine\n"
+    for other in [*others, source]:
+        assert read(cluster, ns, other, "core/agent.txt") == "agent\n"
+        assert read(cluster, ns, other, "core/notes.md") == "untracked\n"
+    # The fork diffs against the sources as they were copied in (its baseline came with the clone).
+    stat = ok(ctl(cluster, "diff", first, "-n", ns, "--stat"))
+    assert "A core/agent.txt" in stat and "D core/notes.md" in stat, stat
+    assert "core/core/__init__.py" not in stat, stat  # modes and contents survived the clone
+
+
+def git_log(cluster: Cluster, ns: str, env: str) -> str:
+    return ok(ctl(cluster, "exec", env, "-n", ns, "--", "git", "-C", "core", "log", "--format=%H %s"))
+
+
+def destroy_forks_and_check_source(cluster: Cluster, ns: str, source: str, forks: list[str]) -> None:
+    for fork in forks:
+        ok(ctl(cluster, "destroy", fork, "-n", ns))
+    assert read(cluster, ns, source, "core/agent.txt") == "agent\n"
+    assert read(cluster, ns, source, "core/core/__init__.py") == 'VERSION = "uncommitted"\n'
+    assert json.loads(ok(ctl(cluster, "status", source, "-n", ns, "-o", "json")))["sourcesReady"] == "1/1"
+
+
+def test_fork_three_clones_by_snapshot(cluster: Cluster, e2e_namespace: str, tmp_path: Path) -> None:
+    ns, source = e2e_namespace, f"base-{uuid.uuid4().hex[:6]}"
+    create_source(cluster, ns, source, repository(tmp_path), "--storage-class", SNAPSHOT_CLASS)
+    forks = [f"{source}-fork-{i}" for i in (1, 2, 3)]
+
+    rows = json.loads(
+        ok(
+            ctl(
+                cluster,
+                "fork",
+                source,
+                "--count",
+                "3",
+                "-n",
+                ns,
+                "--no-verify",
+                "--timeout",
+                TIMEOUT,
+                "-o",
+                "json",
+            )
+        )
+    )
+    assert [r["name"] for r in rows] == forks
+    assert {r["cloneMethod"] for r in rows} == {"Snapshot"}, rows
+    assert all("serves the volume's driver hostpath.csi.shadow.dev" in r["reason"] for r in rows), rows
+
+    # One VolumeSnapshot per fork, cut from the source's volume, ready, owned by its fork; each fork's volume
+    # is restored from its own.
+    taken = {s["metadata"]["name"]: s for s in snapshots_in(cluster, ns)}
+    assert sorted(taken) == sorted(f"{fork}-fork" for fork in forks)
+    for fork in forks:
+        snap = taken[f"{fork}-fork"]
+        assert snap["spec"]["source"] == {"persistentVolumeClaimName": f"workspace-{source}"}
+        assert snap["spec"]["volumeSnapshotClassName"] == SNAPSHOT_CLASS
+        assert snap["status"]["readyToUse"] is True
+        owners = snap["metadata"]["ownerReferences"]
+        assert [(o["kind"], o["name"], o.get("controller")) for o in owners] == [
+            ("ShadowEnvironment", fork, True)
+        ]
+        claim = cluster.core.read_namespaced_persistent_volume_claim(f"workspace-{fork}", ns)
+        assert claim.spec.data_source.name == f"{fork}-fork"
+        assert claim.spec.storage_class_name == SNAPSHOT_CLASS
+        status = (environment(cluster, ns, fork) or {})["status"]
+        assert status["cloneMethod"] == "Snapshot" and status["clone"]["source"] == f"environment/{source}"
+        assert [s["name"] for s in status["sources"]] == ["core"]  # inherited and pushed to the fork's Gitea
+
+    assert_isolated_clones(cluster, ns, source, forks)
+    destroy_forks_and_check_source(cluster, ns, source, forks)
+    # The snapshots went with the forks that owned them.
+    eventually(lambda: not snapshots_in(cluster, ns) or None, "the forks' snapshots to be deleted", 120)
+    ok(ctl(cluster, "destroy", source, "-n", ns))
+
+
+def test_fork_by_copy_where_storage_cannot_snapshot(
+    cluster: Cluster, e2e_namespace: str, tmp_path: Path
+) -> None:
+    ns, source = e2e_namespace, f"plain-{uuid.uuid4().hex[:6]}"
+    create_source(cluster, ns, source, repository(tmp_path))  # the default class: local-path, no snapshots
+    forks = [f"{source}-a", f"{source}-b"]
+
+    rows = json.loads(
+        ok(ctl(cluster, "fork", source, *forks, "-n", ns, "--no-verify", "--timeout", TIMEOUT, "-o", "json"))
+    )
+    assert {r["cloneMethod"] for r in rows} == {"Copy"}, rows
+    for row in rows:
+        assert "no VolumeSnapshotClass serves the volume's driver rancher.io/local-path" in row["reason"], row
+    for fork in forks:
+        status = (environment(cluster, ns, fork) or {})["status"]
+        cloned = next(c for c in status["conditions"] if c["type"] == "Cloned")
+        assert cloned["status"] == "True" and cloned["reason"] == "Copied", cloned
+        assert status["clone"]["copiedBytes"] > 0
+    assert not [
+        s
+        for s in snapshots_in(cluster, ns)
+        if s["metadata"]["labels"].get("shadow.dev/snapshot-of") == source
+    ]
+
+    assert_isolated_clones(cluster, ns, source, forks)
+    destroy_forks_and_check_source(cluster, ns, source, forks)
+    ok(ctl(cluster, "destroy", source, "-n", ns))
+
+
+def test_snapshot_then_start_from_it(cluster: Cluster, e2e_namespace: str, tmp_path: Path) -> None:
+    """`shadowctl snapshot` (flush, VolumeSnapshot, ready) and an environment that names it in
+    spec.workspace.from.snapshot: the sources come from the snapshot's annotation."""
+    ns, source = e2e_namespace, f"snap-{uuid.uuid4().hex[:6]}"
+    create_source(cluster, ns, source, repository(tmp_path), "--storage-class", SNAPSHOT_CLASS)
+    taken = json.loads(ok(ctl(cluster, "snapshot", source, "--name", f"{source}-v1", "-n", ns, "-o", "json")))
+    assert taken["name"] == f"{source}-v1" and taken["restoreSize"]
+    snap = cluster.custom.get_namespaced_custom_object(
+        SNAPSHOT_GROUP, SNAPSHOT_VERSION, ns, "volumesnapshots", f"{source}-v1"
+    )
+    assert snap["metadata"]["ownerReferences"][0]["name"] == source  # not retained: goes with the environment
+
+    restored = f"{source}-restored"
+    body = {
+        "apiVersion": "shadow.dev/v1alpha1",
+        "kind": "ShadowEnvironment",
+        "metadata": {"name": restored},
+        "spec": {
+            "workspace": {"from": {"snapshot": f"{source}-v1"}},
+            "resources": {"requests": REQUESTS},
+            "verify": {"enabled": False},
+        },
+    }
+    cluster.custom.create_namespaced_custom_object("shadow.dev", "v1alpha1", ns, "shadowenvironments", body)
+
+    def ready() -> dict[str, Any] | None:
+        env = environment(cluster, ns, restored) or {}
+        conds = {c["type"]: c for c in (env.get("status") or {}).get("conditions") or ()}
+        return env if conds.get("Ready", {}).get("status") == "True" else None
+
+    env = eventually(ready, f"{restored} to be Ready", float(TIMEOUT))
+    assert env["status"]["cloneMethod"] == "Snapshot"
+    assert env["status"]["clone"]["storageClassName"] == SNAPSHOT_CLASS  # the class of the snapshot's driver
+    assert [s["name"] for s in env["status"]["sources"]] == ["core"]
+    assert read(cluster, ns, restored, "core/agent.txt") == "agent\n"
+    ok(ctl(cluster, "destroy", restored, "-n", ns))
+    ok(ctl(cluster, "destroy", source, "-n", ns))
+    eventually(lambda: not snapshots_in(cluster, ns) or None, "the snapshot to go with its environment", 120)
