@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from tests.e2e.cluster import Cluster, eventually, git
+from tests.e2e.cluster import Cluster, eventually, git, is_ready
 from tests.e2e.test_cli_sdk import REQUESTS, TIMEOUT, ctl, ok
 
 pytestmark = pytest.mark.e2e
@@ -244,3 +244,65 @@ def test_snapshot_then_start_from_it(cluster: Cluster, e2e_namespace: str, tmp_p
     ok(ctl(cluster, "destroy", restored, "-n", ns))
     ok(ctl(cluster, "destroy", source, "-n", ns))
     eventually(lambda: not snapshots_in(cluster, ns) or None, "the snapshot to go with its environment", 120)
+
+
+def sandbox_with_volume(
+    cluster: Cluster, ns: str, name: str, data_source: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A plain Sandbox of the default template's Pod whose `workspace` volume is a claim on the snapshot
+    class (restored from `data_source` when given)."""
+    template = cluster.get(ns, "sandboxtemplates", "workspace")
+    assert template is not None
+    claim_spec: dict[str, Any] = {
+        "accessModes": ["ReadWriteOnce"],
+        "storageClassName": SNAPSHOT_CLASS,
+        "resources": {"requests": {"storage": "1Gi"}},
+    }
+    if data_source:
+        claim_spec["dataSource"] = data_source
+    body = {
+        "kind": "Sandbox",
+        "metadata": {"name": name},
+        "spec": {
+            "podTemplate": template["spec"]["podTemplate"],
+            "volumeClaimTemplates": [{"metadata": {"name": "workspace"}, "spec": claim_spec}],
+        },
+    }
+    cluster.create(ns, "sandboxes", body)
+    return eventually(
+        lambda: (lambda sb: sb if is_ready(sb) else None)(cluster.get(ns, "sandboxes", name)),
+        f"Sandbox {name} to be Ready",
+    )
+
+
+def test_plain_sandbox_snapshot_and_restore(cluster: Cluster, e2e_namespace: str) -> None:
+    """`shadowctl sandbox snapshot` and a Sandbox whose volumeClaimTemplate restores it (dataSource)."""
+    ns, first = e2e_namespace, f"sbx-{uuid.uuid4().hex[:6]}"
+    sandbox_with_volume(cluster, ns, first)
+    with cluster.runtime(ns, first) as rt:
+        rt.put("/v1/files/made-here.txt", content=b"in the first sandbox\n").raise_for_status()
+    taken = json.loads(
+        ok(ctl(cluster, "sandbox", "snapshot", first, "--name", f"{first}-snap", "-n", ns, "-o", "json"))
+    )
+    assert taken["name"] == f"{first}-snap"
+    source = {"apiGroup": SNAPSHOT_GROUP, "kind": "VolumeSnapshot", "name": f"{first}-snap"}
+    second = f"{first}-restored"
+    sandbox_with_volume(cluster, ns, second, source)
+    with cluster.runtime(ns, second) as rt:
+        got = rt.get("/v1/files/made-here.txt")
+        assert got.status_code == 200 and got.content == b"in the first sandbox\n"
+        rt.put("/v1/files/made-here.txt", content=b"changed in the second\n").raise_for_status()
+    with cluster.runtime(ns, first) as rt:
+        assert rt.get("/v1/files/made-here.txt").content == b"in the first sandbox\n"
+    claim = cluster.core.read_namespaced_persistent_volume_claim(f"workspace-{second}", ns)
+    assert claim.spec.data_source.name == f"{first}-snap"
+    # Owned by the first Sandbox: deleting it deletes the snapshot; the restored one keeps its data.
+    cluster.delete(ns, "sandboxes", first)
+    eventually(
+        lambda: f"{first}-snap" not in {s["metadata"]["name"] for s in snapshots_in(cluster, ns)} or None,
+        "the Sandbox's snapshot to go with it",
+        120,
+    )
+    with cluster.runtime(ns, second) as rt:
+        assert rt.get("/v1/files/made-here.txt").content == b"changed in the second\n"
+    cluster.delete(ns, "sandboxes", second)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from typing import Annotated
 
@@ -11,11 +12,13 @@ from rich.table import Table
 from shadow_operator.api import constants as c
 from shadow_operator.cli.common import NamespaceOpt, OutputOpt, connect, emit, err, fail, out, split_remote
 from shadow_operator.cli.environments import copy
+from shadow_operator.sdk import fork as forkops
 from shadow_operator.sdk import kube
 from shadow_operator.sdk import sandbox as ops
+from shadow_operator.sdk.errors import ShadowError
 from shadow_operator.sdk.sandbox import SandboxClient
 
-app = typer.Typer(help="Plain sandboxes: claim, exec, cp, preview, delete.", no_args_is_help=True)
+app = typer.Typer(help="Plain sandboxes: claim, exec, cp, preview, snapshot, delete.", no_args_is_help=True)
 ClaimArg = Annotated[str, typer.Argument(help="Name of the SandboxClaim.", show_default=False)]
 
 
@@ -122,3 +125,41 @@ def delete(name: ClaimArg, namespace: NamespaceOpt = "default") -> None:
     with connect() as http:
         kube.run(http, ops.delete(name, namespace))
     err.print(f"deleted SandboxClaim {namespace}/{name}")
+
+
+@app.command()
+def snapshot(
+    name: Annotated[str, typer.Argument(help="Name of the Sandbox (or of the claim that holds it).")],
+    volume: Annotated[
+        str, typer.Option(help="The volumeClaimTemplate whose volume to snapshot.")
+    ] = c.WORKSPACE_VOLUME,
+    snapshot_name: Annotated[
+        str | None, typer.Option("--name", help="Name of the VolumeSnapshot (default: SANDBOX-<UTC time>).")
+    ] = None,
+    retain: Annotated[bool, typer.Option("--retain", help="Keep it when the Sandbox is deleted.")] = False,
+    namespace: NamespaceOpt = "default",
+    timeout: Annotated[float, typer.Option(help="Seconds to wait until it is ready to use.")] = 300.0,
+    output: OutputOpt = "text",
+) -> None:
+    """Snapshot a sandbox's volume (flushed first) and wait until it is ready to use.
+
+    A new Sandbox starts from it with a volumeClaimTemplate whose spec has
+    dataSource: {apiGroup: snapshot.storage.k8s.io, kind: VolumeSnapshot, name: NAME}.
+    """
+    with connect() as http, err.status(f"snapshotting {name}"):
+        sandbox = name  # unless it names a (ready) claim: then its sandbox
+        with contextlib.suppress(ShadowError):
+            sandbox = kube.run(http, ops.get(name, namespace)).sandbox_name
+        body = kube.run(
+            http,
+            forkops.snapshot_sandbox(
+                namespace, sandbox, snapshot_name, volume=volume, retain=retain, timeout=timeout
+            ),
+        )
+    meta, status = body["metadata"], body.get("status") or {}
+    data = {"name": meta["name"], "namespace": meta["namespace"], "restoreSize": status.get("restoreSize")}
+    if not emit(data, output):
+        out.print(
+            f"VolumeSnapshot {meta['namespace']}/{meta['name']} of Sandbox {sandbox} is ready "
+            f"({status.get('restoreSize') or 'size unknown'})"
+        )

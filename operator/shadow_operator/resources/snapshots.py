@@ -88,25 +88,27 @@ def build_volume_snapshot(
     namespace: str,
     pvc: str,
     class_name: str,
-    environment: str,
+    environment: str | None,
     snapshot_of: str,
     sources: Sequence[Mapping[str, Any]] = (),
 ) -> Manifest:
     """A VolumeSnapshot of the claim `pvc`, labelled with the environment it belongs to (what `shadowctl
-    cleanup` looks for once that environment is gone) and the environment it was taken of."""
+    cleanup` looks for once that environment is gone) and the environment (or Sandbox) it was taken of."""
     annotations = {c.ANNOTATION_SNAPSHOT_SOURCES: sources_annotation(sources)} if sources else {}
+    labels = {
+        c.LABEL_MANAGED_BY: c.MANAGED_BY_VALUE,
+        c.LABEL_COMPONENT: c.COMPONENT_SNAPSHOT,
+        c.LABEL_SNAPSHOT_OF: snapshot_of,
+    }
+    if environment:
+        labels[c.LABEL_ENVIRONMENT] = environment
     return {
         "apiVersion": SNAPSHOT_API_VERSION,
         "kind": "VolumeSnapshot",
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "labels": {
-                c.LABEL_MANAGED_BY: c.MANAGED_BY_VALUE,
-                c.LABEL_ENVIRONMENT: environment,
-                c.LABEL_COMPONENT: c.COMPONENT_SNAPSHOT,
-                c.LABEL_SNAPSHOT_OF: snapshot_of,
-            },
+            "labels": labels,
             "annotations": annotations,
         },
         "spec": {"volumeSnapshotClassName": class_name, "source": {"persistentVolumeClaimName": pvc}},

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from shadow_operator.api import constants as c
@@ -18,6 +18,7 @@ from shadow_operator.api import naming
 from shadow_operator.api.environment import ShadowEnvironment
 from shadow_operator.api.kinds import (
     PVC,
+    SANDBOX,
     SHADOW_ENVIRONMENT,
     STORAGE_CLASS,
     VOLUME_SNAPSHOT,
@@ -26,8 +27,10 @@ from shadow_operator.api.kinds import (
 from shadow_operator.resources import snapshots
 from shadow_operator.sdk import environment as envops
 from shadow_operator.sdk import kube, runtime
+from shadow_operator.sdk import sandbox as sandboxops
 from shadow_operator.sdk.errors import ApiNotInstalled, NotFound, ShadowError, WaitTimeout
 from shadow_operator.sdk.kube import Body, Call, Op
+from shadow_operator.sdk.runtime import RuntimeEndpoint
 
 # What a fork takes over from its source's spec (its sources come with the clone).
 _INHERITED_SPEC = ("gitea", "gitRewrites", "template", "env", "resources", "preview", "journal", "verify")
@@ -110,13 +113,96 @@ def snapshot(
     """Flush the environment's workspace, snapshot its volume and wait until the snapshot is ready to use.
 
     The snapshot belongs to the environment (deleted with it) unless `retain`; it is labelled with it either
-    way, so `shadowctl cleanup` finds a retained one once the environment is gone.
+    way, so `shadowctl cleanup` finds a retained one once the environment is gone. It records the
+    environment's sources, which an environment restored from it (spec.workspace.from.snapshot) inherits.
     """
     env = yield from envops.get(namespace, environment)
     if not envops.is_true(env, c.COND_SOURCES_READY):
         raise envops.runtime_not_ready(env, " (its sources are not copied in yet)")
-    pvc_name = naming.pvc_name(c.WORKSPACE_VOLUME, environment)
-    pvc = yield from kube.get(PVC.path(namespace, pvc_name), f"PersistentVolumeClaim {namespace}/{pvc_name}")
+    ep = (yield from envops.runtime_endpoint(env)) if envops.is_true(env, c.COND_WORKSPACE_READY) else None
+    sources = [
+        s.model_dump(include={"name", "repo", "path"})
+        for s in (env.status.sources if env.status else None) or ()
+    ]
+    owner = {"apiVersion": SHADOW_ENVIRONMENT.api_version, "kind": SHADOW_ENVIRONMENT.kind}
+    return (
+        yield from _snapshot_claim(
+            namespace,
+            naming.pvc_name(c.WORKSPACE_VOLUME, environment),
+            name or _stamped(environment),
+            owner={**owner, "name": environment, "uid": env.metadata.uid or ""},
+            retain=retain,
+            flush=ep,
+            environment=environment,
+            sources=sources,
+            timeout=timeout,
+        )
+    )
+
+
+def snapshot_sandbox(
+    namespace: str,
+    sandbox: str,
+    name: str | None = None,
+    *,
+    volume: str = c.WORKSPACE_VOLUME,
+    retain: bool = False,
+    timeout: float = 300.0,
+) -> Op[Body]:
+    """The same for a plain Sandbox: its volume from the volumeClaimTemplate `volume`, flushed through its
+    runtime first when it runs. Restore it with a volumeClaimTemplate whose spec has
+    `dataSource: {apiGroup: snapshot.storage.k8s.io, kind: VolumeSnapshot, name: ...}`."""
+    body = yield from kube.get(SANDBOX.path(namespace, sandbox), f"Sandbox {namespace}/{sandbox}")
+    templates = [t["metadata"]["name"] for t in body["spec"].get("volumeClaimTemplates") or ()]
+    if volume not in templates:
+        raise ShadowError(
+            f"Sandbox {namespace}/{sandbox} has no volume {volume!r} from a volumeClaimTemplate "
+            f"(it has: {', '.join(templates) or 'none'})",
+            hint="only volumes made from volumeClaimTemplates are PersistentVolumeClaims that can be snapshotted",
+        )
+    ep = None
+    if any(
+        x.get("type") == c.COND_READY and x.get("status") == "True"
+        for x in (body.get("status") or {}).get("conditions") or ()
+    ):
+        ep = yield from sandboxops.endpoint(sandboxops.SandboxRef(sandbox, sandbox, namespace))
+    return (
+        yield from _snapshot_claim(
+            namespace,
+            naming.pvc_name(volume, sandbox),
+            name or _stamped(sandbox),
+            owner={
+                "apiVersion": SANDBOX.api_version,
+                "kind": SANDBOX.kind,
+                "name": sandbox,
+                "uid": body["metadata"]["uid"],
+            },
+            retain=retain,
+            flush=ep,
+            environment=None,
+            sources=(),
+            timeout=timeout,
+        )
+    )
+
+
+def _stamped(base: str) -> str:
+    return naming.bounded(f"{base}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}")
+
+
+def _snapshot_claim(
+    namespace: str,
+    claim: str,
+    name: str,
+    *,
+    owner: dict[str, str],
+    retain: bool,
+    flush: RuntimeEndpoint | None,
+    environment: str | None,
+    sources: Sequence[Mapping[str, Any]],
+    timeout: float,
+) -> Op[Body]:
+    pvc = yield from kube.get(PVC.path(namespace, claim), f"PersistentVolumeClaim {namespace}/{claim}")
     class_name = (pvc.get("spec") or {}).get("storageClassName")
     storage_class = None
     if class_name:
@@ -134,44 +220,31 @@ def snapshot(
         choice = snapshots.choose_class(None, (), api_installed=False)
     if choice.name is None:
         raise SnapshotUnsupported(
-            f"cannot snapshot {environment}'s workspace: {choice.reason}",
-            hint=f"fork it by copy instead: shadowctl fork {environment} NAME (it copies when it cannot snapshot)",
+            f"cannot snapshot {owner['kind']} {owner['name']}'s volume {claim}: {choice.reason}",
+            hint="use a StorageClass whose CSI driver has a VolumeSnapshotClass (kubectl get volumesnapshotclass); "
+            "`shadowctl fork` copies instead where it cannot snapshot",
         )
     # Flush what the workspace wrote to its volume, so the snapshot holds it.
-    if envops.is_true(env, c.COND_WORKSPACE_READY):
-        ep = yield from envops.runtime_endpoint(env)
-        result = yield from runtime.run_command(ep, "sync", timeout=120)
+    if flush is not None:
+        result = yield from runtime.run_command(flush, "sync", timeout=120)
         if result.exit_code != 0:
             raise ShadowError(f"sync failed in the workspace: {result.stderr.strip()[:300]}")
-    env_status = env.status
-    sources = [
-        s.model_dump(include={"name", "repo", "path"})
-        for s in (env_status.sources if env_status else None) or ()
-    ]
-    snapshot_name = name or f"{environment}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
     manifest = snapshots.build_volume_snapshot(
-        name=snapshot_name,
+        name=name,
         namespace=namespace,
-        pvc=pvc_name,
+        pvc=claim,
         class_name=choice.name,
         environment=environment,
-        snapshot_of=environment,
+        snapshot_of=owner["name"],
         sources=sources,
     )
     if not retain:
-        manifest["metadata"]["ownerReferences"] = [
-            {
-                "apiVersion": SHADOW_ENVIRONMENT.api_version,
-                "kind": SHADOW_ENVIRONMENT.kind,
-                "name": environment,
-                "uid": env.metadata.uid,
-            }
-        ]
-    what = f"VolumeSnapshot {namespace}/{snapshot_name}"
+        manifest["metadata"]["ownerReferences"] = [owner]
+    what = f"VolumeSnapshot {namespace}/{name}"
     created = yield from kube.send(
         Call("POST", VOLUME_SNAPSHOT.path(namespace), f"create {what}", body=manifest)
     )
-    return (yield from wait_snapshot(namespace, snapshot_name, created, timeout))
+    return (yield from wait_snapshot(namespace, name, created, timeout))
 
 
 def wait_snapshot(namespace: str, name: str, current: Body, timeout: float) -> Op[Body]:
