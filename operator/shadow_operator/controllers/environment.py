@@ -62,9 +62,8 @@ from shadow_operator.resources.verdict import (
 
 _log = logging.getLogger("shadow_operator.environment")
 
-SNAPSHOT_POLL_SECONDS = (
-    1.0  # VolumeSnapshots are not watched (their API is optional): read while they are cut
-)
+# VolumeSnapshots are not watched (their API is optional): one is read this often while it is being cut.
+SNAPSHOT_POLL_SECONDS = 0.5
 POLL_SECONDS = 3.0  # while Pods start: Gitea's Pod is not watched, and start-up failures must show quickly
 RETRY_SECONDS = 30.0  # after a failure that may heal (a source that could not be fetched, a missing class)
 BOOTSTRAP_ATTEMPTS = 20  # consecutive failures of a ready Gitea before GiteaBootstrapFailed
