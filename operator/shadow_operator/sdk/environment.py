@@ -349,8 +349,15 @@ def runtime_not_ready(env: ShadowEnvironment, why: str = "") -> ShadowError:
     )
 
 
+def source_plans(env: ShadowEnvironment) -> list[SourcePlan]:
+    """The environment's sources; a fork without spec.sources has those its clone brought."""
+    clone = env.status.clone if env.status else None
+    inherited = [s.model_dump() for s in clone.sources or ()] if clone else None
+    return plan_sources(env.body, inherited)
+
+
 def source_plan(env: ShadowEnvironment, source: str) -> SourcePlan:
-    plans = {p.name: p for p in plan_sources(env.body)}
+    plans = {p.name: p for p in source_plans(env)}
     plan = plans.get(source)
     if plan is None:
         raise SourceNotFound(

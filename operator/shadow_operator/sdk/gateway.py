@@ -26,7 +26,7 @@ from shadow_operator.api import constants as c
 from shadow_operator.api.environment import ShadowEnvironment, Verdict
 from shadow_operator.api.kinds import SECRET
 from shadow_operator.resources import copyin
-from shadow_operator.resources.environment import SourcePlan, gitea_secret_name, plan_sources
+from shadow_operator.resources.environment import SourcePlan, gitea_secret_name
 from shadow_operator.sdk import environment as envops
 from shadow_operator.sdk import kube, promote, runtime
 from shadow_operator.sdk.environment import ANNOTATION_LOCAL_PREFIX, EnvironmentSpec, LocalSource
@@ -116,7 +116,7 @@ class _Ops:
     def _promote_targets(
         self, env: ShadowEnvironment, source: str | None, to: str | Path | None
     ) -> list[tuple[SourcePlan, Path]]:
-        plans = plan_sources(env.body)
+        plans = envops.source_plans(env)
         if source is not None:
             plans = [envops.source_plan(env, source)]
         annotations = env.metadata.annotations
