@@ -354,12 +354,23 @@ def test_cluster_role_is_least_privilege(helm: str) -> None:
     assert "create" not in granted[("shadow.dev", "shadowenvironments")], "users create these, not us"
     assert "patch" in granted[("shadow.dev", "shadowenvironments/status")]
     assert granted[("apps", "statefulsets")] == rw
-    assert granted[("storage.k8s.io", "storageclasses")] == {"get"}
+    assert granted[("storage.k8s.io", "storageclasses")] == {"get", "list"}
+    # Forks: snapshots of workspace volumes (never their contents, which are cluster-scoped); classes only read.
+    assert granted[("snapshot.storage.k8s.io", "volumesnapshots")] == {
+        "get",
+        "list",
+        "create",
+        "patch",
+        "delete",
+    }
+    assert granted[("snapshot.storage.k8s.io", "volumesnapshotclasses")] == {"get", "list"}
+    assert ("snapshot.storage.k8s.io", "volumesnapshotcontents") not in granted
     # Nothing beyond the list above: no nodes, no RBAC, no cluster-scoped writes.
     allowed_groups = SANDBOX_GROUPS | {
         "shadow.dev",
         "apps",
         "storage.k8s.io",
+        "snapshot.storage.k8s.io",
         "",
         "networking.k8s.io",
         "events.k8s.io",
