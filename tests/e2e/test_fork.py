@@ -189,7 +189,7 @@ def test_fork_by_copy_where_storage_cannot_snapshot(
 ) -> None:
     ns, source = e2e_namespace, f"plain-{uuid.uuid4().hex[:6]}"
     create_source(cluster, ns, source, repository(tmp_path))  # the default class: local-path, no snapshots
-    forks = [f"{source}-a", f"{source}-b"]
+    forks = [f"{source}-a", f"{source}-b", f"{source}-c"]
 
     rows = json.loads(
         ok(ctl(cluster, "fork", source, *forks, "-n", ns, "--no-verify", "--timeout", TIMEOUT, "-o", "json"))

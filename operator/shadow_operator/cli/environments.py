@@ -198,6 +198,8 @@ def print_status(env: ShadowEnvironment, output: str) -> None:
         out.print(f"  {cond.type:<15} {mark}  {cond.reason}: {cond.message or ''}")
     if st.failure:
         out.print(f"  [red]failure[/red] {st.failure.code}: {st.failure.message}")
+    if st.clone:
+        out.print(f"  cloned from {st.clone.source} by {st.clone.method}: {st.clone.reason}", markup=False)
     for src in st.sources or ():
         out.print(f"  source {src.name}: {src.repo}@{src.commit[:12]} ({src.branch}) in {src.path}")
     for label, value in (("runtime", st.runtime_url), ("preview", st.preview_url), ("gitea", st.gitea_url)):

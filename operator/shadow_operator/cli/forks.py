@@ -35,7 +35,10 @@ def fork(
         typer.Option("--storage-class", help="StorageClass of the new volumes (default: the source's)."),
     ] = None,
     verify: Annotated[
-        bool | None, typer.Option("--verify/--no-verify", help="Run the smoke test again in each fork.")
+        bool | None,
+        typer.Option(
+            "--verify/--no-verify", help="Run the smoke test again in each fork (default: as the source)."
+        ),
     ] = None,
     retain_snapshot: Annotated[
         bool, typer.Option("--retain-snapshot", help="Keep the snapshots when the forks are deleted.")
