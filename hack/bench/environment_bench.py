@@ -149,6 +149,35 @@ def one_run(
     return {phase: marks[phase] for phase in PHASES if phase in marks}
 
 
+def ensure_namespace(api: client.ApiClient, namespace: str) -> None:
+    """The namespace, with a copy of the chart's default SandboxTemplate `workspace` (idempotent)."""
+    core, ext = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    try:
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    template = ext.get_namespaced_custom_object(
+        "extensions.agents.x-k8s.io", "v1beta1", "shadow-system", "sandboxtemplates", "workspace"
+    )
+    try:
+        ext.create_namespaced_custom_object(
+            "extensions.agents.x-k8s.io",
+            "v1beta1",
+            namespace,
+            "sandboxtemplates",
+            {
+                "apiVersion": "extensions.agents.x-k8s.io/v1beta1",
+                "kind": "SandboxTemplate",
+                "metadata": {"name": "workspace"},
+                "spec": template["spec"],
+            },
+        )
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5)
@@ -163,32 +192,7 @@ def main() -> int:
     args = parser.parse_args()
     os.environ["KUBECONFIG"] = args.kubeconfig
     api = config.new_client_from_config(config_file=args.kubeconfig)
-    core = client.CoreV1Api(api)
-    try:
-        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=args.namespace)))
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
-    ext = client.CustomObjectsApi(api)
-    template = ext.get_namespaced_custom_object(
-        "extensions.agents.x-k8s.io", "v1beta1", "shadow-system", "sandboxtemplates", "workspace"
-    )
-    try:
-        ext.create_namespaced_custom_object(
-            "extensions.agents.x-k8s.io",
-            "v1beta1",
-            args.namespace,
-            "sandboxtemplates",
-            {
-                "apiVersion": "extensions.agents.x-k8s.io/v1beta1",
-                "kind": "SandboxTemplate",
-                "metadata": {"name": "workspace"},
-                "spec": template["spec"],
-            },
-        )
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
+    ensure_namespace(api, args.namespace)
     results = []
     with tempfile.TemporaryDirectory() as work:
         for i in range(args.runs):

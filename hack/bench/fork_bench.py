@@ -35,6 +35,9 @@ from shadow_operator.sdk import fork as forkops  # noqa: E402
 from shadow_operator.sdk import kube, upload_source  # noqa: E402
 from shadow_operator.sdk import runtime as rtops  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from environment_bench import ensure_namespace  # noqa: E402
+
 GROUP, VERSION, PLURAL = "shadow.dev", "v1alpha1", "shadowenvironments"
 STORAGE_CLASS = "shadow-snapshots"
 REQUESTS = {"cpu": "10m", "memory": "64Mi"}
@@ -138,34 +141,6 @@ def fork_round(api: client.ApiClient, ns: str, source: str, method: str, clones:
     finally:
         delete_envs(custom, ns, names)
     return elapsed, ",".join(sorted(str(u) for u in used))
-
-
-def ensure_namespace(api: client.ApiClient, ns: str) -> None:
-    core, ext = client.CoreV1Api(api), client.CustomObjectsApi(api)
-    try:
-        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
-    template = ext.get_namespaced_custom_object(
-        "extensions.agents.x-k8s.io", "v1beta1", "shadow-system", "sandboxtemplates", "workspace"
-    )
-    try:
-        ext.create_namespaced_custom_object(
-            "extensions.agents.x-k8s.io",
-            "v1beta1",
-            ns,
-            "sandboxtemplates",
-            {
-                "apiVersion": "extensions.agents.x-k8s.io/v1beta1",
-                "kind": "SandboxTemplate",
-                "metadata": {"name": "workspace"},
-                "spec": template["spec"],
-            },
-        )
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
 
 
 def main() -> int:
