@@ -149,6 +149,17 @@ def one_run(
     return {phase: marks[phase] for phase in PHASES if phase in marks}
 
 
+KIND_KUBECONFIG = os.environ.get("KUBECONFIG") or str(
+    Path.home() / ".cache" / "shadow-operator" / "kind" / "kubeconfig"
+)
+
+
+def kind_api(kubeconfig: str) -> client.ApiClient:
+    """A client of the cluster; the SDK calls of the benchmarks read KUBECONFIG too."""
+    os.environ["KUBECONFIG"] = kubeconfig
+    return config.new_client_from_config(config_file=kubeconfig)
+
+
 def ensure_namespace(api: client.ApiClient, namespace: str) -> None:
     """The namespace, with a copy of the chart's default SandboxTemplate `workspace` (idempotent)."""
     core, ext = client.CoreV1Api(api), client.CustomObjectsApi(api)
@@ -184,14 +195,9 @@ def main() -> int:
     parser.add_argument("--size-mib", type=int, default=10)
     parser.add_argument("--namespace", default="bench-env")
     parser.add_argument("--timeout", type=float, default=300.0)
-    parser.add_argument(
-        "--kubeconfig",
-        default=os.environ.get("KUBECONFIG")
-        or str(Path.home() / ".cache" / "shadow-operator" / "kind" / "kubeconfig"),
-    )
+    parser.add_argument("--kubeconfig", default=KIND_KUBECONFIG)
     args = parser.parse_args()
-    os.environ["KUBECONFIG"] = args.kubeconfig
-    api = config.new_client_from_config(config_file=args.kubeconfig)
+    api = kind_api(args.kubeconfig)
     ensure_namespace(api, args.namespace)
     results = []
     with tempfile.TemporaryDirectory() as work:

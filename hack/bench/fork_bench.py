@@ -16,7 +16,6 @@ and times until the last is cloned.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
@@ -25,7 +24,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +35,7 @@ from shadow_operator.sdk import kube, upload_source  # noqa: E402
 from shadow_operator.sdk import runtime as rtops  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from environment_bench import ensure_namespace  # noqa: E402
+from environment_bench import KIND_KUBECONFIG, ensure_namespace, kind_api  # noqa: E402
 
 GROUP, VERSION, PLURAL = "shadow.dev", "v1alpha1", "shadowenvironments"
 STORAGE_CLASS = "shadow-snapshots"
@@ -151,14 +150,9 @@ def main() -> int:
         "--clones", type=int, default=10, help="forks made at once in the N-clone round (0: skip)"
     )
     parser.add_argument("--namespace", default="bench-fork")
-    parser.add_argument(
-        "--kubeconfig",
-        default=os.environ.get("KUBECONFIG")
-        or str(Path.home() / ".cache" / "shadow-operator" / "kind" / "kubeconfig"),
-    )
+    parser.add_argument("--kubeconfig", default=KIND_KUBECONFIG)
     args = parser.parse_args()
-    os.environ["KUBECONFIG"] = args.kubeconfig
-    api = config.new_client_from_config(config_file=args.kubeconfig)
+    api = kind_api(args.kubeconfig)
     custom = client.CustomObjectsApi(api)
     ensure_namespace(api, args.namespace)
     rows: list[tuple[str, str, int, list[float], str]] = []
