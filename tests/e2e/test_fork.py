@@ -155,32 +155,43 @@ def test_fork_three_clones_by_snapshot(cluster: Cluster, e2e_namespace: str, tmp
     )
     assert [r["name"] for r in rows] == forks
     assert {r["cloneMethod"] for r in rows} == {"Snapshot"}, rows
-    assert all("serves the volume's driver hostpath.csi.shadow.dev" in r["reason"] for r in rows), rows
 
-    # One VolumeSnapshot per fork, cut from the source's volume, ready, owned by its fork; each fork's volume
-    # is restored from its own.
-    taken = {s["metadata"]["name"]: s for s in snapshots_in(cluster, ns)}
-    assert sorted(taken) == sorted(f"{fork}-fork" for fork in forks)
+    # One baseline for the three: a VolumeSnapshot of the source's volume, ready, owned by all three forks;
+    # each fork's volume is restored from it.
+    (snap,) = snapshots_in(cluster, ns)
+    name = snap["metadata"]["name"]
+    assert snap["spec"]["source"] == {"persistentVolumeClaimName": f"workspace-{source}"}
+    assert snap["spec"]["volumeSnapshotClassName"] == SNAPSHOT_CLASS
+    assert snap["status"]["readyToUse"] is True
+    owners = snap["metadata"]["ownerReferences"]
+    assert sorted((o["kind"], o["name"]) for o in owners) == [("ShadowEnvironment", f) for f in forks]
+    assert snap["metadata"]["labels"]["shadow.dev/snapshot-of"] == source
     for fork in forks:
-        snap = taken[f"{fork}-fork"]
-        assert snap["spec"]["source"] == {"persistentVolumeClaimName": f"workspace-{source}"}
-        assert snap["spec"]["volumeSnapshotClassName"] == SNAPSHOT_CLASS
-        assert snap["status"]["readyToUse"] is True
-        owners = snap["metadata"]["ownerReferences"]
-        assert [(o["kind"], o["name"], o.get("controller")) for o in owners] == [
-            ("ShadowEnvironment", fork, True)
-        ]
         claim = cluster.core.read_namespaced_persistent_volume_claim(f"workspace-{fork}", ns)
-        assert claim.spec.data_source.name == f"{fork}-fork"
+        assert claim.spec.data_source.name == name
         assert claim.spec.storage_class_name == SNAPSHOT_CLASS
         status = (environment(cluster, ns, fork) or {})["status"]
-        assert status["cloneMethod"] == "Snapshot" and status["clone"]["source"] == f"environment/{source}"
+        assert status["cloneMethod"] == "Snapshot" and status["clone"]["source"] == f"volumesnapshot/{name}"
         assert [s["name"] for s in status["sources"]] == ["core"]  # inherited and pushed to the fork's Gitea
 
     assert_isolated_clones(cluster, ns, source, forks)
     destroy_forks_and_check_source(cluster, ns, source, forks)
-    # The snapshots went with the forks that owned them.
-    eventually(lambda: not snapshots_in(cluster, ns) or None, "the forks' snapshots to be deleted", 120)
+    # The snapshot went with the last fork that owned it.
+    eventually(lambda: not snapshots_in(cluster, ns) or None, "the forks' snapshot to be deleted", 120)
+
+    # A single fork: the operator takes its snapshot itself, owned by the fork alone.
+    one = f"{source}-one"
+    row = json.loads(ok(ctl(cluster, "fork", source, one, "-n", ns, "--no-verify", "-o", "json")))[0]
+    assert (
+        row["cloneMethod"] == "Snapshot"
+        and "serves the volume's driver hostpath.csi.shadow.dev" in row["reason"]
+    )
+    (snap,) = snapshots_in(cluster, ns)
+    assert snap["metadata"]["name"] == f"{one}-fork" and snap["status"]["readyToUse"] is True
+    assert [(o["name"], o.get("controller")) for o in snap["metadata"]["ownerReferences"]] == [(one, True)]
+    assert read(cluster, ns, one, "core/agent.txt") == "agent\n"
+    ok(ctl(cluster, "destroy", one, "-n", ns))
+    eventually(lambda: not snapshots_in(cluster, ns) or None, "the single fork's snapshot to be deleted", 120)
     ok(ctl(cluster, "destroy", source, "-n", ns))
 
 

@@ -197,3 +197,9 @@ def test_fork_manifest_keeps_what_makes_the_clone_behave_like_its_source() -> No
         c.ANNOTATION_PREVIEW_ACCESS: "private",
     }
     assert fork["metadata"]["namespace"] == "team"
+
+
+def test_fork_manifest_restoring_a_shared_snapshot() -> None:
+    fork = forkops.build_fork(environment(), "demo-2", snapshot="demo-fork-1", storage_class="snaps")
+    assert fork["spec"]["workspace"]["from"] == {"snapshot": "demo-fork-1"}
+    assert fork["spec"]["workspace"]["storageClassName"] == "snaps"

@@ -138,12 +138,17 @@ class Runtime:
         """Stream the directory `path` of this workspace as tar.gz into the same directory of `target`.
 
         The bytes pass through without being held: the export's body is the import's request body. Returns
-        the number of (compressed) bytes streamed.
+        the number of bytes streamed.
         """
         streamed = 0
         try:
             async with self._http.stream(
-                "GET", f"/v1/archive/{path}", params={"level": 1}, timeout=timeout
+                # Uncompressed (gzip level 0): inside the cluster, compressing costs both runtimes more CPU than
+                # it saves on the wire (a mixed 116 MiB tree copied in 6-9 s instead of 15 s on 2 cores).
+                "GET",
+                f"/v1/archive/{path}",
+                params={"level": 0},
+                timeout=timeout,
             ) as resp:
                 if resp.status_code >= 400:
                     detail = (await resp.aread()).decode(errors="replace")[:300]

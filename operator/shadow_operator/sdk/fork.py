@@ -50,12 +50,18 @@ def build_fork(
     timeout_seconds: int | None = None,
     retain_snapshot: bool = False,
     verify: bool | None = None,
+    snapshot: str | None = None,
 ) -> Body:
     """A ShadowEnvironment that starts as a copy of `source`: same mount path, size, rewrites, template and
-    verification; the local directories its sources came from (so `promote` from the fork goes there too)."""
+    verification; the local directories its sources came from (so `promote` from the fork goes there too).
+
+    With `snapshot`, it restores that VolumeSnapshot of the source instead of having the operator take one.
+    """
     spec = source["spec"]
     workspace = spec.get("workspace") or {}
-    origin: dict[str, Any] = {"environment": source["metadata"]["name"], "method": method}
+    origin: dict[str, Any] = (
+        {"snapshot": snapshot} if snapshot else {"environment": source["metadata"]["name"], "method": method}
+    )
     if timeout_seconds is not None:
         origin["timeoutSeconds"] = timeout_seconds
     if retain_snapshot:
@@ -82,15 +88,80 @@ def build_fork(
     }
 
 
-def fork(namespace: str, source: str, names: Sequence[str], **options: Any) -> Op[list[ShadowEnvironment]]:
-    """Create one fork of `source` per name (all at once; the operator clones them in parallel)."""
+def fork(
+    namespace: str,
+    source: str,
+    names: Sequence[str],
+    *,
+    method: str = "Auto",
+    storage_class: str | None = None,
+    retain_snapshot: bool = False,
+    **options: Any,
+) -> Op[list[ShadowEnvironment]]:
+    """Create one fork of `source` per name; the operator clones them in parallel.
+
+    Several forks at once share one baseline: one VolumeSnapshot of the source (flushed first) that every
+    fork restores, owned by all of them (deleted with the last, unless `retain_snapshot`). Where the source
+    cannot be snapshotted, each fork is copied by the operator (`method` Auto); with `method` Copy they are
+    copied anyway. A single fork is left to the operator (spec.workspace.from.environment).
+    """
     what = f"ShadowEnvironment {namespace}/{source}"
     body = yield from kube.get(SHADOW_ENVIRONMENT.path(namespace, source), what)
-    created = []
-    for name in names:
-        env = yield from envops.create(build_fork(body, name, **options))
-        created.append(env)
+    shared: Body | None = None
+    if len(names) > 1 and method != "Copy":
+        try:
+            shared = yield from take_snapshot(
+                namespace, source, _stamped(f"{source}-fork"), owner_label=names[0], retain=True
+            )
+        except SnapshotUnsupported:
+            if method == "Snapshot":
+                raise
+    if shared is not None and storage_class is None:
+        # Restore into the source volume's class (its driver holds the snapshot).
+        claim = naming.pvc_name(c.WORKSPACE_VOLUME, source)
+        pvc = yield from kube.get(PVC.path(namespace, claim), f"PersistentVolumeClaim {namespace}/{claim}")
+        storage_class = (pvc.get("spec") or {}).get("storageClassName")
+    created: list[ShadowEnvironment] = []
+    try:
+        for name in names:
+            manifest = build_fork(
+                body,
+                name,
+                method=method,
+                storage_class=storage_class,
+                retain_snapshot=retain_snapshot,
+                snapshot=shared["metadata"]["name"] if shared else None,
+                **options,
+            )
+            created.append((yield from envops.create(manifest)))
+    finally:
+        # The shared snapshot belongs to the forks that exist (none: it goes now), unless retained.
+        if shared is not None and not retain_snapshot:
+            yield from _own_snapshot(namespace, shared["metadata"]["name"], created)
     return created
+
+
+def _own_snapshot(namespace: str, name: str, owners: Sequence[ShadowEnvironment]) -> Op[None]:
+    path, what = VOLUME_SNAPSHOT.path(namespace, name), f"VolumeSnapshot {namespace}/{name}"
+    if not owners:
+        yield Call("DELETE", path, f"delete {what}")
+        return
+    refs = [
+        {
+            "apiVersion": SHADOW_ENVIRONMENT.api_version,
+            "kind": SHADOW_ENVIRONMENT.kind,
+            "name": e.name,
+            "uid": e.metadata.uid,
+        }
+        for e in owners
+    ]
+    yield Call(
+        "PATCH",
+        path,
+        f"own {what} by its forks",
+        body={"metadata": {"ownerReferences": refs}},
+        content_type="application/merge-patch+json",
+    )
 
 
 def cloned(env: ShadowEnvironment) -> bool:
@@ -116,6 +187,16 @@ def snapshot(
     way, so `shadowctl cleanup` finds a retained one once the environment is gone. It records the
     environment's sources, which an environment restored from it (spec.workspace.from.snapshot) inherits.
     """
+    name = name or _stamped(environment)
+    created = yield from take_snapshot(namespace, environment, name, retain=retain)
+    return (yield from wait_snapshot(namespace, name, created, timeout))
+
+
+def take_snapshot(
+    namespace: str, environment: str, name: str, *, retain: bool = False, owner_label: str | None = None
+) -> Op[Body]:
+    """`snapshot` without the wait. `owner_label`: the environment it is labelled with (default: the one
+    snapshotted), for a snapshot made for environments that do not exist yet (`fork`)."""
     env = yield from envops.get(namespace, environment)
     if not envops.is_true(env, c.COND_SOURCES_READY):
         raise envops.runtime_not_ready(env, " (its sources are not copied in yet)")
@@ -125,19 +206,18 @@ def snapshot(
         for s in (env.status.sources if env.status else None) or ()
     ]
     owner = {"apiVersion": SHADOW_ENVIRONMENT.api_version, "kind": SHADOW_ENVIRONMENT.kind}
-    return (
-        yield from _snapshot_claim(
-            namespace,
-            naming.pvc_name(c.WORKSPACE_VOLUME, environment),
-            name or _stamped(environment),
-            owner={**owner, "name": environment, "uid": env.metadata.uid or ""},
-            retain=retain,
-            flush=ep,
-            environment=environment,
-            sources=sources,
-            timeout=timeout,
-        )
+    created: Body = yield from _snapshot_claim(
+        namespace,
+        naming.pvc_name(c.WORKSPACE_VOLUME, environment),
+        name,
+        owner={**owner, "name": environment, "uid": env.metadata.uid or ""},
+        retain=retain,
+        flush=ep,
+        environment=owner_label or environment,
+        snapshot_of=environment,
+        sources=sources,
     )
+    return created
 
 
 def snapshot_sandbox(
@@ -160,30 +240,30 @@ def snapshot_sandbox(
             f"(it has: {', '.join(templates) or 'none'})",
             hint="only volumes made from volumeClaimTemplates are PersistentVolumeClaims that can be snapshotted",
         )
+    name = name or _stamped(sandbox)
     ep = None
     if any(
         x.get("type") == c.COND_READY and x.get("status") == "True"
         for x in (body.get("status") or {}).get("conditions") or ()
     ):
         ep = yield from sandboxops.endpoint(sandboxops.SandboxRef(sandbox, sandbox, namespace))
-    return (
-        yield from _snapshot_claim(
-            namespace,
-            naming.pvc_name(volume, sandbox),
-            name or _stamped(sandbox),
-            owner={
-                "apiVersion": SANDBOX.api_version,
-                "kind": SANDBOX.kind,
-                "name": sandbox,
-                "uid": body["metadata"]["uid"],
-            },
-            retain=retain,
-            flush=ep,
-            environment=None,
-            sources=(),
-            timeout=timeout,
-        )
+    created = yield from _snapshot_claim(
+        namespace,
+        naming.pvc_name(volume, sandbox),
+        name,
+        owner={
+            "apiVersion": SANDBOX.api_version,
+            "kind": SANDBOX.kind,
+            "name": sandbox,
+            "uid": body["metadata"]["uid"],
+        },
+        retain=retain,
+        flush=ep,
+        environment=None,
+        snapshot_of=sandbox,
+        sources=(),
     )
+    return (yield from wait_snapshot(namespace, name, created, timeout))
 
 
 def _stamped(base: str) -> str:
@@ -199,9 +279,10 @@ def _snapshot_claim(
     retain: bool,
     flush: RuntimeEndpoint | None,
     environment: str | None,
+    snapshot_of: str,
     sources: Sequence[Mapping[str, Any]],
-    timeout: float,
 ) -> Op[Body]:
+    """Choose the class, flush, create the VolumeSnapshot (owned by `owner` unless `retain`); no wait."""
     pvc = yield from kube.get(PVC.path(namespace, claim), f"PersistentVolumeClaim {namespace}/{claim}")
     class_name = (pvc.get("spec") or {}).get("storageClassName")
     storage_class = None
@@ -235,16 +316,16 @@ def _snapshot_claim(
         pvc=claim,
         class_name=choice.name,
         environment=environment,
-        snapshot_of=owner["name"],
+        snapshot_of=snapshot_of,
         sources=sources,
     )
     if not retain:
         manifest["metadata"]["ownerReferences"] = [owner]
     what = f"VolumeSnapshot {namespace}/{name}"
-    created = yield from kube.send(
+    created: Body = yield from kube.send(
         Call("POST", VOLUME_SNAPSHOT.path(namespace), f"create {what}", body=manifest)
     )
-    return (yield from wait_snapshot(namespace, name, created, timeout))
+    return created
 
 
 def wait_snapshot(namespace: str, name: str, current: Body, timeout: float) -> Op[Body]:
