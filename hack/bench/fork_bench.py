@@ -5,10 +5,11 @@ For each workspace size, one source environment is created on the StorageClass `
 host-path driver; on reflink XFS its snapshots and restores are copy-on-write) and filled to the size inside
 its workspace (1 MiB files of random data, plus the uploaded source). Then, side by side on that same source
 and storage class, forks are made with spec.workspace.from.method Auto (a VolumeSnapshot: the class exists)
-and Copy (a tar stream between the two runtimes). Forks run no Gitea and no verification, so what is timed is
-the clone: from the create request to the fork's Cloned condition turning True (its workspace Pod Ready on
-the restored volume, or the copy streamed in), polled every 50 ms. "10 clones" creates ten forks at once
-and times until the last is cloned.
+and Copy (a tar stream between the two runtimes), the way `shadowctl fork` makes them. Forks run no Gitea and
+no verification, so what is timed is the clone: from the fork request (a shared snapshot's flush and creation
+included) to the fork's Cloned condition turning True (its workspace Pod Ready on the restored volume, or the
+copy streamed in), polled every 50 ms. "10 clones" is `shadowctl fork --count 10`: one flushed snapshot of the
+source that all ten restore (Auto), or ten copies (Copy); timed until the last is cloned.
 
     .venv/bin/python hack/bench/fork_bench.py --sizes 10,1024 --runs 3 --clones 10
 """
@@ -119,15 +120,13 @@ def make_source(api: client.ApiClient, ns: str, size_mib: int, work: Path) -> st
 
 
 def fork_round(api: client.ApiClient, ns: str, source: str, method: str, clones: int) -> tuple[float, str]:
-    """Create `clones` forks at once; seconds until the last is cloned, and the method used."""
+    """Fork `clones` times at once as `shadowctl fork` does (several: one shared snapshot); seconds until
+    the last fork is cloned, and the method used."""
     custom = client.CustomObjectsApi(api)
-    body = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, source)
     names = [f"{source}-{method.lower()}-{uuid.uuid4().hex[:4]}" for _ in range(clones)]
     t0 = time.monotonic()
-    for name in names:
-        custom.create_namespaced_custom_object(
-            GROUP, VERSION, ns, PLURAL, forkops.build_fork(body, name, method=method, timeout_seconds=1800)
-        )
+    with kube.connect() as http:
+        kube.run(http, forkops.fork(ns, source, names, method=method, timeout_seconds=1800, verify=False))
     try:
         wait_envs(custom, ns, names, "Cloned", 1800)
         elapsed = time.monotonic() - t0
