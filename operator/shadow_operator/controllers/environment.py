@@ -69,9 +69,8 @@ RETRY_SECONDS = 30.0  # after a failure that may heal (a source that could not b
 BOOTSTRAP_ATTEMPTS = 20  # consecutive failures of a ready Gitea before GiteaBootstrapFailed
 ADMIN_USERNAME = "shadow-admin"
 BASELINE_EXCLUDE = [".git/", ".sandbox-runtime/", "__pycache__/"]
-BASELINE_DIR = (
-    ".sandbox-runtime/baseline"  # the runtime's diff baseline, in its state directory on the volume
-)
+# The runtime's diff baseline, in its state directory on the volume (a copy-fork takes it along).
+BASELINE_DIR = ".sandbox-runtime/baseline"
 
 
 def _envs_in_namespace(template: Body, cache: Cache) -> Iterable[Key]:
