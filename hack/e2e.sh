@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make e2e`: dockerd, offline images, the kind cluster (reused when present) with snapshot-capable storage,
-# the Helm install, then the
-# e2e tests against real pods. Every step is cached, so a second run only re-runs the tests.
+# the Helm install, then the e2e tests against real pods. Every step is cached, so a second run only re-runs
+# the tests.
 set -Eeuo pipefail
 source "$(dirname "$0")/lib.sh"
 
