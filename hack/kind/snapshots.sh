@@ -55,6 +55,9 @@ reflink_storage() {
   fi
   local var_dir
   var_dir=$(docker inspect -f '{{range .Mounts}}{{if eq .Destination "/var"}}{{.Source}}{{end}}{{end}}' "$NODE")
+  if ! command -v mkfs.xfs >/dev/null; then
+    (apt_install xfsprogs) >&2 || true # optional: without it snapshots are plain copies
+  fi
   if ! command -v mkfs.xfs >/dev/null || [[ -z $var_dir || ! -d $var_dir ]]; then
     info "driver storage: the node's filesystem (no mkfs.xfs or node volume): snapshots are full copies" >&2
     return
