@@ -183,6 +183,15 @@ def test_seed_workflow_with_the_sdk(
         plans = shadow.promote(source="core")
         assert isinstance(plans, list) and plans[0].write == ["added.txt", "core/__init__.py"]
         assert_promoted(core, head)
+        # Two forks (the default class cannot snapshot: both copied), each independent of the other.
+        forks = shadow.fork(count=2, verify=False, timeout=float(TIMEOUT))
+        assert [f.name for f in forks] == [f"{shadow.name}-fork-1", f"{shadow.name}-fork-2"]
+        assert {f.status().status.clone_method for f in forks} == {"Copy"}  # type: ignore[union-attr]
+        forks[0].write_file("lib/written.txt", "changed in fork 1\n")
+        assert forks[1].read_file("lib/written.txt") == b"by the sdk\n"
+        assert shadow.read_file("lib/written.txt") == b"by the sdk\n"
+        for fork in forks:
+            fork.stop()
         shadow.stop()
     assert_clean(cluster, e2e_namespace)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import secrets
+import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -28,10 +29,11 @@ from shadow_operator.api.kinds import SECRET
 from shadow_operator.resources import copyin
 from shadow_operator.resources.environment import SourcePlan, gitea_secret_name
 from shadow_operator.sdk import environment as envops
+from shadow_operator.sdk import fork as forkops
 from shadow_operator.sdk import kube, promote, runtime
 from shadow_operator.sdk.environment import ANNOTATION_LOCAL_PREFIX, EnvironmentSpec, LocalSource
 from shadow_operator.sdk.errors import PromoteError, ShadowError
-from shadow_operator.sdk.kube import Op
+from shadow_operator.sdk.kube import Body, Op
 from shadow_operator.sdk.promote import PromotePlan
 from shadow_operator.sdk.runtime import Diff, ExecutionResult, ImportResult, JournalEntry
 from shadow_operator.sdk.upload import stream_worktree
@@ -258,6 +260,19 @@ class _Ops:
         ep = yield from self.endpoint()
         return (yield from runtime.handoff(ep))
 
+    def fork_names(self, names: Sequence[str], count: int | None) -> list[str]:
+        return [*names, *(f"{self.name}-fork-{i}" for i in range(1, (count or 0) + 1))] or [
+            f"{self.name}-fork-1"
+        ]
+
+    def fork(self, names: Sequence[str], wait: bool, timeout: float, **options: Any) -> Op[list[str]]:
+        yield from forkops.fork(self.namespace, self.name, names, **options)
+        deadline = time.monotonic() + timeout
+        for name in names if wait else ():
+            left = max(1.0, deadline - time.monotonic())
+            yield from envops.wait(self.namespace, name, envops.ready_with_verdict, "Ready", left)
+        return list(names)
+
 
 # --------------------------------------------------------------------------------------------- sync
 class ShadowGateway:
@@ -422,6 +437,31 @@ class ShadowGateway:
     def handoff(self) -> str | None:
         return self._run(self._ops.handoff())  # type: ignore[no-any-return]
 
+    # copy-on-write workspaces
+    def fork(
+        self,
+        *names: str,
+        count: int | None = None,
+        method: str = "Auto",
+        verify: bool | None = None,
+        wait: bool = True,
+        timeout: float = 600.0,
+    ) -> list[ShadowGateway]:
+        """Fork this environment (names, or `count` forks named NAME-fork-1..N): independent copies of its
+        workspace, uncommitted work included. Several at once restore one shared snapshot where the storage
+        can snapshot; else each is copied (`status.cloneMethod` says which). Returns a gateway per fork."""
+        targets = self._ops.fork_names(names, count)
+        self._run(self._ops.fork(targets, wait, timeout, method=method, verify=verify))
+        return [
+            ShadowGateway(n, self._ops.workspace_path, namespace=self.namespace, client=self._http)
+            for n in targets
+        ]
+
+    def snapshot(self, name: str | None = None, *, retain: bool = False, timeout: float = 300.0) -> Body:
+        """A VolumeSnapshot of the workspace (flushed first), ready to use; start environments from it with
+        spec.workspace.from.snapshot. Deleted with this environment unless `retain`."""
+        return self._run(forkops.snapshot(self.namespace, self.name, name, retain=retain, timeout=timeout))  # type: ignore[no-any-return]
+
 
 # -------------------------------------------------------------------------------------------- async
 class AsyncShadowGateway:
@@ -542,3 +582,26 @@ class AsyncShadowGateway:
 
     async def handoff(self) -> str | None:
         return await self._run(self._ops.handoff())  # type: ignore[no-any-return]
+
+    async def fork(
+        self,
+        *names: str,
+        count: int | None = None,
+        method: str = "Auto",
+        verify: bool | None = None,
+        wait: bool = True,
+        timeout: float = 600.0,
+    ) -> list[AsyncShadowGateway]:
+        targets = self._ops.fork_names(names, count)
+        await self._run(self._ops.fork(targets, wait, timeout, method=method, verify=verify))
+        return [
+            AsyncShadowGateway(n, self._ops.workspace_path, namespace=self.namespace, client=self._http)
+            for n in targets
+        ]
+
+    async def snapshot(
+        self, name: str | None = None, *, retain: bool = False, timeout: float = 300.0
+    ) -> Body:
+        op = forkops.snapshot(self.namespace, self.name, name, retain=retain, timeout=timeout)
+        body: Body = await self._run(op)
+        return body
