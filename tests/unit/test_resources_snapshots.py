@@ -54,9 +54,8 @@ def test_choose_class_says_why_there_is_none(
 
 
 def test_volume_driver_is_the_provisioner_of_the_claims_class() -> None:
-    assert snapshots.volume_driver({"spec": {}}, {"provisioner": "a.csi"}) == "a.csi"
-    assert snapshots.volume_driver({"spec": {}}, None) is None
-    assert snapshots.volume_driver(None, {"provisioner": "a.csi"}) is None
+    assert snapshots.volume_driver({"provisioner": "a.csi"}) == "a.csi"
+    assert snapshots.volume_driver(None) is None
 
 
 def test_volume_snapshot_manifest_and_the_sources_it_records() -> None:

@@ -47,11 +47,12 @@ from shadow_operator.api.kinds import (
 from shadow_operator.clients.gitea import Gitea, GiteaError
 from shadow_operator.clients.kube import ApiError
 from shadow_operator.clients.runtime import Runtime, RuntimeRefused, RuntimeUnavailable
-from shadow_operator.engine import Cache, Cached, NotOwned, Reconciler, Watch
+from shadow_operator.engine import Cache, Cached, Index, NotOwned, Reconciler, Watch
 from shadow_operator.engine.cache import Body, Key
 from shadow_operator.resources import conditions as conds
 from shadow_operator.resources import copyin, snapshots
 from shadow_operator.resources import environment as res
+from shadow_operator.resources import indexes as ix
 from shadow_operator.resources.verdict import (
     CODE_EXECUTION,
     INSTALLATION_HEALTH,
@@ -82,10 +83,8 @@ def _envs_in_namespace(template: Body, cache: Cache) -> Iterable[Key]:
 
 def _forks_of(env: Body, cache: Cache) -> Iterable[Key]:
     """An environment changed (e.g. its sources are in): the forks waiting for it may go on."""
-    namespace, name = env["metadata"]["namespace"], env["metadata"]["name"]
-    for other in cache.store(SHADOW_ENVIRONMENT).list(namespace):
-        if ((other["spec"].get("workspace") or {}).get("from") or {}).get("environment") == name:
-            yield namespace, other["metadata"]["name"]
+    meta = env["metadata"]
+    return cache.store(SHADOW_ENVIRONMENT).keys_by_index(ix.FORK_OF, f"{meta['namespace']}/{meta['name']}")
 
 
 def _env_of_pod(pod: Body, cache: Cache) -> Iterable[Key]:
@@ -128,6 +127,7 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
         Watch(SHADOW_ENVIRONMENT, _forks_of),
     )
     cached = (Cached(STATEFUL_SET, c.LABEL_ENVIRONMENT),)
+    indexes = (Index(SHADOW_ENVIRONMENT, ix.FORK_OF, ix.fork_of),)
     workers = 4
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -344,7 +344,7 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
             return _Restore(None, clone.get("storageClassName"), clone.get("restoreSize"))
         name = clone["snapshot"]
         if not clone.get("restoreSize"):
-            snapshot = await self._get_snapshot(env.namespace, name)
+            snapshot = await self.client.get_live(VOLUME_SNAPSHOT, env.namespace, name)
             if snapshot is None:
                 if origin.snapshot:
                     raise StepFailed(
@@ -396,7 +396,7 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
         assert origin is not None
         ns, started = env.namespace, conds.now_rfc3339()
         if origin.snapshot:
-            snapshot = await self._get_snapshot(ns, origin.snapshot)
+            snapshot = await self.client.get_live(VOLUME_SNAPSHOT, ns, origin.snapshot)
             if snapshot is None:
                 raise StepFailed(
                     "CloneSourceNotFound",
@@ -475,10 +475,10 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
         self, source_class: str | None, target_class: str | None
     ) -> snapshots.ClassChoice:
         storage_class = await self.client.get_live(STORAGE_CLASS, "", source_class) if source_class else None
-        driver = snapshots.volume_driver({}, storage_class)
+        driver = snapshots.volume_driver(storage_class)
         if target_class != source_class:
             target = await self.client.get_live(STORAGE_CLASS, "", target_class) if target_class else None
-            if snapshots.volume_driver({}, target) != driver:
+            if snapshots.volume_driver(target) != driver:
                 return snapshots.ClassChoice(
                     None, f"StorageClass {target_class} is served by another driver than the source volume"
                 )
@@ -508,14 +508,6 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
             )
         )
         return str(candidates[0]["metadata"]["name"]) if candidates else None
-
-    async def _get_snapshot(self, namespace: str, name: str) -> Body | None:
-        try:
-            return await self.client.get_live(VOLUME_SNAPSHOT, namespace, name)
-        except ApiError as exc:
-            if exc.not_found:
-                return None
-            raise
 
     async def _take_snapshot(self, env: ShadowEnvironment, clone: dict[str, Any]) -> Body:
         """Flush the source workspace's writes to its volume, then snapshot the volume."""
@@ -550,7 +542,7 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
             except ApiError as exc:
                 if not exc.already_exists:
                     raise
-                created = await self._get_snapshot(ns, clone["snapshot"]) or manifest
+                created = await self.client.get_live(VOLUME_SNAPSHOT, ns, clone["snapshot"]) or manifest
         else:
             created = await self._apply(VOLUME_SNAPSHOT, manifest, env)
         self.recorder.info(

@@ -20,6 +20,7 @@ BY_CONTROLLER = "controller-uid"  # any kind: the uid of its controller owner
 POOL_MEMBER = "pool-member"  # Sandbox: the uid of the warm pool that controls it, unless it is being deleted
 CLAIM_WAITS_ON = "waits-on"  # SandboxClaim: "<ns>/pool/<name>" and "<ns>/template/<name>" it depends on
 POOL_BY_TEMPLATE = "pool-template"  # SandboxWarmPool: "<ns>/<template>"
+FORK_OF = "fork-of"  # ShadowEnvironment: "<ns>/<environment>" it forks (spec.workspace.from.environment)
 
 
 def by_controller(obj: Body) -> Iterable[str]:
@@ -62,3 +63,8 @@ def claim_waits_on(claim: Body) -> Iterable[str]:
 def pool_by_template(pool: Body) -> Iterable[str]:
     ref = (pool.get("spec") or {}).get("sandboxTemplateRef") or {}
     return (f"{pool['metadata']['namespace']}/{ref['name']}",) if ref.get("name") else ()
+
+
+def fork_of(env: Body) -> Iterable[str]:
+    source = (((env.get("spec") or {}).get("workspace") or {}).get("from") or {}).get("environment")
+    return (f"{env['metadata']['namespace']}/{source}",) if source else ()

@@ -27,9 +27,10 @@ class ClassChoice:
     reason: str
 
 
-def volume_driver(pvc: Body | None, storage_class: Body | None) -> str | None:
-    """The CSI driver behind a claim: its StorageClass's provisioner (CSI drivers provision under their name)."""
-    if pvc is None or storage_class is None:
+def volume_driver(storage_class: Body | None) -> str | None:
+    """The CSI driver behind a claim of this StorageClass: its provisioner (CSI drivers provision under their
+    name)."""
+    if storage_class is None:
         return None
     provisioner = storage_class.get("provisioner")
     return str(provisioner) if provisioner else None

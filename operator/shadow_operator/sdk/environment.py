@@ -6,9 +6,11 @@
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from os import PathLike
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -33,6 +35,7 @@ from shadow_operator.sdk.errors import (
 )
 from shadow_operator.sdk.kube import Body, Call, Op
 from shadow_operator.sdk.runtime import ImportResult, RuntimeEndpoint
+from shadow_operator.sdk.upload import stream_worktree
 
 # Where shadowctl records the local directory a source was uploaded from, so `promote` knows where to go.
 ANNOTATION_LOCAL_PREFIX = f"local.{c.OPERATOR_PREFIX}/"
@@ -370,12 +373,13 @@ def upload(
     namespace: str,
     name: str,
     source: str,
-    chunks: Callable[[], Iterator[bytes]],
-    digest: Callable[[], str],
+    path: str | PathLike[str],
     timeout: float,
-) -> Op[ImportResult]:
-    """Wait for the workspace, stream the archive into the source's directory, then set the annotation
-    `uploads.shadow.dev/<source>` (its sha256) that tells the operator to snapshot the directory."""
+    progress: Progress | None = None,
+) -> Op[tuple[ImportResult, str]]:
+    """Wait for the workspace, stream the working tree at `path` (what `git add --all` would snapshot, and
+    `.git`) into the source's directory, then set the annotation `uploads.shadow.dev/<source>` (the archive's
+    sha256) that tells the operator to snapshot the directory. Returns the runtime's answer and the sha256."""
     env = yield from get(namespace, name)
     plan = source_plan(env, source)
     if not plan.upload:
@@ -391,8 +395,15 @@ def upload(
         timeout,
     )
     ep = yield from runtime_endpoint(env)
+    digest = hashlib.sha256()
+
+    def chunks() -> Iterator[bytes]:
+        for piece in stream_worktree(path, progress=progress):
+            digest.update(piece)
+            yield piece
+
     result = yield from runtime.import_archive(ep, plan.path, chunks())
-    patch = {"metadata": {"annotations": {c.ANNOTATION_UPLOAD_PREFIX + plan.name: digest()}}}
+    patch = {"metadata": {"annotations": {c.ANNOTATION_UPLOAD_PREFIX + plan.name: digest.hexdigest()}}}
     yield Call(
         "PATCH",
         SHADOW_ENVIRONMENT.path(namespace, name),
@@ -400,7 +411,7 @@ def upload(
         body=patch,
         content_type=kube.MERGE_PATCH,
     )
-    return result
+    return result, digest.hexdigest()
 
 
 def verify(namespace: str, name: str, timeout: float) -> Op[Verdict]:

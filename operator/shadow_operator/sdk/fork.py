@@ -294,9 +294,7 @@ def _snapshot_claim(
         classes = yield from kube.send(
             Call("GET", VOLUME_SNAPSHOT_CLASS.path(), "list VolumeSnapshotClasses")
         )
-        choice = snapshots.choose_class(
-            snapshots.volume_driver(pvc, storage_class), classes.get("items") or ()
-        )
+        choice = snapshots.choose_class(snapshots.volume_driver(storage_class), classes.get("items") or ())
     except (NotFound, ApiNotInstalled):
         choice = snapshots.choose_class(None, (), api_installed=False)
     if choice.name is None:

@@ -13,13 +13,11 @@ Both twins run the same operations (`sdk.environment`, `sdk.runtime`, `sdk.promo
 from __future__ import annotations
 
 import base64
-import hashlib
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self
+from typing import Any, TypeVar
 
 import httpx
 
@@ -32,11 +30,13 @@ from shadow_operator.sdk import environment as envops
 from shadow_operator.sdk import fork as forkops
 from shadow_operator.sdk import kube, promote, runtime
 from shadow_operator.sdk.environment import ANNOTATION_LOCAL_PREFIX, EnvironmentSpec, LocalSource
-from shadow_operator.sdk.errors import PromoteError, ShadowError
+from shadow_operator.sdk.errors import PromoteError, RuntimeRefused, RuntimeUnreachable, ShadowError
 from shadow_operator.sdk.kube import Body, Op
 from shadow_operator.sdk.promote import PromotePlan
 from shadow_operator.sdk.runtime import Diff, ExecutionResult, ImportResult, JournalEntry
 from shadow_operator.sdk.upload import stream_worktree
+
+T = TypeVar("T")
 
 Progress = Callable[[int, int], None]
 PUBLISH_DIR = ".sandbox-runtime/publish"
@@ -50,6 +50,9 @@ class _Ops:
         self.name = name
         self.namespace = namespace
         self.workspace_path = Path(workspace_path).expanduser() if workspace_path else None
+        # The runtime's endpoint (pod proxy path and token) read once, not twice per call; dropped when the
+        # runtime cannot be reached or refuses the token (the workspace was suspended or recreated).
+        self._endpoint: runtime.RuntimeEndpoint | None = None
 
     def spec(self, spec: EnvironmentSpec | None) -> EnvironmentSpec:
         if spec is not None:
@@ -59,17 +62,14 @@ class _Ops:
         return EnvironmentSpec(local=[LocalSource(self.workspace_path)])
 
     def create(self, spec: EnvironmentSpec) -> Op[ShadowEnvironment]:
+        self._endpoint = None  # a new environment: a new runtime token
         return envops.create(envops.build_environment(self.name, self.namespace, spec))
 
     def upload(self, source: LocalSource, timeout: float, progress: Progress | None) -> Op[ImportResult]:
-        digest = hashlib.sha256()
-
-        def chunks() -> Iterator[bytes]:
-            for piece in stream_worktree(source.path, progress=progress):
-                digest.update(piece)
-                yield piece
-
-        return envops.upload(self.namespace, self.name, source.source_name, chunks, digest.hexdigest, timeout)
+        result, _ = yield from envops.upload(
+            self.namespace, self.name, source.source_name, source.path, timeout, progress
+        )
+        return result
 
     def wait_ready(
         self, timeout: float, on_change: Callable[[ShadowEnvironment], None] | None = None
@@ -84,32 +84,48 @@ class _Ops:
         )
 
     def endpoint(self) -> Op[runtime.RuntimeEndpoint]:
-        env = yield from envops.get(self.namespace, self.name)
-        return (yield from envops.runtime_endpoint(env))
+        if self._endpoint is None:
+            env = yield from envops.get(self.namespace, self.name)
+            self._endpoint = yield from envops.runtime_endpoint(env)
+        return self._endpoint
+
+    def forget_endpoint(self) -> None:
+        self._endpoint = None
+
+    def on_runtime(self, make: Callable[[runtime.RuntimeEndpoint], Op[T]]) -> Op[T]:
+        """Run a runtime operation on the cached endpoint. When the runtime is gone or refuses the token, the
+        endpoint is read again, so a workspace that is not ready says so (SandboxNotReadyError) and the next
+        call uses the new one; the operation itself is not repeated (it may have run)."""
+        cached = self._endpoint is not None
+        ep = yield from self.endpoint()
+        try:
+            return (yield from make(ep))
+        except (RuntimeUnreachable, RuntimeRefused) as exc:
+            if not cached or (isinstance(exc, RuntimeRefused) and exc.status != 401):
+                raise
+            self._endpoint = None
+            yield from self.endpoint()
+            raise
 
     def exec(self, command: str | Sequence[str], **kw: Any) -> Op[ExecutionResult]:
-        ep = yield from self.endpoint()
         argv = command if isinstance(command, str) else list(command)
-        return (yield from runtime.run_command(ep, argv, **kw))
+        return self.on_runtime(lambda ep: runtime.run_command(ep, argv, **kw))
 
     def read_file(self, path: str) -> Op[bytes]:
-        ep = yield from self.endpoint()
-        return (yield from runtime.read_file(ep, path))
+        return self.on_runtime(lambda ep: runtime.read_file(ep, path))
 
     def write_file(self, path: str, data: bytes | str) -> Op[None]:
-        ep = yield from self.endpoint()
-        yield from runtime.write_file(ep, path, data.encode() if isinstance(data, str) else data)
+        content = data.encode() if isinstance(data, str) else data
+        return self.on_runtime(lambda ep: runtime.write_file(ep, path, content))
 
     def diff(self, paths_only: bool) -> Op[Diff]:
-        ep = yield from self.endpoint()
-        return (yield from runtime.diff(ep, paths_only=paths_only))
+        return self.on_runtime(lambda ep: runtime.diff(ep, paths_only=paths_only))
 
     def plan_promote(
         self, source: str | None, to: str | Path | None, paths: Sequence[str]
     ) -> Op[list[PromotePlan]]:
         env = yield from envops.get(self.namespace, self.name)
-        ep = yield from envops.runtime_endpoint(env)
-        diff = yield from runtime.diff(ep, paths_only=True)
+        diff = yield from self.on_runtime(lambda ep: runtime.diff(ep, paths_only=True))
         return [
             promote.plan_promote(diff, plan.name, plan.path, local, paths)
             for plan, local in self._promote_targets(env, source, to)
@@ -145,10 +161,12 @@ class _Ops:
         return targets
 
     def apply_promote(self, plans: Sequence[PromotePlan]) -> Op[list[PromotePlan]]:
-        ep = yield from self.endpoint()
-        for plan in plans:
-            yield from promote.apply(ep, plan)
-        return list(plans)
+        def apply(ep: runtime.RuntimeEndpoint) -> Op[list[PromotePlan]]:
+            for plan in plans:
+                yield from promote.apply(ep, plan)
+            return list(plans)
+
+        return self.on_runtime(apply)
 
     def gitea_token(self) -> Op[str]:
         secret = gitea_secret_name(self.name)
@@ -163,7 +181,7 @@ class _Ops:
     def push_branch(self, source: str | None, branch: str, message: str) -> Op[dict[str, str]]:
         """Snapshot a source's working tree in the workspace and push it to a branch of its Gitea repo."""
         env = yield from envops.get(self.namespace, self.name)
-        ep = yield from envops.runtime_endpoint(env)
+        ep = yield from self.endpoint()
         statuses = {s.name: s for s in (env.status.sources if env.status else None) or []}
         if source is None:
             if len(statuses) != 1:
@@ -201,7 +219,7 @@ class _Ops:
     def publish(self, path: Path, repo: str | None, progress: Progress | None) -> Op[dict[str, str]]:
         """Push a local repository (uncommitted work included) into the environment's Gitea."""
         env = yield from envops.get(self.namespace, self.name)
-        ep = yield from envops.runtime_endpoint(env)
+        ep = yield from self.endpoint()
         gitea = env.status.gitea_url if env.status else None
         if not gitea:
             raise ShadowError(f"{self.name} has no Gitea", hint="spec.gitea.enabled must be true")
@@ -253,12 +271,10 @@ class _Ops:
         return envops.verify(self.namespace, self.name, timeout)
 
     def journal(self, since: int, significant: bool) -> Op[list[JournalEntry]]:
-        ep = yield from self.endpoint()
-        return (yield from runtime.journal(ep, since=since, significant=significant))
+        return self.on_runtime(lambda ep: runtime.journal(ep, since=since, significant=significant))
 
     def handoff(self) -> Op[str | None]:
-        ep = yield from self.endpoint()
-        return (yield from runtime.handoff(ep))
+        return self.on_runtime(runtime.handoff)
 
     def fork_names(self, names: Sequence[str], count: int | None) -> list[str]:
         return [*names, *(f"{self.name}-fork-{i}" for i in range(1, (count or 0) + 1))] or [
@@ -275,7 +291,7 @@ class _Ops:
 
 
 # --------------------------------------------------------------------------------------------- sync
-class ShadowGateway:
+class ShadowGateway(kube.ClientHolder):
     """One ShadowEnvironment, from code. Methods block; see AsyncShadowGateway for the async twin."""
 
     def __init__(
@@ -286,25 +302,14 @@ class ShadowGateway:
         namespace: str = "default",
         client: httpx.Client | None = None,
     ) -> None:
+        super().__init__(client)
         self._ops = _Ops(name, namespace, workspace_path)
-        self._own_client = client is None
-        self._http = client or kube.connect()
 
     name = property(lambda self: self._ops.name)
     namespace = property(lambda self: self._ops.namespace)
 
     def _run(self, op: Op[Any]) -> Any:
         return kube.run(self._http, op)
-
-    def close(self) -> None:
-        if self._own_client:
-            self._http.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # lifecycle
     def start(
@@ -338,6 +343,7 @@ class ShadowGateway:
 
     def stop(self, *, wait: bool = True, timeout: float = 120.0) -> None:
         """Delete the environment (workspace, Gitea, volumes); by default wait until it is gone."""
+        self._ops.forget_endpoint()
         self._run(envops.delete(self.namespace, self.name, wait=wait, timeout=timeout))
 
     def status(self) -> ShadowEnvironment:
@@ -464,7 +470,7 @@ class ShadowGateway:
 
 
 # -------------------------------------------------------------------------------------------- async
-class AsyncShadowGateway:
+class AsyncShadowGateway(kube.AsyncClientHolder):
     """The async twin of ShadowGateway: the same operations, awaited."""
 
     def __init__(
@@ -475,27 +481,14 @@ class AsyncShadowGateway:
         namespace: str = "default",
         client: httpx.AsyncClient | None = None,
     ) -> None:
+        super().__init__(client)
         self._ops = _Ops(name, namespace, workspace_path)
-        self._own_client = client is None
-        self._http = client or kube.connect_async()
 
     name = property(lambda self: self._ops.name)
     namespace = property(lambda self: self._ops.namespace)
 
     async def _run(self, op: Op[Any]) -> Any:
         return await kube.arun(self._http, op)
-
-    async def aclose(self) -> None:
-        if self._own_client:
-            await self._http.aclose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
 
     async def start(
         self,
@@ -513,6 +506,7 @@ class AsyncShadowGateway:
         return await self.wait_ready(timeout) if wait else env
 
     async def stop(self, *, wait: bool = True, timeout: float = 120.0) -> None:
+        self._ops.forget_endpoint()
         await self._run(envops.delete(self.namespace, self.name, wait=wait, timeout=timeout))
 
     async def status(self) -> ShadowEnvironment:

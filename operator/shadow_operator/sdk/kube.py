@@ -18,7 +18,7 @@ import os
 import tempfile
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import httpx
 
@@ -116,6 +116,43 @@ def connect(*, timeout: float = 30.0, context: str | None = None) -> httpx.Clien
 def connect_async(*, timeout: float = 30.0, context: str | None = None) -> httpx.AsyncClient:
     """The async twin of `connect()`."""
     return httpx.AsyncClient(**_client_options(timeout, context))
+
+
+class ClientHolder:
+    """An SDK object that talks through one `httpx.Client`: the caller's, or its own, closed with it (`close()`
+    or the end of a `with` block)."""
+
+    def __init__(self, client: httpx.Client | None) -> None:
+        self._own_client = client is None
+        self._http = client or connect()
+
+    def close(self) -> None:
+        if self._own_client:
+            self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncClientHolder:
+    """The async twin of ClientHolder (`aclose()`, `async with`)."""
+
+    def __init__(self, client: httpx.AsyncClient | None) -> None:
+        self._own_client = client is None
+        self._http = client or connect_async()
+
+    async def aclose(self) -> None:
+        if self._own_client:
+            await self._http.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
 # -------------------------------------------------------------------------------------------- calls

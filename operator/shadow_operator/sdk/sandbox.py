@@ -18,8 +18,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import httpx
 
@@ -265,13 +264,12 @@ class Sandbox:
         kube.run(self._http, delete(self.claim_name, self.namespace))
 
 
-class SandboxClient:
+class SandboxClient(kube.ClientHolder):
     """Claims sandboxes; as a context manager it deletes, on exit, the ones it created."""
 
     def __init__(self, *, namespace: str = "default", client: httpx.Client | None = None) -> None:
+        super().__init__(client)
         self.namespace = namespace
-        self._own_client = client is None
-        self._http = client or kube.connect()
         self._created: list[Sandbox] = []
 
     def create_sandbox(
@@ -313,13 +311,6 @@ class SandboxClient:
             with contextlib.suppress(SandboxNotFoundError):
                 sandbox.terminate()
         self._created.clear()
-
-    def close(self) -> None:
-        if self._own_client:
-            self._http.close()
-
-    def __enter__(self) -> Self:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         try:
@@ -401,11 +392,12 @@ class AsyncSandbox:
         await kube.arun(self._http, delete(self.claim_name, self.namespace))
 
 
-class AsyncSandboxClient:
+class AsyncSandboxClient(kube.AsyncClientHolder):
+    """The async twin of SandboxClient."""
+
     def __init__(self, *, namespace: str = "default", client: httpx.AsyncClient | None = None) -> None:
+        super().__init__(client)
         self.namespace = namespace
-        self._own_client = client is None
-        self._http = client or kube.connect_async()
         self._created: list[AsyncSandbox] = []
 
     async def create_sandbox(
@@ -449,16 +441,7 @@ class AsyncSandboxClient:
                 await sandbox.terminate()
         self._created.clear()
 
-    async def aclose(self) -> None:
-        if self._own_client:
-            await self._http.aclose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         try:
             await self.delete_all()
         finally:

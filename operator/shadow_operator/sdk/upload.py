@@ -275,17 +275,10 @@ def upload_source(
     sha256: the operator snapshots the directory once that annotation is there. Uploading again overwrites
     files but removes none, and the operator snapshots a source only once.
     """
-    from shadow_operator.sdk import environment as envops
-
-    digest = hashlib.sha256()
-
-    def chunks() -> Iterator[bytes]:
-        for piece in stream_worktree(path, progress=progress):
-            digest.update(piece)
-            yield piece
+    from shadow_operator.sdk import environment as envops  # it imports this module's stream_worktree
 
     with kube.connect() as http:
-        result = kube.run(
-            http, envops.upload(namespace, environment, source, chunks, digest.hexdigest, timeout)
+        result, digest = kube.run(
+            http, envops.upload(namespace, environment, source, path, timeout, progress)
         )
-    return UploadResult(path=result.path, files=result.files, bytes=result.bytes, sha256=digest.hexdigest())
+    return UploadResult(path=result.path, files=result.files, bytes=result.bytes, sha256=digest)
