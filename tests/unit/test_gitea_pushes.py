@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,7 +14,7 @@ from pydantic import ValidationError
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
 from shadow_operator.api.environment import PushRequest
-from shadow_operator.clients.gitpush import push_refspecs
+from shadow_operator.clients.gitpush import PUSH_CONFIG, PushFailed, _Git, push_refspecs
 from shadow_operator.controllers.pushes import pending_request
 from shadow_operator.resources import gitea_policy
 
@@ -141,3 +145,36 @@ def test_refspecs_push_the_snapshot_to_its_branch_and_the_rest_alongside() -> No
     assert push_refspecs([c.GIT_SNAPSHOT_REF], "main", everything=True) == [
         f"+{c.GIT_SNAPSHOT_REF}:refs/heads/main"
     ]
+
+
+# ---------------------------------------------------------------------------------------------- git runs
+def test_operator_git_is_bounded_and_never_prints_the_token(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    subprocess.run(["git", "init", "-q", "-b", "main", str(src)], check=True)
+    (src / "noise").write_bytes(os.urandom(256 * 1024))  # incompressible: the pack is as large
+    env = {**os.environ, "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@b", "GIT_COMMITTER_NAME": "a"}
+    env["GIT_COMMITTER_EMAIL"] = "a@b"
+    subprocess.run(["git", "-C", str(src), "add", "."], check=True, env=env)
+    subprocess.run(["git", "-C", str(src), "commit", "-qm", "x"], check=True, env=env)
+    bundle = tmp_path / "b.bundle"
+    subprocess.run(["git", "-C", str(src), "bundle", "create", "-q", str(bundle), "main"], check=True)
+    home = tmp_path / "home"
+    home.mkdir()
+
+    async def fetch(file_limit: int) -> None:
+        git = _Git(home, timeout=60, file_limit=file_limit, secrets=["tok3n"])
+        repo = tmp_path / f"repo-{file_limit}.git"
+        await git.run("init", "-q", "--bare", "--template=", str(repo))
+        await git.run("fetch", "-q", str(bundle), "+refs/heads/*:refs/heads/*", cwd=repo)
+
+    asyncio.run(fetch(1 << 20))
+    with pytest.raises(PushFailed, match="git fetch failed"):
+        asyncio.run(fetch(64 * 1024))  # the pack it writes may not grow past the limit
+
+    async def push_to_nowhere() -> None:
+        git = _Git(home, timeout=60, file_limit=1 << 20, secrets=["tok3n"])
+        await git.run("ls-remote", "http://127.0.0.1:9/tok3n.git", config=list(PUSH_CONFIG))
+
+    with pytest.raises(PushFailed) as failed:
+        asyncio.run(push_to_nowhere())
+    assert "tok3n" not in str(failed.value) and "***" in str(failed.value)

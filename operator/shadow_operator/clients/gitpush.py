@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import resource
 import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -160,11 +159,6 @@ class _Git:
             "LC_ALL": "C",
         }
 
-    def _limits(self) -> None:
-        """In the child: bounded file size and address space, whatever the bundle holds."""
-        resource.setrlimit(resource.RLIMIT_FSIZE, (self.file_limit, self.file_limit))
-        resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE_LIMIT, ADDRESS_SPACE_LIMIT))
-
     async def run(
         self,
         *args: str,
@@ -178,15 +172,21 @@ class _Git:
         for i, (key, value) in enumerate(pairs):
             env[f"GIT_CONFIG_KEY_{i}"] = key
             env[f"GIT_CONFIG_VALUE_{i}"] = value
+        # Limits through the shell (a preexec_fn is not safe in a threaded process): bounded file size (in
+        # 512-byte blocks) and address space (KiB), whatever the bundle holds.
         proc = await asyncio.create_subprocess_exec(
+            "/bin/sh",
+            "-c",
+            'ulimit -f "$1" && ulimit -v "$2" && shift 2 && exec git "$@"',
             "git",
+            str(self.file_limit // 512 + 1),
+            str(ADDRESS_SPACE_LIMIT // 1024),
             *args,
             cwd=cwd,
             env=env,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
-            preexec_fn=self._limits,
         )
         assert proc.stdout is not None and proc.stderr is not None
         try:

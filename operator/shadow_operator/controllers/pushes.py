@@ -68,6 +68,8 @@ async def snapshot_and_push(
     )
     fields = copyin.parse_result(result.stdout)
     if not result.ok or fields is None or len(fields) != 2 or not _COMMIT.match(fields[0]):
+        if bundle is not None:
+            await runtime.delete(bundle)
         raise SnapshotFailed(copyin.tail(result.output) or f"exit code {result.exit_code}")
     commit, current = fields
     pushed = branch or current
