@@ -834,10 +834,10 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
     async def _push_request(self, env: ShadowEnvironment, state: _Status, token: str | None) -> None:
         """Answer the client's shadow.dev/push-request (controllers/pushes.py) in status.lastPush."""
         request = pushes.pending_request(env.metadata.annotations, state.status.get("lastPush"))
-        if request is None or not token:
-            return
-        if isinstance(request, dict):
+        if isinstance(request, dict):  # not a valid request: answered with the reason
             state.status["lastPush"] = request
+            return
+        if request is None or not token:
             return
         copied = {s["name"] for s in state.status.get("sources") or ()}
         try:
