@@ -194,9 +194,9 @@ def test_operator_deployment_contract(helm: str) -> None:
     # Snapshot bundles are verified and pushed to Gitea from a writable emptyDir of bounded size.
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     assert env["SHADOW_GIT_WORK_DIR"] == mounts["git-work"] == "/var/lib/shadow-operator/git"
-    assert env["SHADOW_MAX_BUNDLE_BYTES"] == "1073741824"
+    assert env["SHADOW_MAX_BUNDLE_BYTES"] == "1073741824" and env["SHADOW_GIT_PUSH_CONCURRENCY"] == "2"
     volumes = {v["name"]: v for v in spec["template"]["spec"]["volumes"]}
-    assert volumes["git-work"]["emptyDir"] == {"sizeLimit": "4Gi"}
+    assert volumes["git-work"]["emptyDir"] == {"sizeLimit": "5Gi"}
 
 
 def test_leader_election_may_act_on_its_lease_only(helm: str) -> None:

@@ -17,7 +17,7 @@ import contextlib
 import os
 import tempfile
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from shadow_operator.api import constants as c
@@ -64,10 +64,14 @@ class PushFailed(Exception):
 
 @dataclass(frozen=True)
 class PushSettings:
+    """One per operator: `slots` bounds the pushes under way, so the work dir (an emptyDir whose overflow
+    would evict the operator) never holds more than about slots x 2 x max_bundle_bytes."""
+
     work_dir: str | None = None  # where the temporary bare repositories go (the operator's emptyDir)
     max_bundle_bytes: int = 1 << 30
     max_refs: int = 5000
     timeout: float = 900.0
+    slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(2), compare=False)
 
 
 def push_refspecs(refs: Iterable[str], branch: str, *, everything: bool) -> list[str]:
@@ -102,6 +106,19 @@ async def push_snapshot(
 ) -> None:
     """Fetch the bundle the workspace wrote at `bundle_path` (then delete it there), verify it, and push the
     snapshot to `branch` of `remote_url` (with `everything`: the repository's branches and tags too)."""
+    async with settings.slots:
+        await _push(runtime, bundle_path, remote_url, token, branch, everything, settings)
+
+
+async def _push(
+    runtime: Runtime,
+    bundle_path: str,
+    remote_url: str,
+    token: str,
+    branch: str,
+    everything: bool,
+    settings: PushSettings,
+) -> None:
     with tempfile.TemporaryDirectory(prefix="shadow-push-", dir=settings.work_dir) as tmp:
         home, bundle, repo = Path(tmp, "home"), Path(tmp, "snapshot.bundle"), Path(tmp, "repo.git")
         home.mkdir(mode=0o700)
@@ -117,7 +134,8 @@ async def push_snapshot(
         finally:
             with contextlib.suppress(RuntimeUnavailable):
                 await runtime.delete(bundle_path)
-        git = _Git(home, timeout=settings.timeout, file_limit=2 * size + (64 << 20), secrets=[token])
+        # The pack the fetch writes is the bundle's own (kept as it is): no file may be much larger.
+        git = _Git(home, timeout=settings.timeout, file_limit=size + (64 << 20), secrets=[token])
         await git.run("init", "--quiet", "--bare", "--template=", str(repo))
         await git.run("bundle", "verify", "--quiet", str(bundle), cwd=repo, what="the snapshot bundle")
         await git.run("fetch", "--quiet", "--no-write-fetch-head", str(bundle), *FETCH_REFSPECS, cwd=repo)

@@ -30,6 +30,7 @@ class Config:
     # the largest snapshot bundle taken from a workspace.
     git_work_dir: str | None = None
     max_bundle_bytes: int = 1 << 30
+    git_push_concurrency: int = 2
 
     @classmethod
     def from_env(cls) -> Config:
@@ -53,4 +54,5 @@ class Config:
             runtime_api_url=env.get("SHADOW_RUNTIME_API_URL") or None,
             git_work_dir=env.get("SHADOW_GIT_WORK_DIR") or None,
             max_bundle_bytes=int(env.get("SHADOW_MAX_BUNDLE_BYTES") or 1 << 30),
+            git_push_concurrency=int(env.get("SHADOW_GIT_PUSH_CONCURRENCY") or 2),
         )

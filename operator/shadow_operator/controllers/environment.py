@@ -135,6 +135,11 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._bootstrap_failures: dict[Key, int] = {}
+        self._push_settings = gitpush.PushSettings(
+            work_dir=self.config.git_work_dir,
+            max_bundle_bytes=self.config.max_bundle_bytes,
+            slots=asyncio.Semaphore(self.config.git_push_concurrency),
+        )
 
     async def deleted(self, key: Key) -> None:
         self._bootstrap_failures.pop(key, None)
@@ -824,12 +829,6 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
                     "SourcesCopied",
                     f"{len(plans)} source(s) copied in; {baseline}",
                 )
-
-    @property
-    def _push_settings(self) -> gitpush.PushSettings:
-        return gitpush.PushSettings(
-            work_dir=self.config.git_work_dir, max_bundle_bytes=self.config.max_bundle_bytes
-        )
 
     async def _push_request(self, env: ShadowEnvironment, state: _Status, token: str | None) -> None:
         """Answer the client's shadow.dev/push-request (controllers/pushes.py) in status.lastPush."""
