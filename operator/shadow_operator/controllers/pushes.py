@@ -28,6 +28,7 @@ from shadow_operator.resources.environment import SourcePlan
 # Where the workspace writes its bundles (the runtime's state directory, outside the diff baseline).
 BUNDLE_DIR = ".sandbox-runtime/push"
 SNAPSHOT_TIMEOUT = 900.0
+MAX_BRANCH = 255
 _COMMIT = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 
 
@@ -67,7 +68,14 @@ async def snapshot_and_push(
         tag="shadow-operator: snapshot",
     )
     fields = copyin.parse_result(result.stdout)
-    if not result.ok or fields is None or len(fields) != 2 or not _COMMIT.match(fields[0]):
+    # The workspace's output is the tenant's: a commit id and a branch name of sane length, or nothing.
+    if (
+        not result.ok
+        or fields is None
+        or len(fields) != 2
+        or not _COMMIT.match(fields[0])
+        or len(fields[1]) > MAX_BRANCH
+    ):
         if bundle is not None:
             await runtime.delete(bundle)
         raise SnapshotFailed(copyin.tail(result.output) or f"exit code {result.exit_code}")
