@@ -193,6 +193,12 @@ def test_operator_deployment_contract(helm: str) -> None:
     assert env["SHADOW_METRICS_PORT"] == "9090"
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["image"] == "ghcr.io/shadow-operator/operator:0.1.0"
+    # Snapshot bundles are verified and pushed to Gitea from a writable emptyDir of bounded size.
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert env["SHADOW_GIT_WORK_DIR"] == mounts["git-work"] == "/var/lib/shadow-operator/git"
+    assert env["SHADOW_MAX_BUNDLE_BYTES"] == "1073741824" and env["SHADOW_GIT_PUSH_CONCURRENCY"] == "2"
+    volumes = {v["name"]: v for v in spec["template"]["spec"]["volumes"]}
+    assert volumes["git-work"]["emptyDir"] == {"sizeLimit": "5Gi"}
 
 
 def test_leader_election_may_act_on_its_lease_only(helm: str) -> None:
@@ -313,6 +319,7 @@ def test_warm_pool_without_template_is_refused(helm: str) -> None:
         ("operator.replicas=-1", "/operator/replicas"),
         ("operator.leaderElection.retryPeriod=0", "/operator/leaderElection/retryPeriod"),
         ("operator.logFormat=xml", "/operator/logFormat"),
+        ("operator.gitPush.maxBundleBytes=10", "/operator/gitPush/maxBundleBytes"),
         ("operator.image.digest=latest", "/operator/image/digest"),
         ("operator.unknownKey=1", "unknownKey"),
         ("previewRouter.domain=Not_A_Domain", "/previewRouter/domain"),

@@ -26,6 +26,11 @@ class Config:
     # Likewise for workspace runtimes (default: each workspace's status.runtimeURL): one runtime on loopback
     # answering for every workspace, for an operator outside the cluster or tests without a kubelet.
     runtime_api_url: str | None = None
+    # Pushes to Gitea (clients/gitpush.py): where the temporary repositories go (an emptyDir in the chart) and
+    # the largest snapshot bundle taken from a workspace.
+    git_work_dir: str | None = None
+    max_bundle_bytes: int = 1 << 30
+    git_push_concurrency: int = 2
 
     @classmethod
     def from_env(cls) -> Config:
@@ -47,4 +52,7 @@ class Config:
             gitea_image_pull_policy=env.get("SHADOW_GITEA_IMAGE_PULL_POLICY") or "IfNotPresent",
             gitea_api_url=env.get("SHADOW_GITEA_API_URL") or None,
             runtime_api_url=env.get("SHADOW_RUNTIME_API_URL") or None,
+            git_work_dir=env.get("SHADOW_GIT_WORK_DIR") or None,
+            max_bundle_bytes=int(env.get("SHADOW_MAX_BUNDLE_BYTES") or 1 << 30),
+            git_push_concurrency=int(env.get("SHADOW_GIT_PUSH_CONCURRENCY") or 2),
         )
