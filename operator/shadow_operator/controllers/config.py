@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from shadow_operator.resources.networkpolicy import denied_ranges
+
 
 @dataclass(frozen=True)
 class Config:
@@ -14,6 +16,9 @@ class Config:
     operator_namespace: str = "shadow-system"
     # Namespaces the default NetworkPolicy lets in (the operator's plus, e.g., a separate preview router's).
     ingress_namespaces: tuple[str, ...] = ("shadow-system",)
+    # The cluster's pod and service ranges, denied to sandboxes' egress beside every non-global range (they
+    # must be named where they are globally routable addresses; RFC 1918 ranges are denied anyway).
+    cluster_cidrs: tuple[str, ...] = ()
     metrics_port: int = 8081
     json_logs: bool = False
     # ShadowEnvironment: the SandboxTemplate a workspace starts from unless it names one, and Gitea's image.
@@ -34,12 +39,20 @@ class Config:
             env.get("SHADOW_OPERATOR_NAMESPACE") or env.get("POD_NAMESPACE") or "shadow-system"
         )
         extra = [ns.strip() for ns in env.get("SHADOW_INGRESS_NAMESPACES", "").split(",") if ns.strip()]
+        cluster_cidrs = tuple(
+            cidr.strip() for cidr in env.get("SHADOW_CLUSTER_CIDRS", "").split(",") if cidr.strip()
+        )
+        try:
+            denied_ranges(cluster_cidrs)
+        except ValueError as exc:
+            raise ValueError(f"SHADOW_CLUSTER_CIDRS: {exc}") from None
         return cls(
             cluster_domain=env.get("SHADOW_CLUSTER_DOMAIN", "cluster.local"),
             preview_domain=env.get("SHADOW_PREVIEW_DOMAIN") or None,
             preview_scheme=env.get("SHADOW_PREVIEW_SCHEME", "https"),
             operator_namespace=operator_namespace,
             ingress_namespaces=tuple(dict.fromkeys([operator_namespace, *extra])),
+            cluster_cidrs=cluster_cidrs,
             metrics_port=int(env.get("SHADOW_METRICS_PORT", "8081")),
             json_logs=env.get("SHADOW_LOG_FORMAT", "").lower() == "json",
             default_template=env.get("SHADOW_DEFAULT_TEMPLATE") or "workspace",
