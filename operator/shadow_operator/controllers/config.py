@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from shadow_operator.clients.runtime import DEFAULT_MAX_ANSWER_BYTES
 from shadow_operator.resources.networkpolicy import denied_ranges
 
 
@@ -31,6 +32,8 @@ class Config:
     # Likewise for workspace runtimes (default: each workspace's status.runtimeURL): one runtime on loopback
     # answering for every workspace, for an operator outside the cluster or tests without a kubelet.
     runtime_api_url: str | None = None
+    # The most the operator reads of one answer of a workspace runtime (which the tenant's code controls).
+    runtime_max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
 
     @classmethod
     def from_env(cls) -> Config:
@@ -60,4 +63,7 @@ class Config:
             gitea_image_pull_policy=env.get("SHADOW_GITEA_IMAGE_PULL_POLICY") or "IfNotPresent",
             gitea_api_url=env.get("SHADOW_GITEA_API_URL") or None,
             runtime_api_url=env.get("SHADOW_RUNTIME_API_URL") or None,
+            runtime_max_answer_bytes=int(
+                env.get("SHADOW_RUNTIME_MAX_ANSWER_BYTES") or DEFAULT_MAX_ANSWER_BYTES
+            ),
         )
