@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from shadow_operator.clients.runtime import DEFAULT_MAX_ANSWER_BYTES
 from shadow_operator.resources.networkpolicy import denied_ranges
+from shadow_operator.resources.podsecurity import PodSecurity
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,8 @@ class Config:
     runtime_api_url: str | None = None
     # The most the operator reads of one answer of a workspace runtime (which the tenant's code controls).
     runtime_max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
+    # What a sandbox's pod may ask of its node (the chart's podSecurity values; its admission policy agrees).
+    pod_security: PodSecurity = field(default_factory=PodSecurity)
 
     @classmethod
     def from_env(cls) -> Config:
@@ -63,7 +67,20 @@ class Config:
             gitea_image_pull_policy=env.get("SHADOW_GITEA_IMAGE_PULL_POLICY") or "IfNotPresent",
             gitea_api_url=env.get("SHADOW_GITEA_API_URL") or None,
             runtime_api_url=env.get("SHADOW_RUNTIME_API_URL") or None,
+            pod_security=PodSecurity(
+                allow_privileged=_flag(env, "SHADOW_ALLOW_PRIVILEGED"),
+                allow_host_namespaces=_flag(env, "SHADOW_ALLOW_HOST_NAMESPACES"),
+                allow_host_path=_flag(env, "SHADOW_ALLOW_HOST_PATH"),
+                allow_service_account=_flag(env, "SHADOW_ALLOW_SERVICE_ACCOUNT"),
+            ),
             runtime_max_answer_bytes=int(
                 env.get("SHADOW_RUNTIME_MAX_ANSWER_BYTES") or DEFAULT_MAX_ANSWER_BYTES
             ),
         )
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    value = env.get(name, "").strip().lower()
+    if value not in ("", "true", "false"):
+        raise ValueError(f"{name}: {value!r} is neither true nor false")
+    return value == "true"
