@@ -31,12 +31,12 @@ NON_GLOBAL_V4 = [
     "224.0.0.0/4",  # multicast
     "240.0.0.0/4",  # reserved, broadcast
 ]
-# And IPv6: the forms that embed IPv4 (mapped, NAT64, 6to4, Teredo) are refused too, since through them an
-# IPv4 range above could be reached by a v6 address.
+# And IPv6: the forms that embed IPv4 (NAT64, 6to4, Teredo) are refused too, since through them an IPv4 range
+# above could be reached by a v6 address. IPv4-mapped addresses (::ffff:0:0/96) leave the pod as IPv4 packets,
+# which the list above covers (and the API server reads that range as IPv4's 0.0.0.0/0, refusing it here).
 NON_GLOBAL_V6 = [
     "::/128",  # unspecified
     "::1/128",  # loopback
-    "::ffff:0:0/96",  # IPv4-mapped
     "64:ff9b::/96",  # NAT64, well-known prefix
     "64:ff9b:1::/48",  # NAT64, local use
     "100::/64",  # discard-only
