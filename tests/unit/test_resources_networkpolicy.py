@@ -110,8 +110,16 @@ def test_cluster_ranges_that_are_routable_are_denied_too() -> None:
 
 
 def test_cluster_ranges_are_normalised_and_checked() -> None:
-    v4, v6 = networkpolicy.denied_ranges([" 10.244.1.7/16", "fd12:3456::/48"])
-    assert "10.244.0.0/16" in v4 and "fd12:3456::/48" in v6
+    v4, v6 = networkpolicy.denied_ranges([" 34.118.230.7/20", "2600:1900:4000:1::/64"])
+    assert "34.118.224.0/20" in v4 and "2600:1900:4000:1::/64" in v6
+    # No two ranges overlap (nftables-based enforcers refuse overlapping set elements): one inside another
+    # is dropped, whichever of them the cluster named.
+    v4, v6 = networkpolicy.denied_ranges(["10.244.0.0/16", "fd00:10:244::/56", "100.0.0.0/9"])
+    assert "10.244.0.0/16" not in v4 and "fd00:10:244::/56" not in v6
+    assert "100.0.0.0/9" in v4 and "100.64.0.0/10" not in v4
+    for family in (v4, v6):
+        networks = [ipaddress.ip_network(cidr) for cidr in family]
+        assert not [(a, b) for a in networks for b in networks if a != b and a.overlaps(b)]
     with pytest.raises(ValueError, match="does not appear to be an IPv4 or IPv6 network"):
         networkpolicy.denied_ranges(["pods"])
     with pytest.raises(ValueError, match="covers every address"):

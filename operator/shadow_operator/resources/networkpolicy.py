@@ -52,16 +52,27 @@ NON_GLOBAL_V6 = [
 
 def denied_ranges(cluster_cidrs: Iterable[str] = ()) -> tuple[list[str], list[str]]:
     """(IPv4, IPv6) ranges a sandbox may not reach: the non-global ones plus the cluster's own pod and service
-    ranges (`cluster_cidrs`, normalised; they matter where those ranges are globally routable addresses)."""
-    v4, v6 = list(NON_GLOBAL_V4), list(NON_GLOBAL_V6)
+    ranges (`cluster_cidrs`, normalised; they matter where those ranges are globally routable addresses).
+
+    A range inside another is left out, so no two overlap: policy enforcers that compile the list into
+    interval sets (nftables) refuse overlapping elements.
+    """
+    networks = [ipaddress.ip_network(cidr) for cidr in (*NON_GLOBAL_V4, *NON_GLOBAL_V6)]
     for cidr in cluster_cidrs:
         network = ipaddress.ip_network(cidr.strip(), strict=False)
         if network.prefixlen == 0:
             raise ValueError(f"cluster CIDR {cidr!r} covers every address: name the pod and service ranges")
-        family = v4 if network.version == 4 else v6
-        if str(network) not in family:
-            family.append(str(network))
-    return v4, v6
+        networks.append(network)
+    kept = [
+        network
+        for network in networks
+        if not any(
+            other != network and other.version == network.version and network.subnet_of(other)  # type: ignore[arg-type]
+            for other in networks
+        )
+    ]
+    ordered = list(dict.fromkeys(str(network) for network in kept))
+    return [n for n in ordered if ":" not in n], [n for n in ordered if ":" in n]
 
 
 def default_ingress(namespaces: Sequence[str]) -> list[dict[str, Any]]:
