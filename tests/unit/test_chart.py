@@ -34,7 +34,9 @@ VALUE_SETS: dict[str, list[str]] = {
         "--set=previewRouter.ingress.enabled=true",
         "--set=previewRouter.ingress.tlsSecret=preview-tls",
         "--set=previewRouter.ingress.className=nginx",
-        "--set=previewRouter.sdk.authorizationMode=tokenreview",
+        "--set=previewRouter.sdk.authorizationMode=insecure-allow-all",
+        "--set=previewRouter.sdk.trustPortForward=false",
+        "--set=previewRouter.networkPolicy.sdkFrom[0].namespaceSelector.matchLabels.team=agents",
         "--set=previewRouter.sandboxNamespaces={team-a,team-b}",
         "--set=previewRouter.access=private",
         "--set=operator.watchNamespaces={team-a,team-b}",
@@ -192,6 +194,12 @@ def test_operator_deployment_contract(helm: str) -> None:
     assert env["SHADOW_METRICS_PORT"] == "9090"
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["image"] == "ghcr.io/shadow-operator/operator:0.1.0"
+    # Snapshot bundles are verified and pushed to Gitea from a writable emptyDir of bounded size.
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert env["SHADOW_GIT_WORK_DIR"] == mounts["git-work"] == "/var/lib/shadow-operator/git"
+    assert env["SHADOW_MAX_BUNDLE_BYTES"] == "1073741824" and env["SHADOW_GIT_PUSH_CONCURRENCY"] == "2"
+    volumes = {v["name"]: v for v in spec["template"]["spec"]["volumes"]}
+    assert volumes["git-work"]["emptyDir"] == {"sizeLimit": "5Gi"}
 
 
 def test_leader_election_may_act_on_its_lease_only(helm: str) -> None:
@@ -312,11 +320,16 @@ def test_warm_pool_without_template_is_refused(helm: str) -> None:
         ("operator.replicas=-1", "/operator/replicas"),
         ("operator.leaderElection.retryPeriod=0", "/operator/leaderElection/retryPeriod"),
         ("operator.logFormat=xml", "/operator/logFormat"),
+        ("operator.gitPush.maxBundleBytes=10", "/operator/gitPush/maxBundleBytes"),
         ("operator.image.digest=latest", "/operator/image/digest"),
         ("operator.unknownKey=1", "unknownKey"),
         ("previewRouter.domain=Not_A_Domain", "/previewRouter/domain"),
         ("previewRouter.access=secret", "/previewRouter/access"),
         ("previewRouter.sdk.authorizationMode=basic", "/previewRouter/sdk/authorizationMode"),
+        # The old modes: `none` and `tokenreview` (authenticated, never authorized) are gone.
+        ("previewRouter.sdk.authorizationMode=none", "/previewRouter/sdk/authorizationMode"),
+        ("previewRouter.sdk.authorizationMode=tokenreview", "/previewRouter/sdk/authorizationMode"),
+        ("previewRouter.maxTokenSeconds=0", "/previewRouter/maxTokenSeconds"),
         ("previewRouter.ports.auth=0", "/previewRouter/ports/auth"),
         ("previewRouter.sandboxNamespaces={Bad_NS}", "/previewRouter/sandboxNamespaces"),
         ("networkPolicy.clusterCIDRs={pods}", "/networkPolicy/clusterCIDRs"),
@@ -462,6 +475,13 @@ def test_preview_router_routes_only_through_router_auth(helm: str) -> None:
     assert 'proxy_set_header Authorization "";' in conf
     assert "proxy_set_header X-Sandbox-Runtime-Token $shadow_runtime_token;" in conf
     assert "proxy_cache_valid 200 5s;" in conf
+    # The SDK path's authorization sees the address the connection came from (loopback: a port-forward), set by
+    # nginx over any header of that name, in the auth subrequest and the refusal page alike; and nginx never
+    # reuses an answer for another peer. No real_ip module rewrites $remote_addr from a header.
+    sdk_server = conf[conf.index("listen 8081") :]
+    assert sdk_server.count("proxy_set_header X-Shadow-Peer $remote_addr;") == 2
+    assert 'proxy_cache_key "sdk|$remote_addr|' in sdk_server
+    assert "real_ip" not in conf and "set_real_ip_from" not in conf
     assert "proxy_set_header Upgrade $http_upgrade;" in conf and "proxy_buffering off;" in conf
     assert "client_max_body_size 1g;" in conf and "proxy_read_timeout 3600s;" in conf
     deployment = router_deployment(docs)
@@ -488,14 +508,21 @@ def test_router_pod_runs_nginx_and_router_auth(helm: str) -> None:
     args = auth["args"]
     flags = {
         flag: args[args.index(flag) + 1]
-        for flag in ("--listen", "--domain", "--default-access", "--authz-mode")
+        for flag in ("--listen", "--domain", "--default-access", "--authz-mode", "--max-token-seconds")
     }
     assert flags == {
         "--listen": "127.0.0.1:8090",
         "--domain": "preview.example.com",
         "--default-access": "public",
-        "--authz-mode": "none",
+        "--authz-mode": "subjectaccessreview",
+        "--max-token-seconds": "86400",
     }
+    assert "--trust-loopback" in args
+    # A mesh sidecar would make every connection loopback, i.e. a trusted port-forward.
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert (
+        annotations["sidecar.istio.io/inject"] == "false" and annotations["linkerd.io/inject"] == "disabled"
+    )
     assert args[args.index("--namespace") + 1] == "shadow-system"
     assert args[args.index("--preview-port") + 1] == "3000"
     # Only router-auth holds API credentials.
@@ -574,16 +601,40 @@ def test_router_auth_reads_only_what_it_routes(helm: str) -> None:
             "pods",
             "secrets",
         }
-    assert not [r for r in by_kind(docs, "ClusterRole") if "tokenreview" in r["metadata"]["name"]]
+    # The SDK path asks the API server who a bearer token is and what it may do (in every mode: private
+    # sandboxes need it even with insecure-allow-all), and nothing more.
+    cluster_roles = {r["metadata"]["name"]: r for r in by_kind(docs, "ClusterRole")}
+    review = cluster_roles["shadow-shadow-operator-preview-router-access-review"]
+    assert review["rules"] == [
+        {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+        {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+    ]
+    (binding,) = [
+        b for b in by_kind(docs, "ClusterRoleBinding") if b["roleRef"]["name"] == review["metadata"]["name"]
+    ]
+    assert binding["subjects"] == [
+        {
+            "kind": "ServiceAccount",
+            "name": "shadow-shadow-operator-preview-router",
+            "namespace": "shadow-system",
+        }
+    ]
+    # What SDK callers are checked for, aggregated where pods/exec already is (admin, edit).
+    proxy = cluster_roles["shadow-shadow-operator-preview-router-sandbox-proxy"]
+    assert proxy["rules"] == [
+        {"apiGroups": ["agents.x-k8s.io"], "resources": ["sandboxes/proxy"], "verbs": ["create"]}
+    ]
+    labels = proxy["metadata"]["labels"]
+    assert labels["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
+    assert labels["rbac.authorization.k8s.io/aggregate-to-admin"] == "true"
+    assert "rbac.authorization.k8s.io/aggregate-to-view" not in labels
+    insecure = router_docs(helm, "--set=previewRouter.sdk.authorizationMode=insecure-allow-all")
+    assert review["metadata"]["name"] in {r["metadata"]["name"] for r in by_kind(insecure, "ClusterRole")}
     without_sdk = router_docs(helm, "--set=previewRouter.sdk.enabled=false")
     (role,) = [r for r in by_kind(without_sdk, "Role") if r["metadata"]["name"].endswith("preview-router")]
     assert all("secrets" not in rule["resources"] for rule in role["rules"])
     assert "sandbox-router-svc" not in {s["metadata"]["name"] for s in by_kind(without_sdk, "Service")}
-    reviewing = router_docs(helm, "--set=previewRouter.sdk.authorizationMode=tokenreview")
-    (cluster_role,) = [r for r in by_kind(reviewing, "ClusterRole") if "tokenreview" in r["metadata"]["name"]]
-    assert cluster_role["rules"] == [
-        {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]}
-    ]
+    assert all("preview-router" not in r["metadata"]["name"] for r in by_kind(without_sdk, "ClusterRole"))
 
 
 def test_router_in_its_own_namespace_with_a_wildcard_ingress(helm: str) -> None:
@@ -613,8 +664,19 @@ def test_router_has_its_own_narrow_network_policy(helm: str) -> None:
     (policy,) = [p for p in by_kind(docs, "NetworkPolicy") if "preview-router" in p["metadata"]["name"]]
     spec = policy["spec"]
     assert spec["policyTypes"] == ["Ingress", "Egress"]
-    # In: only its listeners. Out: sandboxes, cluster DNS, the API server's ports.
-    assert {p["port"] for p in spec["ingress"][0]["ports"]} == {8080, 8081, 9091}
+    # In: only its listeners (the SDK one from anywhere unless sdkFrom narrows it). Out: sandboxes, cluster
+    # DNS, the API server's ports.
+    open_ports, sdk_ports = spec["ingress"]
+    assert {p["port"] for p in open_ports["ports"]} == {8080, 9091} and "from" not in open_ports
+    assert sdk_ports == {"ports": [{"protocol": "TCP", "port": 8081}]}
+    peers = [{"namespaceSelector": {"matchLabels": {"team": "agents"}}}]
+    narrowed_sdk = router_docs(
+        helm, "--set=previewRouter.networkPolicy.sdkFrom[0].namespaceSelector.matchLabels.team=agents"
+    )
+    (policy,) = [
+        p for p in by_kind(narrowed_sdk, "NetworkPolicy") if "preview-router" in p["metadata"]["name"]
+    ]
+    assert policy["spec"]["ingress"][1] == {"ports": [{"protocol": "TCP", "port": 8081}], "from": peers}
     to_sandboxes, to_dns, to_api = spec["egress"]
     assert to_sandboxes["to"][0]["podSelector"]["matchExpressions"] == [
         {"key": "agents.x-k8s.io/sandbox-name-hash", "operator": "Exists"}

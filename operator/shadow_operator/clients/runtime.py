@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -28,6 +29,14 @@ _JSON_STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"')
 
 class RuntimeUnavailable(Exception):
     """The runtime could not be reached or refused a request."""
+
+
+class DownloadTooLarge(Exception):
+    """A file from the workspace is larger than the operator accepts."""
+
+    def __init__(self, path: str, limit: int) -> None:
+        super().__init__(f"{path} is larger than {limit} bytes, the most the operator accepts")
+        self.limit = limit
 
 
 class RuntimeRefused(RuntimeUnavailable):
@@ -203,6 +212,39 @@ class Runtime:
         result = await self.sh("sync", timeout=120.0, tag="shadow-operator: flush before snapshot")
         if not result.ok:
             raise RuntimeRefused(500, "sync failed in the workspace", result.output[:300])
+
+    async def download(self, path: str, dest: Path, *, limit: int, timeout: float = 600.0) -> int:
+        """Stream the workspace file `path` into `dest`, refusing it past `limit` bytes (the workspace decides
+        what the file is: never trust its size). Returns the number of bytes written."""
+        written = 0
+        try:
+            async with self._http.stream("GET", f"/v1/files/{path}", timeout=timeout) as resp:
+                if resp.status_code >= 400:
+                    head = b""
+                    async for chunk in resp.aiter_raw():
+                        head += chunk
+                        if len(head) >= 300:
+                            break
+                    raise RuntimeRefused(
+                        resp.status_code, f"download of {path} refused", head[:300].decode(errors="replace")
+                    )
+                with dest.open("wb") as out:
+                    async for chunk in resp.aiter_raw():
+                        written += len(chunk)
+                        if written > limit:
+                            raise DownloadTooLarge(path, limit)
+                        out.write(chunk)
+        except httpx.HTTPError as exc:
+            raise RuntimeUnavailable(f"download interrupted: {type(exc).__name__}: {exc}") from None
+        return written
+
+    async def delete(self, path: str) -> None:
+        """Remove a file or directory tree of the workspace (gone already is fine)."""
+        try:
+            await self._request("DELETE", f"/v1/files/{path}", params={"recursive": "true"}, timeout=120.0)
+        except RuntimeRefused as exc:
+            if exc.status != 404:
+                raise
 
     async def copy_tree_to(self, target: Runtime, path: str = "", *, timeout: float = 600.0) -> int:
         """Stream the directory `path` of this workspace as tar.gz into the same directory of `target`.

@@ -38,6 +38,11 @@ class Config:
     runtime_max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
     # What a sandbox's pod may ask of its node (the chart's podSecurity values; its admission policy agrees).
     pod_security: PodSecurity = field(default_factory=PodSecurity)
+    # Pushes to Gitea (clients/gitpush.py): where the temporary repositories go (an emptyDir in the chart) and
+    # the largest snapshot bundle taken from a workspace.
+    git_work_dir: str | None = None
+    max_bundle_bytes: int = 1 << 30
+    git_push_concurrency: int = 2
 
     @classmethod
     def from_env(cls) -> Config:
@@ -76,6 +81,9 @@ class Config:
             runtime_max_answer_bytes=int(
                 env.get("SHADOW_RUNTIME_MAX_ANSWER_BYTES") or DEFAULT_MAX_ANSWER_BYTES
             ),
+            git_work_dir=env.get("SHADOW_GIT_WORK_DIR") or None,
+            max_bundle_bytes=int(env.get("SHADOW_MAX_BUNDLE_BYTES") or 1 << 30),
+            git_push_concurrency=int(env.get("SHADOW_GIT_PUSH_CONCURRENCY") or 2),
         )
 
 

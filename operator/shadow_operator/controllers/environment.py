@@ -44,6 +44,7 @@ from shadow_operator.api.kinds import (
     VOLUME_SNAPSHOT,
     VOLUME_SNAPSHOT_CLASS,
 )
+from shadow_operator.clients import gitpush
 from shadow_operator.clients.gitea import Gitea, GiteaError
 from shadow_operator.clients.kube import ApiError
 from shadow_operator.clients.runtime import (
@@ -53,10 +54,11 @@ from shadow_operator.clients.runtime import (
     RuntimeRefused,
     RuntimeUnavailable,
 )
+from shadow_operator.controllers import pushes
 from shadow_operator.engine import Cache, Cached, Index, NotOwned, Reconciler, Watch
 from shadow_operator.engine.cache import Body, Key
 from shadow_operator.resources import conditions as conds
-from shadow_operator.resources import copyin, snapshots
+from shadow_operator.resources import copyin, gitea_policy, snapshots
 from shadow_operator.resources import environment as res
 from shadow_operator.resources import indexes as ix
 from shadow_operator.resources.verdict import (
@@ -139,6 +141,11 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._bootstrap_failures: dict[Key, int] = {}
+        self._push_settings = gitpush.PushSettings(
+            work_dir=self.config.git_work_dir,
+            max_bundle_bytes=self.config.max_bundle_bytes,
+            slots=asyncio.Semaphore(self.config.git_push_concurrency),
+        )
 
     async def deleted(self, key: Key) -> None:
         self._bootstrap_failures.pop(key, None)
@@ -182,7 +189,7 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
         if gitea_on:
             creds = await self._ensure_gitea_secret(env)
             await self._apply(SERVICE, res.build_gitea_service(body), env)
-            for policy in res.build_gitea_network_policies(body, self.config.operator_namespace):
+            for policy in gitea_policy.build_gitea_network_policies(body, self.config.operator_namespace):
                 await self._apply(NETWORK_POLICY, policy, env)
             sts = await self._apply(
                 STATEFUL_SET,
@@ -255,6 +262,8 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
             return None  # waiting for an upload: its annotation wakes us
         if not sources_were_ready:
             return 0.0  # Ready now (written at the end of this pass); verification runs in the next one
+        if gitea_on:
+            await self._push_request(env, state, creds.get(c.GITEA_SECRET_TOKEN))
         await self._verify(env, state)
         return await self._suspend_if_idle(env, state)
 
@@ -757,28 +766,26 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
                     waiting.append(plan.name)
                     continue
                 push_url = f"{base_url}/{plan.full_repo}.git" if base_url else None
+                target = None
+                if push_url and token:
+                    push_base = self._gitea_api_url(env)
+                    target = pushes.Target(f"{push_base}/{plan.full_repo}.git", push_url, token)
                 try:
-                    result = await runtime.sh(
-                        copyin.COPY_IN,
-                        env=copyin.copy_in_env(plan, push_url=push_url, token=token),
-                        timeout=900.0,
-                        tag="shadow-operator: copy-in",
+                    commit, branch = await pushes.snapshot_and_push(
+                        runtime, plan, target, self._push_settings
                     )
                 except RuntimeUnavailable as exc:
                     raise StepFailed(None, "RuntimeUnreachable", str(exc)) from None
-                fields = copyin.parse_result(result.stdout)
-                if not result.ok or fields is None or len(fields) != 2:
-                    detail = copyin.redact(
-                        copyin.tail(result.output) or f"exit code {result.exit_code}", [token or ""]
-                    )
+                except (pushes.SnapshotFailed, gitpush.PushFailed) as exc:
                     what = f"cloning {plan.git_url}" if plan.git_url else "snapshotting the upload"
+                    if isinstance(exc, gitpush.PushFailed):
+                        what = f"pushing the snapshot to Gitea {plan.full_repo}"
                     raise StepFailed(
                         "SourceFetchFailed",
                         "SourceFetchFailed",
-                        f"source {plan.name!r}: {what} failed: {detail}",
+                        f"source {plan.name!r}: {what} failed: {copyin.redact(str(exc), [token or ''])}",
                         retry=RETRY_SECONDS,
-                    )
-                commit, branch = fields
+                    ) from None
                 if gitea is not None:
                     try:
                         await gitea.set_default_branch(plan.org, plan.repo, branch)
@@ -828,6 +835,39 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
                     "SourcesCopied",
                     f"{len(plans)} source(s) copied in; {baseline}",
                 )
+
+    async def _push_request(self, env: ShadowEnvironment, state: _Status, token: str | None) -> None:
+        """Answer the client's shadow.dev/push-request (controllers/pushes.py) in status.lastPush."""
+        request = pushes.pending_request(env.metadata.annotations, state.status.get("lastPush"))
+        if isinstance(request, dict):  # not a valid request: answered with the reason
+            state.status["lastPush"] = request
+            return
+        if request is None or not token:
+            return
+        copied = {s["name"] for s in state.status.get("sources") or ()}
+        try:
+            async with (
+                self._runtime(env, state) as runtime,
+                Gitea(self._gitea_api_url(env), username="", token=token) as gitea,
+            ):
+                state.status["lastPush"] = await pushes.perform(
+                    request,
+                    runtime,
+                    gitea,
+                    self._plans(env, state.status),
+                    copied,
+                    push_base=self._gitea_api_url(env),
+                    clone_base=str(state.status.get("giteaURL")),
+                    token=token,
+                    settings=self._push_settings,
+                )
+        except RuntimeUnavailable as exc:
+            raise StepFailed(None, "RuntimeUnreachable", str(exc)) from None
+        last = state.status["lastPush"]
+        outcome = f"failed: {last['error']}" if last.get("error") else f"{last['repo']}@{last['commit'][:12]}"
+        self.recorder.info(
+            env.body, reason="Pushed", message=f"push {request.id} ({last.get('branch')}) {outcome}"[:1000]
+        )
 
     # ------------------------------------------------------------------------------------------ verify
     async def _verify(self, env: ShadowEnvironment, state: _Status) -> None:
@@ -1006,6 +1046,7 @@ class _Status:
                 "idle",
                 "clone",
                 "cloneMethod",
+                "lastPush",
             )
             if k in old
         }
