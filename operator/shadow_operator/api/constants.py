@@ -65,6 +65,8 @@ REASON_POD_SUCCEEDED: Final = "PodSucceeded"
 REASON_POD_FAILED: Final = "PodFailed"
 REASON_MULTIPLE_PODS: Final = "MultiplePods"
 REASON_RECONCILER_ERROR: Final = "ReconcilerError"
+# The pod template asks for what the chart does not allow (privileged, host namespaces, hostPath, an account).
+REASON_POD_SECURITY_REFUSED: Final = "PodSecurityRefused"
 REASON_NOT_SUSPENDED: Final = "NotSuspended"
 REASON_POD_TERMINATED: Final = "PodTerminated"
 REASON_POD_TERMINATING: Final = "PodTerminating"

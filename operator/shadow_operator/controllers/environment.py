@@ -47,7 +47,13 @@ from shadow_operator.api.kinds import (
 from shadow_operator.clients import gitpush
 from shadow_operator.clients.gitea import Gitea, GiteaError
 from shadow_operator.clients.kube import ApiError
-from shadow_operator.clients.runtime import Runtime, RuntimeRefused, RuntimeUnavailable
+from shadow_operator.clients.runtime import (
+    ExecResult,
+    Runtime,
+    RuntimeAnswerTooLarge,
+    RuntimeRefused,
+    RuntimeUnavailable,
+)
 from shadow_operator.controllers import pushes
 from shadow_operator.engine import Cache, Cached, Index, NotOwned, Reconciler, Watch
 from shadow_operator.engine.cache import Body, Key
@@ -732,7 +738,7 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
             raise StepFailed(None, "RuntimeUnknown", f"the workspace {name} has no runtime URL yet")
         secret = self.cache.store(SECRET).get(namespace, naming.token_secret_name(name))
         token = _secret_data(secret).get(c.RUNTIME_TOKEN_KEY) if secret else None
-        return Runtime(url, token)
+        return Runtime(url, token, max_answer_bytes=self.config.runtime_max_answer_bytes)
 
     def _plans(self, env: ShadowEnvironment, status: dict[str, Any]) -> list[res.SourcePlan]:
         return res.plan_sources(env.body, (status.get("clone") or {}).get("sources"))
@@ -889,15 +895,19 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
                 if verify.install:
                     await self._check_installs(runtime, sources, checks[INSTALLATION_HEALTH])
                 for command in verify.commands or ():
-                    result = await runtime.sh(
-                        command.command,
-                        cwd=command.cwd or "",
-                        timeout=float(command.timeout_seconds),
-                        tag=f"shadow-operator: verify {command.name}",
-                    )
+                    try:
+                        result = await runtime.sh(
+                            command.command,
+                            cwd=command.cwd or "",
+                            timeout=float(command.timeout_seconds),
+                            tag=f"shadow-operator: verify {command.name}",
+                        )
+                    except RuntimeAnswerTooLarge as exc:
+                        checks[CODE_EXECUTION].append(CheckResult(command.name, False, str(exc)))
+                        continue
                     detail = f"exit code {result.exit_code}" + (" (timed out)" if result.timed_out else "")
                     if result.output:
-                        detail += ": " + copyin.tail(result.output, 400)
+                        detail += ": " + _evidence(result, 400)
                     checks[CODE_EXECUTION].append(CheckResult(command.name, result.ok, detail))
             except RuntimeUnavailable as exc:
                 raise StepFailed(None, "RuntimeUnreachable", str(exc)) from None
@@ -930,19 +940,18 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
             if env.spec.gitea.enabled:
                 gitea = await stack.enter_async_context(Gitea(self._gitea_api_url(env), username=""))
             for src in sources:
-                result = await runtime.sh(
-                    copyin.VERIFY_SOURCE,
-                    env={"SHADOW_PATH": src["path"], "SHADOW_COMMIT": src["commit"]},
-                    timeout=60.0,
-                    tag="shadow-operator: verify source",
-                )
-                out.append(
-                    CheckResult(
-                        f"{src['name']}: workspace has {src['commit'][:12]}",
-                        result.ok,
-                        "" if result.ok else copyin.tail(result.output, 300),
+                check = f"{src['name']}: workspace has {src['commit'][:12]}"
+                try:
+                    result = await runtime.sh(
+                        copyin.VERIFY_SOURCE,
+                        env={"SHADOW_PATH": src["path"], "SHADOW_COMMIT": src["commit"]},
+                        timeout=60.0,
+                        tag="shadow-operator: verify source",
                     )
-                )
+                except RuntimeAnswerTooLarge as exc:
+                    out.append(CheckResult(check, False, str(exc)))
+                else:
+                    out.append(CheckResult(check, result.ok, "" if result.ok else _evidence(result, 300)))
                 if gitea is not None:
                     out.append(await _gitea_holds_snapshot(gitea, src))
 
@@ -963,16 +972,21 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
             # about); npm turns GitHub URLs into tarball downloads that bypass git, so it uses Gitea's URL.
             url = str(src.get("publicURL") if kind == "python" and src.get("publicURL") else src["cloneURL"])
             script = copyin.INSTALL_PYTHON if kind == "python" else copyin.INSTALL_NODE
-            result = await runtime.sh(
-                script,
-                env={"SHADOW_URL": url, "SHADOW_BRANCH": src["branch"], **copyin.author_env()},
-                timeout=600.0,
-                tag="shadow-operator: verify install",
-            )
+            check = f"{src['name']}: installs from git"
+            try:
+                result = await runtime.sh(
+                    script,
+                    env={"SHADOW_URL": url, "SHADOW_BRANCH": src["branch"], **copyin.author_env()},
+                    timeout=600.0,
+                    tag="shadow-operator: verify install",
+                )
+            except RuntimeAnswerTooLarge as exc:
+                out.append(CheckResult(check, False, str(exc)))
+                continue
             detail = f"{'pip' if kind == 'python' else 'npm'} install from {url}@{src['branch']}: exit code {result.exit_code}"
             if not result.ok and result.output:
-                detail += ": " + copyin.tail(result.output, 400)
-            out.append(CheckResult(f"{src['name']}: installs from git", result.ok, detail))
+                detail += ": " + _evidence(result, 400)
+            out.append(CheckResult(check, result.ok, detail))
 
     # ------------------------------------------------------------------------------------------ status
     async def _write_status(self, env: ShadowEnvironment, state: _Status) -> None:
@@ -985,6 +999,12 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
         if failure and failure != old_failure:
             self.recorder.warn(env.body, reason=failure["code"], message=failure["message"][:1000])
         await self.client.patch_status(SHADOW_ENVIRONMENT, env.body, new)
+
+
+def _evidence(result: ExecResult, limit: int) -> str:
+    """The tail of a command's output for a verdict, saying when the output was longer than what was kept."""
+    tail = copyin.tail(result.output, limit)
+    return f"(output truncated) {tail}" if result.truncated else tail
 
 
 async def _gitea_holds_snapshot(gitea: Gitea, src: dict[str, Any]) -> CheckResult:
