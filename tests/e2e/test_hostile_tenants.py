@@ -200,6 +200,7 @@ def test_eight_hostile_and_ordinary_tenants_at_once(
     flooded = json.loads(ok(ctl(cluster, "status", noisy, "-n", ns, "-o", "json")))
     detail = flooded["verdict"]["evidence"]["codeExecution"]["checks"][0]["detail"]
     assert len(detail) < 8192, len(detail)
+    assert detail.startswith("(output truncated)"), detail[:200]
 
     # Canaries: none saw either token; each push landed in the environment's own Gitea.
     for env in (canary, fork):
@@ -378,3 +379,19 @@ def test_runtime_health_while_flooded(
     timings["hostile_healthz_p99_ms"] = round(p99 * 1000, 1)
     assert answers, "no flooding exec was answered"
     assert p99 < 0.2, f"/healthz p99 {p99 * 1000:.0f} ms while flooded (answers: {sorted(set(answers))})"
+
+
+def test_templates_asking_for_the_host_are_refused_at_admission(cluster: Cluster, e2e_namespace: str) -> None:
+    """The chart's ValidatingAdmissionPolicy, as installed: a tenant's template may not ask for the node."""
+    template = cluster.get(e2e_namespace, "sandboxtemplates", DEFAULT_TEMPLATE)
+    assert template is not None
+    spec = json.loads(json.dumps(template["spec"]))
+    pod = spec["podTemplate"]["spec"]
+    pod["volumes"] = [*(pod.get("volumes") or []), {"name": "node", "hostPath": {"path": "/"}}]
+    pod["hostPID"] = True
+    body = {"kind": "SandboxTemplate", "metadata": {"name": unique("host")}, "spec": spec}
+    with pytest.raises(ApiException) as refused:
+        cluster.create(e2e_namespace, "sandboxtemplates", body)
+    assert refused.value.status in (400, 403, 422), refused.value
+    message = str(refused.value.body)
+    assert "podSecurity.allowHostPath" in message or "podSecurity.allowHostNamespaces" in message, message
