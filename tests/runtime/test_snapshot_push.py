@@ -15,7 +15,7 @@ import httpx
 import pytest
 from shadow_operator.clients import gitpush
 from shadow_operator.clients.runtime import Runtime
-from shadow_operator.controllers import pushes
+from shadow_operator.controllers.environment import pushes
 from shadow_operator.resources.environment import SourcePlan
 from shadow_operator.sdk.upload import stream_worktree
 

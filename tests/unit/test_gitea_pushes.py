@@ -15,7 +15,7 @@ from shadow_operator.api import constants as c
 from shadow_operator.api import naming
 from shadow_operator.api.environment import PushRequest
 from shadow_operator.clients.gitpush import PUSH_CONFIG, PushFailed, _Git, push_refspecs
-from shadow_operator.controllers.pushes import pending_request
+from shadow_operator.controllers.environment.pushes import pending_request
 from shadow_operator.resources import gitea_policy
 
 pytestmark = pytest.mark.unit

@@ -533,6 +533,27 @@ class PushStatus(ApiModel):
     finished_at: datetime | None = Field(default=None, description="When the push finished.")
 
 
+class PhaseTimings(ApiModel):
+    """When each phase of the environment first finished (the environment's creation is metadata's)."""
+
+    scheduled: datetime | None = Field(default=None, description="The workspace Pod was bound to a node.")
+    workspace_ready: datetime | None = Field(default=None, description="The workspace Pod was Ready.")
+    gitea_ready: datetime | None = Field(
+        default=None, description="Gitea was up with its organizations and repositories."
+    )
+    uploaded: datetime | None = Field(
+        default=None, description="Every uploaded source (spec.sources[].upload) had arrived."
+    )
+    copied_in: datetime | None = Field(
+        default=None, description="Every source was in the workspace and in Gitea (SourcesReady)."
+    )
+    ready: datetime | None = Field(default=None, description="The environment was Ready.")
+    verified: datetime | None = Field(default=None, description="The first verdict was written.")
+    cloned: datetime | None = Field(
+        default=None, description="A fork's workspace held the source's files (Cloned)."
+    )
+
+
 class ShadowEnvironmentStatus(ApiModel):
     """Observed state of a ShadowEnvironment."""
 
@@ -564,6 +585,11 @@ class ShadowEnvironmentStatus(ApiModel):
     verdict: Verdict | None = Field(default=None, description="The last verification's verdict.")
     last_push: PushStatus | None = Field(
         default=None, description="The answer to the last shadow.dev/push-request annotation."
+    )
+    timings: PhaseTimings | None = Field(
+        default=None,
+        description="When each phase first finished, to see where the time to Ready goes (also exported "
+        "as the histogram shadow_operator_environment_phase_seconds).",
     )
 
 

@@ -19,3 +19,10 @@ WARM_POOL_READY = Gauge(
 WARM_POOL_DESIRED = Gauge(
     "shadow_operator_warm_pool_desired_sandboxes", "spec.replicas of a pool.", ["namespace", "pool"]
 )
+ENVIRONMENT_PHASE_SECONDS = Histogram(
+    "shadow_operator_environment_phase_seconds",
+    "Seconds from a ShadowEnvironment's creation to the end of each phase (status.timings): scheduled, "
+    "workspaceReady, giteaReady, uploaded, copiedIn, ready, verified, cloned.",
+    ["namespace", "phase"],
+    buckets=(0.5, 1, 2, 3, 5, 8, 10, 15, 20, 30, 45, 60, 120, 300, 600),
+)

@@ -51,6 +51,10 @@ class Client:
         """Read from the API server (for the rare case where the cache cannot know, e.g. unwatched objects)."""
         return await self.kube.get(kind.path(namespace, name))
 
+    async def list_live(self, kind: ResourceKind, namespace: str | None = None) -> list[Body]:
+        """List from the API server (kinds that are not cached, e.g. cluster-scoped classes)."""
+        return await self.kube.list(kind.path(namespace))
+
     # ----------------------------------------------------------------------------------------- writes
     def _remember(self, kind: ResourceKind, body: Body) -> Body:
         if self.cache.has(kind) and body.get("metadata", {}).get("name"):

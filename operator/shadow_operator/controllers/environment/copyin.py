@@ -1,0 +1,158 @@
+"""The copy-in step: each source is cloned (or waits for its upload), snapshotted with its uncommitted work and
+pushed to Gitea (pushes.py); then the runtime captures the baseline that diffs are taken against. Once the
+environment is Ready, the client's push requests (shadow.dev/push-request) are answered here too."""
+
+from __future__ import annotations
+
+import contextlib
+
+from shadow_operator.api import constants as c
+from shadow_operator.api.environment import PushStatus, SourceStatus
+from shadow_operator.clients import gitpush
+from shadow_operator.clients.gitea import Gitea, GiteaError
+from shadow_operator.clients.runtime import RuntimeUnavailable
+from shadow_operator.controllers.environment import pushes
+from shadow_operator.controllers.environment.state import RETRY_SECONDS, Deps, Pass, StepFailed, plans
+from shadow_operator.resources import copyin
+from shadow_operator.resources import environment as res
+
+BASELINE_EXCLUDE = [".git/", ".sandbox-runtime/", "__pycache__/"]
+
+
+class CopyInStep:
+    def __init__(self, deps: Deps) -> None:
+        self.deps = deps
+
+    async def copy_in(self, state: Pass, token: str | None) -> None:
+        env, deps = state.env, self.deps
+        planned = plans(state)
+        forked = env.spec.workspace.from_ is not None
+        done = {s.name: s for s in state.status.sources or ()}
+        base_url = state.status.gitea_url
+        rewrites = [r.model_dump(by_alias=True) for r in env.spec.git_rewrites or ()]
+        annotations = env.metadata.annotations
+        waiting = []
+        async with contextlib.AsyncExitStack() as stack:
+            runtime = await stack.enter_async_context(
+                deps.runtime_for(env.namespace, env.name, state.status.runtime_url)
+            )
+            gitea: Gitea | None = None
+            if base_url and token:
+                gitea = await stack.enter_async_context(
+                    deps.open_gitea(deps.gitea_api_url(env), username="", token=token)
+                )
+            for plan in planned:
+                if plan.name in done:
+                    continue
+                # A fork's sources came with its clone; others are uploaded by the client.
+                if plan.upload and not forked and (c.ANNOTATION_UPLOAD_PREFIX + plan.name) not in annotations:
+                    waiting.append(plan.name)
+                    continue
+                push_url = f"{base_url}/{plan.full_repo}.git" if base_url else None
+                target = None
+                if push_url and token:
+                    target = pushes.Target(f"{deps.gitea_api_url(env)}/{plan.full_repo}.git", push_url, token)
+                try:
+                    commit, branch = await pushes.snapshot_and_push(runtime, plan, target, deps.push_settings)
+                except RuntimeUnavailable as exc:
+                    raise StepFailed(None, "RuntimeUnreachable", str(exc)) from None
+                except (pushes.SnapshotFailed, gitpush.PushFailed) as exc:
+                    what = f"cloning {plan.git_url}" if plan.git_url else "snapshotting the upload"
+                    if isinstance(exc, gitpush.PushFailed):
+                        what = f"pushing the snapshot to Gitea {plan.full_repo}"
+                    raise StepFailed(
+                        "SourceFetchFailed",
+                        "SourceFetchFailed",
+                        f"source {plan.name!r}: {what} failed: {copyin.redact(str(exc), [token or ''])}",
+                        retry=RETRY_SECONDS,
+                    ) from None
+                if gitea is not None:
+                    try:
+                        await gitea.set_default_branch(plan.org, plan.repo, branch)
+                    except GiteaError as exc:
+                        raise StepFailed(None, "GiteaBootstrapRetrying", str(exc)) from None
+                entry = {
+                    "name": plan.name,
+                    "repo": plan.full_repo,
+                    "path": plan.path,
+                    "commit": commit,
+                    "branch": branch,
+                    "cloneURL": push_url or "",
+                }
+                public = res.public_url(plan, rewrites)
+                if public:
+                    entry["publicURL"] = public
+                done[plan.name] = SourceStatus.model_validate(entry)
+                state.status.sources = [done[p.name] for p in planned if p.name in done]
+                deps.recorder.info(
+                    env.body,
+                    reason="SourceCopied",
+                    message=f"{plan.name}: {plan.full_repo}@{commit[:12]} ({branch})",
+                )
+            state.status.sources_ready = f"{len(done)}/{len(planned)}"
+            if waiting:
+                state.set(
+                    c.COND_SOURCES_READY,
+                    False,
+                    "WaitingForUpload",
+                    f"waiting for the upload of {', '.join(waiting)} (shadowctl create --local, or "
+                    "shadow_operator.sdk.upload_source)",
+                )
+                return
+            if any(p.upload for p in planned) and not forked:
+                state.mark("uploaded")
+            if not state.is_true(c.COND_SOURCES_READY):
+                baseline = "baseline captured"
+                try:
+                    # A fork keeps the baseline its clone brought: it diffs against the original copy-in.
+                    if forked and await runtime.has_baseline():
+                        baseline = "the diff baseline came with the clone"
+                    else:
+                        await runtime.capture_baseline(BASELINE_EXCLUDE)
+                except RuntimeUnavailable as exc:
+                    raise StepFailed(None, "RuntimeUnreachable", str(exc)) from None
+                state.set(
+                    c.COND_SOURCES_READY,
+                    True,
+                    "SourcesCopied",
+                    f"{len(planned)} source(s) copied in; {baseline}",
+                )
+            state.mark("copied_in")
+
+    async def push_request(self, state: Pass, token: str | None) -> None:
+        """Answer the client's shadow.dev/push-request (pushes.py) in status.lastPush."""
+        env, deps = state.env, self.deps
+        last = state.status.last_push
+        request = pushes.pending_request(
+            env.metadata.annotations, last.model_dump(by_alias=True) if last is not None else None
+        )
+        if isinstance(request, dict):  # not a valid request: answered with the reason
+            state.status.last_push = PushStatus.model_validate(request)
+            return
+        if request is None or not token:
+            return
+        copied = {s.name for s in state.status.sources or ()}
+        try:
+            async with (
+                deps.runtime_for(env.namespace, env.name, state.status.runtime_url) as runtime,
+                deps.open_gitea(deps.gitea_api_url(env), username="", token=token) as gitea,
+            ):
+                answer = await pushes.perform(
+                    request,
+                    runtime,
+                    gitea,
+                    plans(state),
+                    copied,
+                    push_base=deps.gitea_api_url(env),
+                    clone_base=str(state.status.gitea_url),
+                    token=token,
+                    settings=deps.push_settings,
+                )
+        except RuntimeUnavailable as exc:
+            raise StepFailed(None, "RuntimeUnreachable", str(exc)) from None
+        state.status.last_push = PushStatus.model_validate(answer)
+        error = answer.get("error")
+        outcome = f"failed: {error}" if error else f"{answer['repo']}@{answer['commit'][:12]}"
+        deps.recorder.info(
+            env.body, reason="Pushed", message=f"push {request.id} ({answer.get('branch')}) {outcome}"[:1000]
+        )

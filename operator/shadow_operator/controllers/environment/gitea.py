@@ -1,0 +1,139 @@
+"""The Gitea step: its Secret (credentials generated once), Service, NetworkPolicies and StatefulSet, then the
+bootstrap once its Pod is Ready: the operator's API token, one organization per owner, one repository per
+source."""
+
+from __future__ import annotations
+
+import secrets
+from datetime import UTC, datetime
+
+from shadow_operator.api import constants as c
+from shadow_operator.api.environment import ShadowEnvironment
+from shadow_operator.api.kinds import NETWORK_POLICY, POD, SECRET, SERVICE, STATEFUL_SET
+from shadow_operator.clients.gitea import GiteaError
+from shadow_operator.controllers.environment.state import Deps, Pass, StepFailed, plans, secret_data
+from shadow_operator.engine.cache import Body, Key
+from shadow_operator.resources import conditions as conds
+from shadow_operator.resources import copyin, gitea_policy
+from shadow_operator.resources import environment as res
+
+RETRY_SECONDS = 30.0
+BOOTSTRAP_ATTEMPTS = 20  # consecutive failures of a ready Gitea before GiteaBootstrapFailed
+ADMIN_USERNAME = "shadow-admin"
+
+
+class GiteaStep:
+    """Keeps, per environment, how often the bootstrap of a running Gitea failed in a row."""
+
+    def __init__(self, deps: Deps) -> None:
+        self.deps = deps
+        self._failures: dict[Key, int] = {}
+
+    def forget(self, key: Key) -> None:
+        self._failures.pop(key, None)
+
+    async def children(self, env: ShadowEnvironment) -> tuple[Body, dict[str, str]]:
+        """Apply Gitea's objects; returns its StatefulSet and the admin credentials."""
+        creds = await self._ensure_secret(env)
+        body, deps = env.body, self.deps
+        await deps.apply(SERVICE, res.build_gitea_service(body), env)
+        for policy in gitea_policy.build_gitea_network_policies(body, deps.config.operator_namespace):
+            await deps.apply(NETWORK_POLICY, policy, env)
+        sts = await deps.apply(
+            STATEFUL_SET,
+            res.build_gitea_statefulset(
+                body,
+                image=deps.config.gitea_image,
+                cluster_domain=deps.config.cluster_domain,
+                pull_policy=deps.config.gitea_image_pull_policy,
+            ),
+            env,
+        )
+        return sts, creds
+
+    async def _ensure_secret(self, env: ShadowEnvironment) -> dict[str, str]:
+        """The admin credentials, generated once; the API token is added by the bootstrap."""
+        name = res.gitea_secret_name(env.name)
+        secret = self.deps.cache.store(SECRET).get(env.namespace, name)
+        if secret is None:
+            manifest = res.build_gitea_secret(env.body, ADMIN_USERNAME, secrets.token_urlsafe(24))
+            secret = await self.deps.apply(SECRET, manifest, env)
+        return secret_data(secret)
+
+    async def ready(self, state: Pass, sts: Body, creds: dict[str, str]) -> bool:
+        """Whether Gitea is up and bootstrapped for this generation; bootstraps it when it just came up."""
+        env = state.env
+        key = (env.namespace, env.name)
+        if (sts.get("status") or {}).get("readyReplicas", 0) < 1:
+            pod = await self.deps.client.get_live(POD, env.namespace, f"{sts['metadata']['name']}-0")
+            failure = res.pod_failure(pod, "Gitea Pod", datetime.now(UTC))
+            if failure:
+                raise StepFailed(failure[0], failure[0], failure[1])
+            state.set(c.COND_GITEA_READY, False, "GiteaStarting", "waiting for the Gitea Pod")
+            return False
+        done = conds.find(state.conditions, c.COND_GITEA_READY)
+        if (
+            done
+            and done.get("status") == "True"
+            and done.get("observedGeneration") == env.metadata.generation
+            and creds.get(c.GITEA_SECRET_TOKEN)
+        ):
+            return True
+        try:
+            created = await self._bootstrap(env, creds, plans(state))
+        except GiteaError as exc:
+            failures = self._failures.get(key, 0) + 1
+            self._failures[key] = failures
+            message = copyin.redact(str(exc), creds.values())
+            if failures >= BOOTSTRAP_ATTEMPTS:
+                raise StepFailed(
+                    "GiteaBootstrapFailed",
+                    "GiteaBootstrapFailed",
+                    f"Gitea is running but could not be set up after {failures} attempts: {message}",
+                    retry=RETRY_SECONDS,
+                ) from None
+            raise StepFailed(None, "GiteaBootstrapRetrying", f"setting up Gitea: {message}") from None
+        self._failures.pop(key, None)
+        state.set(c.COND_GITEA_READY, True, "GiteaReady", "Gitea is up; organizations and repositories exist")
+        state.mark("gitea_ready")
+        if created:
+            self.deps.recorder.info(
+                env.body, reason="GiteaBootstrapped", message=f"Created in Gitea: {', '.join(created)}"
+            )
+        return True
+
+    async def _bootstrap(
+        self, env: ShadowEnvironment, creds: dict[str, str], plans: list[res.SourcePlan]
+    ) -> list[str]:
+        """Token, organizations, repositories: each created only when missing. Returns what was created."""
+        open_gitea = self.deps.open_gitea
+        url = self.deps.gitea_api_url(env)
+        username = creds[c.GITEA_SECRET_USERNAME]
+        token = creds.get(c.GITEA_SECRET_TOKEN)
+        if token:
+            async with open_gitea(url, username=username, token=token) as probe:
+                try:
+                    await probe.whoami()
+                except GiteaError as exc:
+                    if exc.status != 401:
+                        raise
+                    token = None  # Gitea's data was lost (volume recreated): make a new token
+        if not token:
+            async with open_gitea(url, username=username, password=creds[c.GITEA_SECRET_PASSWORD]) as admin:
+                token = await admin.create_token()
+            name = res.gitea_secret_name(env.name)
+            await self.deps.client.patch(
+                SECRET, env.namespace, name, {"stringData": {c.GITEA_SECRET_TOKEN: token}}
+            )
+            creds[c.GITEA_SECRET_TOKEN] = token
+        created: list[str] = []
+        orgs = {p.org for p in plans} | {r.to for r in env.spec.git_rewrites or ()}
+        async with open_gitea(url, username=username, token=token) as gitea:
+            for org in sorted(orgs):
+                if await gitea.ensure_org(org):
+                    created.append(org)
+            for plan in plans:
+                _, new = await gitea.ensure_repo(plan.org, plan.repo)
+                if new:
+                    created.append(plan.full_repo)
+        return created

@@ -1,0 +1,283 @@
+"""ShadowEnvironment reconciler: a workspace Sandbox, a Gitea, the sources copied in, and a verdict.
+
+Each pass walks the same steps and stops at the first that is not done yet; every step is idempotent, so a
+restart of the operator (or a second replica taking over) resumes where the last one stopped:
+
+1. preflight: the SandboxTemplate and the StorageClass exist (else `TemplateNotFound`, `StorageUnavailable`);
+1b. a fork (spec.workspace.from): snapshot the source's volume after a flush and wait until it is ready to
+   use, or, when no VolumeSnapshotClass serves it, plan a copy streamed between the runtimes (clone.py);
+2. children: Gitea's Secret (credentials generated once), Service and StatefulSet (gitea.py), and the
+   workspace Sandbox;
+3. a Pod that will not start surfaces as `ImagePullFailed`, `Unschedulable` or `StorageUnavailable`;
+4. Gitea bootstrap: the operator's API token, one organization per owner, one repository per source;
+4b. a fork by copy: the source workspace's tree and its diff baseline are streamed into the new one;
+5. copy-in (copyin.py): each source is cloned (or waits for its upload), snapshotted with its uncommitted
+   work and pushed to Gitea; then the runtime captures the baseline that diffs are taken against;
+6. verification (verify.py): seed 001's rubric, scored into `status.verdict`; then idleness (idle.py).
+
+The status is the typed `ShadowEnvironmentStatus` the engine validated; the steps change it and this module
+writes it back. When each phase first finished goes to status.timings and to a histogram (metrics.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from shadow_operator.api import constants as c
+from shadow_operator.api import naming
+from shadow_operator.api.environment import Failure, PhaseTimings, ShadowEnvironment
+from shadow_operator.api.kinds import (
+    NETWORK_POLICY,
+    POD,
+    PVC,
+    SANDBOX,
+    SANDBOX_TEMPLATE,
+    SECRET,
+    SERVICE,
+    SHADOW_ENVIRONMENT,
+    STATEFUL_SET,
+    STORAGE_CLASS,
+)
+from shadow_operator.clients import gitpush
+from shadow_operator.controllers import metrics
+from shadow_operator.controllers.environment.clone import CloneStep, Restore
+from shadow_operator.controllers.environment.copyin import CopyInStep
+from shadow_operator.controllers.environment.gitea import GiteaStep
+from shadow_operator.controllers.environment.idle import IdleStep
+from shadow_operator.controllers.environment.state import (
+    POLL_SECONDS,
+    RETRY_SECONDS,
+    Deps,
+    Pass,
+    StepFailed,
+    to_patch,
+)
+from shadow_operator.controllers.environment.verify import VerifyStep
+from shadow_operator.engine import Cache, Cached, Index, Reconciler, Watch
+from shadow_operator.engine.cache import Body, Key
+from shadow_operator.resources import conditions as conds
+from shadow_operator.resources import environment as res
+from shadow_operator.resources import indexes as ix
+
+
+def _envs_in_namespace(template: Body, cache: Cache) -> Iterable[Key]:
+    """A template changed: every environment of its namespace may start from it (the default is by name)."""
+    namespace = template["metadata"]["namespace"]
+    for env in cache.store(SHADOW_ENVIRONMENT).list(namespace):
+        yield namespace, env["metadata"]["name"]
+
+
+def _forks_of(env: Body, cache: Cache) -> Iterable[Key]:
+    """An environment changed (e.g. its sources are in): the forks waiting for it may go on."""
+    meta = env["metadata"]
+    return cache.store(SHADOW_ENVIRONMENT).keys_by_index(ix.FORK_OF, f"{meta['namespace']}/{meta['name']}")
+
+
+def _env_of_pod(pod: Body, cache: Cache) -> Iterable[Key]:
+    """A workspace Pod -> its Sandbox -> the environment that Sandbox belongs to."""
+    meta = pod["metadata"]
+    sandbox = cache.store(SANDBOX).get(meta.get("namespace", ""), meta["name"])
+    env = ((sandbox or {}).get("metadata", {}).get("labels") or {}).get(c.LABEL_ENVIRONMENT)
+    if env:
+        yield meta["namespace"], env
+
+
+class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
+    kind = SHADOW_ENVIRONMENT
+    owns = (SANDBOX, STATEFUL_SET, SERVICE, SECRET, NETWORK_POLICY)
+    watches = (
+        Watch(SANDBOX_TEMPLATE, _envs_in_namespace),
+        Watch(POD, _env_of_pod),
+        Watch(SHADOW_ENVIRONMENT, _forks_of),
+    )
+    cached = (Cached(STATEFUL_SET, c.LABEL_ENVIRONMENT),)
+    indexes = (Index(SHADOW_ENVIRONMENT, ix.FORK_OF, ix.fork_of),)
+    workers = 4
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.steps = Deps(
+            client=self.client,
+            cache=self.cache,
+            recorder=self.recorder,
+            config=self.config,
+            push_settings=gitpush.PushSettings(
+                work_dir=self.config.git_work_dir,
+                max_bundle_bytes=self.config.max_bundle_bytes,
+                slots=asyncio.Semaphore(self.config.git_push_concurrency),
+            ),
+        )
+        self.gitea = GiteaStep(self.steps)
+        self.clone = CloneStep(self.steps)
+        self.copy_in = CopyInStep(self.steps)
+        self.verify = VerifyStep(self.steps)
+        self.idle = IdleStep(self.steps)
+
+    async def deleted(self, key: Key) -> None:
+        self.gitea.forget(key)
+
+    # ------------------------------------------------------------------------------------------ the pass
+    async def reconcile(self, env: ShadowEnvironment) -> float | None:
+        if env.deleting:
+            return None
+        state = Pass(env)
+        try:
+            retry = await self._steps(state)
+        except StepFailed as failed:
+            state.fail(failed)
+            retry = failed.retry
+        # The start-up deadline: once the sources were in, a workspace that is not Ready is suspended or
+        # recovering, not starting.
+        if not state.ready and state.failure is None and not state.is_true(c.COND_SOURCES_READY):
+            created = env.metadata.creation_timestamp
+            deadline = env.spec.startup_timeout_seconds
+            if created is not None and (datetime.now(UTC) - created).total_seconds() > deadline:
+                state.failure = Failure(
+                    code="Timeout",
+                    message=f"not Ready {deadline}s after creation; waiting for: {state.waiting_for()}",
+                )
+        await self._write_status(env, state)
+        return retry
+
+    async def _steps(self, state: Pass) -> float | None:
+        env, status = state.env, state.status
+        template = await self._preflight(env)
+        gitea_on = env.spec.gitea.enabled
+        status.gitea_url = res.gitea_url(env.body, self.config.cluster_domain) if gitea_on else None
+
+        creds: dict[str, str] = {}
+        sts = None
+        if gitea_on:
+            sts, creds = await self.gitea.children(env)
+        restore: Restore | None = None
+        if env.spec.workspace.from_ is not None:
+            restore = await self.clone.restore(state)
+        suspended = self.idle.suspended(state)
+        sandbox = await self.steps.apply(
+            SANDBOX,
+            res.build_workspace_sandbox(
+                env.body,
+                template,
+                gitea_base_url=status.gitea_url,
+                suspended=suspended,
+                data_source=restore.data_source if restore else None,
+                storage_class=restore.storage_class if restore else None,
+                min_size=restore.min_size if restore else None,
+            ),
+            env,
+        )
+        sb_status = sandbox.get("status") or {}
+        status.sandbox = env.name
+        status.runtime_url = sb_status.get("runtimeURL")
+        status.runtime_token_secret = sb_status.get("runtimeTokenSecret")
+        status.preview_url = sb_status.get("previewURL")
+
+        if suspended:
+            message = (
+                f"suspended after {env.spec.idle_timeout_seconds}s without activity; its volume is kept. "
+                f"Set the annotation {c.ANNOTATION_RESUME_REQUEST} to a new value to resume"
+            )
+            state.set(c.COND_WORKSPACE_READY, False, "Suspended", message)
+            raise StepFailed(None, "Suspended", message, retry=None)
+        workspace_ready = await self._workspace(state, sb_status)
+
+        gitea_ready = not gitea_on
+        if gitea_on:
+            assert sts is not None
+            gitea_ready = await self.gitea.ready(state, sts, creds)
+        else:
+            state.remove(c.COND_GITEA_READY)
+        if workspace_ready and restore is not None:
+            await self.clone.finish(state)
+        if not (workspace_ready and gitea_ready):
+            return POLL_SECONDS
+
+        sources_were_ready = state.is_true(c.COND_SOURCES_READY)
+        await self.copy_in.copy_in(state, creds.get(c.GITEA_SECRET_TOKEN))
+        if not state.is_true(c.COND_SOURCES_READY):
+            return None  # waiting for an upload: its annotation wakes us
+        if not sources_were_ready:
+            return 0.0  # Ready now (written at the end of this pass); verification runs in the next one
+        if gitea_on:
+            await self.copy_in.push_request(state, creds.get(c.GITEA_SECRET_TOKEN))
+        await self.verify.verify(state)
+        return await self.idle.suspend_if_idle(state)
+
+    async def _workspace(self, state: Pass, sb_status: Body) -> bool:
+        """Whether the workspace Pod is Ready; raises StepFailed when it cannot start."""
+        env = state.env
+        pod = self.cache.store(POD).get(env.namespace, env.name)
+        if conds.is_true(((pod or {}).get("status") or {}).get("conditions"), "PodScheduled"):
+            state.mark("scheduled")
+        if conds.is_true(sb_status.get("conditions"), c.COND_READY):
+            state.set(c.COND_WORKSPACE_READY, True, "WorkspaceReady", "the workspace Pod is Ready")
+            state.mark("scheduled")  # a Pod scheduled and Ready before this pass saw it
+            state.mark("workspace_ready")
+            return True
+        failure = res.pod_failure(pod, "workspace Pod", datetime.now(UTC)) or res.pvc_failure(
+            self.cache.store(PVC).get(env.namespace, naming.pvc_name(c.WORKSPACE_VOLUME, env.name)),
+            "workspace",
+        )
+        if failure:
+            raise StepFailed(failure[0], failure[0], failure[1])
+        state.set(c.COND_WORKSPACE_READY, False, "WorkspaceStarting", "waiting for the workspace Pod")
+        return False
+
+    # ----------------------------------------------------------------------------------------- preflight
+    async def _preflight(self, env: ShadowEnvironment) -> Body:
+        name = env.spec.template or self.config.default_template
+        template = self.cache.store(SANDBOX_TEMPLATE).get(env.namespace, name)
+        if template is None:
+            raise StepFailed(
+                "TemplateNotFound",
+                "TemplateNotFound",
+                f"SandboxTemplate {name!r} does not exist in namespace {env.namespace}; create it or set "
+                "spec.template",
+                retry=None,  # the template's creation wakes us
+            )
+        storage_class = env.spec.workspace.storage_class_name
+        # Checked with a live read until the workspace's volume claim exists; after that the class is moot.
+        claim = self.cache.store(PVC).get(env.namespace, naming.pvc_name(c.WORKSPACE_VOLUME, env.name))
+        if (
+            storage_class
+            and claim is None
+            and await self.client.get_live(STORAGE_CLASS, "", storage_class) is None
+        ):
+            raise StepFailed(
+                "StorageUnavailable",
+                "StorageUnavailable",
+                f"StorageClass {storage_class!r} does not exist; use one of `kubectl get storageclass` or "
+                "leave spec.workspace.storageClassName unset for the default",
+                retry=RETRY_SECONDS,
+            )
+        return template
+
+    # ------------------------------------------------------------------------------------------ status
+    async def _write_status(self, env: ShadowEnvironment, state: Pass) -> None:
+        new = to_patch(state.finish())
+        old = env.body.get("status") or {}
+        unchanged = all(old.get(k) == v for k, v in new.items() if k != "conditions")
+        if unchanged and conds.same(old.get("conditions"), new.get("conditions")):
+            return
+        failure, old_failure = new.get("failure"), old.get("failure")
+        if failure and failure != old_failure:
+            self.recorder.warn(env.body, reason=failure["code"], message=failure["message"][:1000])
+        if await self.client.patch_status(SHADOW_ENVIRONMENT, env.body, new) is not None:
+            _observe_timings(env, state.status.timings)
+
+
+def _observe_timings(env: ShadowEnvironment, timings: PhaseTimings | None) -> None:
+    """Each phase that finished in this pass, in seconds since the environment's creation."""
+    created = env.metadata.creation_timestamp
+    if timings is None or created is None:
+        return
+    before = (env.status.timings if env.status else None) or PhaseTimings()
+    finished = timings.model_dump(by_alias=True, exclude_none=True)
+    already = before.model_dump(by_alias=True, exclude_none=True)
+    for phase, at in finished.items():
+        if phase not in already:
+            seconds = max((at - created).total_seconds(), 0.0)
+            metrics.ENVIRONMENT_PHASE_SECONDS.labels(env.namespace, phase).observe(seconds)
