@@ -1,0 +1,180 @@
+"""The clone step with fakes: how a fork is cloned (snapshot or copy, decided once), the snapshot cut after a
+flush and waited for, the clone finished once the new workspace runs."""
+
+from __future__ import annotations
+
+import pytest
+from shadow_operator.api import constants as c
+from shadow_operator.api import naming
+from shadow_operator.api.kinds import (
+    PVC,
+    SANDBOX,
+    SECRET,
+    SHADOW_ENVIRONMENT,
+    STORAGE_CLASS,
+    VOLUME_SNAPSHOT,
+    VOLUME_SNAPSHOT_CLASS,
+)
+from shadow_operator.controllers.environment.clone import BASELINE_DIR, CloneStep
+from shadow_operator.controllers.environment.state import StepFailed, to_patch
+
+from tests.support.environment_fakes import NAMESPACE, World, environment, new_pass
+
+pytestmark = pytest.mark.unit
+
+ORIGIN_URL = "http://origin.team.svc:8080"
+FORK_URL = "http://fork.team.svc:8080"
+DRIVER = "hostpath.csi.k8s.io"
+
+
+def origin_world(*, snapshot_class: bool) -> World:
+    """The environment `origin`, copied in and running, on a volume of class `fast`."""
+    world = World()
+    world.cache.store(SHADOW_ENVIRONMENT).upsert(
+        {
+            "metadata": {"name": "origin", "namespace": NAMESPACE, "resourceVersion": "1"},
+            "spec": {},
+            "status": {
+                "runtimeURL": ORIGIN_URL,
+                "conditions": [{"type": c.COND_SOURCES_READY, "status": "True", "reason": "SourcesCopied"}],
+                "sources": [
+                    {
+                        "name": "app",
+                        "repo": "acme/app",
+                        "path": "app",
+                        "commit": "a" * 40,
+                        "branch": "main",
+                        "cloneURL": "",
+                    }
+                ],
+            },
+        }
+    )
+    world.cache.store(SANDBOX).upsert(
+        {
+            "metadata": {"name": "origin", "namespace": NAMESPACE, "resourceVersion": "1"},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+        }
+    )
+    world.cache.store(SECRET).upsert(
+        {
+            "metadata": {
+                "name": naming.token_secret_name("origin"),
+                "namespace": NAMESPACE,
+                "resourceVersion": "1",
+            },
+            "stringData": {c.RUNTIME_TOKEN_KEY: "origin-token"},
+        }
+    )
+    world.cache.store(PVC).upsert(
+        {
+            "metadata": {
+                "name": naming.pvc_name(c.WORKSPACE_VOLUME, "origin"),
+                "namespace": NAMESPACE,
+                "resourceVersion": "1",
+            },
+            "spec": {"storageClassName": "fast", "resources": {"requests": {"storage": "1Gi"}}},
+            "status": {"capacity": {"storage": "2Gi"}},
+        }
+    )
+    world.client.put(STORAGE_CLASS, {"metadata": {"name": "fast"}, "provisioner": DRIVER})
+    if snapshot_class:
+        world.client.put(VOLUME_SNAPSHOT_CLASS, {"metadata": {"name": "snap"}, "driver": DRIVER})
+    else:
+        world.client.missing_kinds.add(VOLUME_SNAPSHOT_CLASS.kind)
+    return world
+
+
+def fork(method: str = "Auto", status: dict | None = None):
+    spec = {"workspace": {"from": {"environment": "origin", "method": method}}}
+    return environment("fork", spec=spec, status=status)
+
+
+async def test_without_a_snapshot_api_auto_copies_through_the_runtimes() -> None:
+    world = origin_world(snapshot_class=False)
+    step = CloneStep(world.deps)
+    state = new_pass(fork())
+    restore = await step.restore(state)
+    clone = state.status.clone
+    assert clone is not None and clone.method == "Copy" and state.status.clone_method == "Copy"
+    assert "no VolumeSnapshot API" in clone.reason
+    assert [s.name for s in clone.sources or ()] == ["app"]
+    assert restore.data_source is None and restore.storage_class == "fast" and restore.min_size == "2Gi"
+
+    world.runtime(ORIGIN_URL).tree_bytes = 1234
+    world.runtime(ORIGIN_URL).baseline = True
+    state.status.runtime_url = FORK_URL
+    await step.finish(state)
+    assert state.is_true(c.COND_CLONED) and clone.copied_bytes == 2468 and clone.completed_at is not None
+    assert world.runtime(ORIGIN_URL).calls[-1] == f"copy {BASELINE_DIR} -> {FORK_URL}"
+    assert world.runtime(FORK_URL).baseline is True
+    assert state.status.timings is not None and state.status.timings.cloned is not None
+    assert to_patch(state.status)["clone"]["copiedBytes"] == 2468
+
+
+async def test_method_snapshot_without_a_class_is_snapshot_unsupported() -> None:
+    world = origin_world(snapshot_class=False)
+    with pytest.raises(StepFailed) as failed:
+        await CloneStep(world.deps).restore(new_pass(fork("Snapshot")))
+    assert failed.value.code == "SnapshotUnsupported"
+
+
+async def test_snapshot_is_cut_after_a_flush_and_restored_once_ready() -> None:
+    world = origin_world(snapshot_class=True)
+    step = CloneStep(world.deps)
+    state = new_pass(fork())
+    with pytest.raises(StepFailed) as waiting:
+        await step.restore(state)
+    assert waiting.value.code is None and waiting.value.reason == "Snapshotting"
+    assert world.runtime(ORIGIN_URL).calls == ["flush"]
+    assert world.runtime(ORIGIN_URL).token == "origin-token"
+    clone = state.status.clone
+    assert clone is not None and clone.method == "Snapshot" and clone.snapshot_class_name == "snap"
+    snapshot = await world.client.get_live(VOLUME_SNAPSHOT, NAMESPACE, clone.snapshot or "")
+    assert snapshot is not None and snapshot["spec"]["volumeSnapshotClassName"] == "snap"
+
+    # The next pass starts from the status written: the decision is not taken again, nor the snapshot cut.
+    snapshot["status"] = {"readyToUse": True, "restoreSize": "3Gi"}
+    state = new_pass(fork(status=to_patch(state.status)))
+    restore = await step.restore(state)
+    assert restore.data_source == {
+        "apiGroup": c.SNAPSHOT_GROUP,
+        "kind": "VolumeSnapshot",
+        "name": clone.snapshot,
+    }
+    assert restore.min_size == "3Gi" and world.runtime(ORIGIN_URL).calls == ["flush"]
+    await step.finish(state)
+    assert state.conditions[0]["reason"] == "SnapshotRestored"
+
+
+async def test_a_snapshot_that_stays_pending_times_out() -> None:
+    world = origin_world(snapshot_class=True)
+    status = {
+        "clone": {
+            "method": "Snapshot",
+            "reason": "r",
+            "source": "environment/origin",
+            "snapshot": "fork-fork",
+            "snapshotClassName": "snap",
+            "startedAt": "2025-12-31T23:00:00Z",
+        }
+    }
+    world.client.put(
+        VOLUME_SNAPSHOT, {"metadata": {"name": "fork-fork", "namespace": NAMESPACE}, "status": {}}
+    )
+    with pytest.raises(StepFailed) as failed:
+        await CloneStep(world.deps).restore(new_pass(fork(status=status)))
+    assert failed.value.code == "SnapshotTimeout"
+
+
+async def test_forking_a_missing_or_unfinished_environment() -> None:
+    world = World()
+    with pytest.raises(StepFailed) as failed:
+        await CloneStep(world.deps).restore(new_pass(fork()))
+    assert failed.value.code == "CloneSourceNotFound" and failed.value.retry is None
+    world.cache.store(SHADOW_ENVIRONMENT).upsert(
+        {"metadata": {"name": "origin", "namespace": NAMESPACE, "resourceVersion": "1"}, "spec": {}}
+    )
+    with pytest.raises(StepFailed) as failed:
+        await CloneStep(world.deps).restore(new_pass(fork()))
+    assert failed.value.code is None and failed.value.reason == "WaitingForSource"

@@ -1,0 +1,119 @@
+"""The copy-in step with fakes: uploads awaited, sources snapshotted into typed status, the baseline taken
+once, push requests answered (an invalid one with its reason)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from shadow_operator.api import constants as c
+from shadow_operator.clients.runtime import ExecResult
+from shadow_operator.controllers.environment.copyin import CopyInStep
+from shadow_operator.controllers.environment.state import StepFailed, to_patch
+from shadow_operator.resources import copyin
+
+from tests.support.environment_fakes import World, environment, new_pass
+
+pytestmark = pytest.mark.unit
+
+URL = "http://demo.team.svc:8080"
+COMMIT = "c" * 40
+SPEC = {
+    "sources": [
+        {"name": "app", "repo": "acme/app", "upload": {}},
+        {"name": "lib", "repo": "acme/lib", "git": {"url": "https://example.com/lib.git"}},
+    ],
+    "gitea": {"enabled": False},
+    "gitRewrites": [{"from": "https://github.com/acme/", "to": "acme"}],
+}
+
+
+def snapshot_ok() -> tuple[str, ExecResult]:
+    out = f"cloning...\n{copyin.RESULT_MARKER} {COMMIT} main\n"
+    return copyin.SNAPSHOT, ExecResult(exit_code=0, stdout=out, stderr="", timed_out=False)
+
+
+async def test_waits_for_the_upload_then_copies_both_and_captures_the_baseline_once() -> None:
+    world = World()
+    world.runtime(URL).answers = [snapshot_ok()]
+    step = CopyInStep(world.deps)
+    state = new_pass(environment(spec=SPEC, status={"runtimeURL": URL}))
+    await step.copy_in(state, None)
+    assert not state.is_true(c.COND_SOURCES_READY)
+    assert state.status.sources_ready == "1/2" and [s.name for s in state.status.sources or ()] == ["lib"]
+    assert state.status.timings is None
+
+    uploaded = environment(
+        spec=SPEC,
+        status=to_patch(state.status),
+        annotations={c.ANNOTATION_UPLOAD_PREFIX + "app": "done"},
+    )
+    state = new_pass(uploaded)
+    await step.copy_in(state, None)
+    assert state.is_true(c.COND_SOURCES_READY) and state.status.sources_ready == "2/2"
+    sources = to_patch(state.status)["sources"]
+    assert [s["name"] for s in sources] == ["app", "lib"]
+    assert sources[0] == {
+        "name": "app",
+        "repo": "acme/app",
+        "path": "app",
+        "commit": COMMIT,
+        "branch": "main",
+        "cloneURL": "",
+        "publicURL": "https://github.com/acme/app",
+    }
+    timings = state.status.timings
+    assert timings is not None and timings.uploaded is not None and timings.copied_in is not None
+    assert world.runtime(URL).calls.count("capture_baseline") == 1
+    # Once copied in, another pass neither snapshots nor captures again.
+    before = list(world.runtime(URL).calls)
+    state = new_pass(environment(spec=SPEC, status=to_patch(state.status)))
+    state.set(c.COND_SOURCES_READY, True, "SourcesCopied", "")
+    await step.copy_in(state, None)
+    assert world.runtime(URL).calls == before
+
+
+async def test_a_source_that_cannot_be_fetched_fails_with_its_code() -> None:
+    world = World()
+    world.runtime(URL).answers = [
+        (copyin.SNAPSHOT, ExecResult(exit_code=128, stdout="", stderr="fatal: not found", timed_out=False))
+    ]
+    state = new_pass(environment(spec=SPEC, status={"runtimeURL": URL}))
+    with pytest.raises(StepFailed) as failed:
+        await CopyInStep(world.deps).copy_in(state, None)
+    assert failed.value.code == "SourceFetchFailed" and "fatal: not found" in failed.value.message
+
+
+async def test_a_fork_keeps_the_baseline_its_clone_brought() -> None:
+    world = World()
+    world.runtime(URL).answers = [snapshot_ok()]
+    world.runtime(URL).baseline = True
+    spec = {"workspace": {"from": {"environment": "origin"}}, "gitea": {"enabled": False}}
+    status = {
+        "runtimeURL": URL,
+        "clone": {
+            "method": "Copy",
+            "reason": "r",
+            "source": "environment/origin",
+            "sources": [{"name": "app", "repo": "acme/app", "path": "app"}],
+        },
+    }
+    state = new_pass(environment(spec=spec, status=status))
+    await CopyInStep(world.deps).copy_in(state, None)
+    assert state.is_true(c.COND_SOURCES_READY)
+    assert "came with the clone" in state.conditions[0]["message"]
+    assert "capture_baseline" not in world.runtime(URL).calls
+    assert state.status.timings is not None and state.status.timings.uploaded is None
+
+
+async def test_an_invalid_push_request_is_answered_with_its_reason_and_once() -> None:
+    world = World()
+    annotations = {c.ANNOTATION_PUSH_REQUEST: json.dumps({"id": "p1", "source": "app"})}
+    state = new_pass(environment(spec=SPEC, status={"runtimeURL": URL}, annotations=annotations))
+    step = CopyInStep(world.deps)
+    await step.push_request(state, "token")
+    last = state.status.last_push
+    assert last is not None and last.id == "p1" and last.error and "branch" in last.error
+    answered = new_pass(environment(spec=SPEC, status=to_patch(state.status), annotations=annotations))
+    await step.push_request(answered, "token")
+    assert answered.status.last_push == last and world.runtimes == {}

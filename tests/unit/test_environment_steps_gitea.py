@@ -1,0 +1,115 @@
+"""The Gitea step with fakes: its children, the bootstrap once its Pod is Ready, failures counted in a row."""
+
+from __future__ import annotations
+
+import pytest
+from shadow_operator.api import constants as c
+from shadow_operator.api.kinds import NETWORK_POLICY, POD, SECRET, SERVICE, STATEFUL_SET
+from shadow_operator.clients.gitea import GiteaError
+from shadow_operator.controllers.environment.gitea import BOOTSTRAP_ATTEMPTS, GiteaStep
+from shadow_operator.controllers.environment.state import StepFailed
+from shadow_operator.resources import environment as res
+
+from tests.support.environment_fakes import NAMESPACE, World, environment, new_pass
+
+pytestmark = pytest.mark.unit
+
+SPEC = {
+    "sources": [{"name": "app", "repo": "acme/app", "upload": {}}],
+    "gitRewrites": [
+        {"from": "https://github.com/acme/", "to": "acme"},
+        {"from": "https://x.org/", "to": "x"},
+    ],
+}
+
+
+def ready(sts: dict) -> dict:
+    return {**sts, "status": {"readyReplicas": 1}}
+
+
+async def test_children_are_applied_and_the_credentials_generated_once() -> None:
+    world, env = World(), environment(spec=SPEC)
+    step = GiteaStep(world.deps)
+    sts, creds = await step.children(env)
+    assert sts["metadata"]["name"] == res.gitea_name("demo")
+    kinds = [kind for _, kind, _ in world.client.writes]
+    assert kinds.count(SECRET.kind) == 1 and SERVICE.kind in kinds and STATEFUL_SET.kind in kinds
+    assert kinds.count(NETWORK_POLICY.kind) == 2
+    assert creds[c.GITEA_SECRET_USERNAME] == "shadow-admin" and len(creds[c.GITEA_SECRET_PASSWORD]) >= 24
+    # The Secret is read from the cache afterwards: a second pass keeps the same password.
+    secret = await world.client.get_live(SECRET, NAMESPACE, res.gitea_secret_name("demo"))
+    assert secret is not None
+    world.cache.store(SECRET).upsert({**secret, "metadata": {**secret["metadata"], "resourceVersion": "1"}})
+    _, again = await step.children(env)
+    assert again[c.GITEA_SECRET_PASSWORD] == creds[c.GITEA_SECRET_PASSWORD]
+    assert [kind for _, kind, _ in world.client.writes].count(SECRET.kind) == 1
+
+
+async def test_a_pod_that_cannot_pull_its_image_is_a_failure_not_a_wait() -> None:
+    world, env = World(), environment(spec=SPEC)
+    step = GiteaStep(world.deps)
+    sts, creds = await step.children(env)
+    world.client.put(
+        POD,
+        {
+            "metadata": {"name": f"{sts['metadata']['name']}-0", "namespace": NAMESPACE},
+            "status": {
+                "containerStatuses": [
+                    {"name": "gitea", "state": {"waiting": {"reason": "ImagePullBackOff", "message": "nope"}}}
+                ]
+            },
+        },
+    )
+    with pytest.raises(StepFailed) as failed:
+        await step.ready(new_pass(env), sts, creds)
+    assert failed.value.code == "ImagePullFailed"
+
+
+async def test_starting_then_bootstrapped_with_a_token_orgs_and_repos() -> None:
+    world, env = World(), environment(spec=SPEC)
+    step = GiteaStep(world.deps)
+    sts, creds = await step.children(env)
+    state = new_pass(env)
+    assert await step.ready(state, sts, creds) is False
+    assert state.conditions[0]["reason"] == "GiteaStarting"
+    assert state.status.timings is None
+
+    assert await step.ready(state, ready(sts), creds) is True
+    assert state.is_true(c.COND_GITEA_READY)
+    assert world.gitea.orgs == {"acme", "x"} and world.gitea.repos == {"acme/app"}
+    assert creds[c.GITEA_SECRET_TOKEN] == "token-1"  # stored into the Secret by a patch
+    assert ("patch", SECRET.kind, res.gitea_secret_name("demo")) in world.client.writes
+    assert state.status.timings is not None and state.status.timings.gitea_ready is not None
+    assert "GiteaBootstrapped" in world.recorder.reasons()
+    # Done for this generation: no Gitea call on the next pass.
+    opened = len(world.gitea.opened)
+    assert await step.ready(state, ready(sts), creds) is True
+    assert len(world.gitea.opened) == opened
+
+
+async def test_a_token_gitea_no_longer_knows_is_replaced() -> None:
+    world, env = World(), environment(spec=SPEC)
+    step = GiteaStep(world.deps)
+    sts, creds = await step.children(env)
+    creds[c.GITEA_SECRET_TOKEN] = "from-a-lost-volume"
+    assert await step.ready(new_pass(env), ready(sts), creds) is True
+    assert creds[c.GITEA_SECRET_TOKEN] == "token-1"
+
+
+async def test_bootstrap_failures_retry_then_fail_with_the_password_redacted() -> None:
+    world, env = World(), environment(spec=SPEC)
+    step = GiteaStep(world.deps)
+    sts, creds = await step.children(env)
+    world.gitea.fail_with = GiteaError("create token", 500, f"boom {creds[c.GITEA_SECRET_PASSWORD]}")
+    for _ in range(BOOTSTRAP_ATTEMPTS - 1):
+        with pytest.raises(StepFailed) as failed:
+            await step.ready(new_pass(env), ready(sts), creds)
+        assert failed.value.code is None and failed.value.reason == "GiteaBootstrapRetrying"
+    with pytest.raises(StepFailed) as failed:
+        await step.ready(new_pass(env), ready(sts), creds)
+    assert failed.value.code == "GiteaBootstrapFailed"
+    assert creds[c.GITEA_SECRET_PASSWORD] not in failed.value.message
+    # A success resets the count; forgetting the environment does too.
+    world.gitea.fail_with = None
+    assert await step.ready(new_pass(env), ready(sts), creds) is True
+    step.forget((NAMESPACE, "demo"))

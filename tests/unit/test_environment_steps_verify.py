@@ -1,0 +1,99 @@
+"""The verify step with fakes: the rubric scored into a typed verdict, once per generation or request."""
+
+from __future__ import annotations
+
+import pytest
+from shadow_operator.api import constants as c
+from shadow_operator.clients.runtime import ExecResult
+from shadow_operator.controllers.environment.state import StepFailed, to_patch
+from shadow_operator.controllers.environment.verify import VerifyStep
+from shadow_operator.resources import copyin
+
+from tests.support.environment_fakes import World, environment, new_pass
+
+pytestmark = pytest.mark.unit
+
+URL = "http://demo.team.svc:8080"
+COMMIT = "a" * 40
+SOURCE = {
+    "name": "app",
+    "repo": "acme/app",
+    "path": "app",
+    "commit": COMMIT,
+    "branch": "main",
+    "cloneURL": "http://gitea/acme/app.git",
+}
+
+
+def env_with(
+    verify: dict, *, status: dict | None = None, annotations: dict | None = None, gitea: bool = True
+):
+    spec = {
+        "sources": [{"name": "app", "repo": "acme/app", "upload": {}}],
+        "verify": verify,
+        "gitea": {"enabled": gitea},
+    }
+    return environment(
+        spec=spec, status={"runtimeURL": URL, "sources": [SOURCE], **(status or {})}, annotations=annotations
+    )
+
+
+def result(code: int, out: str = "", truncated: bool = False) -> ExecResult:
+    return ExecResult(exit_code=code, stdout=out, stderr="", timed_out=False, truncated=truncated)
+
+
+async def test_passing_rubric_writes_a_typed_verdict_and_the_verified_time() -> None:
+    world = World()
+    world.gitea.branches["acme/app@main"] = COMMIT
+    world.runtime(URL).answers = [(copyin.DETECT_PROJECT, result(0, f"{copyin.RESULT_MARKER} other"))]
+    state = new_pass(env_with({"commands": [{"name": "unit", "command": "make test"}]}))
+    await VerifyStep(world.deps).verify(state)
+    verdict = state.status.verdict
+    assert verdict is not None and verdict.result == "PASS" and verdict.observed_generation == 1
+    assert state.is_true(c.COND_VERIFIED)
+    assert state.status.timings is not None and state.status.timings.verified is not None
+    assert to_patch(state.status)["verdict"]["maxScore"] == verdict.max_score
+    # The same generation without a new request: nothing runs again.
+    calls = len(world.runtime(URL).calls)
+    again = new_pass(env_with({}, status={"verdict": to_patch(state.status)["verdict"]}))
+    await VerifyStep(world.deps).verify(again)
+    assert len(world.runtime(URL).calls) == calls
+
+
+async def test_failing_command_and_a_gitea_branch_elsewhere_fail_with_evidence() -> None:
+    world = World()
+    world.gitea.branches["acme/app@main"] = "b" * 40
+    world.runtime(URL).answers = [
+        (copyin.DETECT_PROJECT, result(0, f"{copyin.RESULT_MARKER} other")),
+        ("exit 3", result(3, "x" * 1000, truncated=True)),
+    ]
+    state = new_pass(env_with({"commands": [{"name": "unit", "command": "exit 3"}], "passThreshold": 100}))
+    await VerifyStep(world.deps).verify(state)
+    verdict = state.status.verdict
+    assert verdict is not None and verdict.result == "FAIL"
+    assert any("is at " + "b" * 40 in issue for issue in verdict.issues)
+    unit = [ch for cat in verdict.evidence.values() for ch in cat.checks if ch.name == "unit"]
+    assert unit and unit[0].detail.startswith("exit code 3: (output truncated)")
+    assert world.recorder.events[-1][:2] == ("Warning", "VerificationFailed")
+
+
+async def test_disabled_verification_runs_on_request_only() -> None:
+    world = World()
+    state = new_pass(env_with({"enabled": False}, gitea=False))
+    state.set(c.COND_VERIFIED, True, "VerificationPassed", "old")
+    await VerifyStep(world.deps).verify(state)
+    assert not any(x["type"] == c.COND_VERIFIED for x in state.conditions) and world.runtimes == {}
+
+    requested = new_pass(
+        env_with({"enabled": False}, gitea=False, annotations={c.ANNOTATION_VERIFY_REQUEST: "r1"})
+    )
+    await VerifyStep(world.deps).verify(requested)
+    assert requested.status.verdict is not None and requested.status.verdict.trigger == "r1"
+
+
+async def test_unreachable_runtime_is_a_wait() -> None:
+    world = World()
+    world.runtime(URL).unavailable = "refused"
+    with pytest.raises(StepFailed) as failed:
+        await VerifyStep(world.deps).verify(new_pass(env_with({}, gitea=False)))
+    assert failed.value.code is None and failed.value.reason == "RuntimeUnreachable"
