@@ -178,3 +178,34 @@ async def test_forking_a_missing_or_unfinished_environment() -> None:
     with pytest.raises(StepFailed) as failed:
         await CloneStep(world.deps).restore(new_pass(fork()))
     assert failed.value.code is None and failed.value.reason == "WaitingForSource"
+
+
+async def test_a_snapshot_is_restored_into_the_class_of_the_volume_it_was_cut_from() -> None:
+    """The SDK's shared fork snapshot names no class: the clone step decides, as for a single fork."""
+    world = origin_world(snapshot_class=True)
+    world.client.put(
+        STORAGE_CLASS,
+        {
+            "metadata": {
+                "name": "a-default",
+                "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
+            },
+            "provisioner": DRIVER,
+        },
+    )
+    shared = {
+        "metadata": {"name": "origin-fork-1", "namespace": NAMESPACE},
+        "spec": {
+            "volumeSnapshotClassName": "snap",
+            "source": {"persistentVolumeClaimName": naming.pvc_name(c.WORKSPACE_VOLUME, "origin")},
+        },
+        "status": {"readyToUse": True, "restoreSize": "2Gi"},
+    }
+    world.client.put(VOLUME_SNAPSHOT, shared)
+    env = environment("fork", spec={"workspace": {"from": {"snapshot": "origin-fork-1"}}})
+    restore = await CloneStep(world.deps).restore(new_pass(env))
+    assert restore.storage_class == "fast" and restore.min_size == "2Gi"
+    # Once the source volume is gone, a class of the snapshot's driver, the default one first.
+    world.cache.store(PVC).remove(NAMESPACE, naming.pvc_name(c.WORKSPACE_VOLUME, "origin"))
+    restore = await CloneStep(world.deps).restore(new_pass(env))
+    assert restore.storage_class == "a-default"

@@ -101,7 +101,9 @@ def fork(
     """Create one fork of `source` per name; the operator clones them in parallel.
 
     Several forks at once share one baseline: one VolumeSnapshot of the source (flushed first) that every
-    fork restores, owned by all of them (deleted with the last, unless `retain_snapshot`). Where the source
+    fork restores, owned by all of them (deleted with the last, unless `retain_snapshot`). This client-side
+    part only cuts that snapshot; what each fork is restored into and how is the operator's clone step's
+    decision (controllers/environment/clone.py), as for a single fork. Where the source
     cannot be snapshotted, each fork is copied by the operator (`method` Auto); with `method` Copy they are
     copied anyway. A single fork is left to the operator (spec.workspace.from.environment).
     """
@@ -116,11 +118,6 @@ def fork(
         except SnapshotUnsupported:
             if method == "Snapshot":
                 raise
-    if shared is not None and storage_class is None:
-        # Restore into the source volume's class (its driver holds the snapshot).
-        claim = naming.pvc_name(c.WORKSPACE_VOLUME, source)
-        pvc = yield from kube.get(PVC.path(namespace, claim), f"PersistentVolumeClaim {namespace}/{claim}")
-        storage_class = (pvc.get("spec") or {}).get("storageClassName")
     created: list[ShadowEnvironment] = []
     try:
         for name in names:

@@ -221,7 +221,16 @@ class CloneStep:
         return snapshots.choose_class(driver, classes)
 
     async def _class_for_snapshot(self, snapshot: Body) -> str | None:
-        """A StorageClass of the snapshot's driver (the default one if it is), to restore it into."""
+        """The StorageClass to restore a snapshot into: the class of the volume it was cut from while that
+        claim exists (its driver holds the snapshot; the SDK's shared fork snapshots rely on this), else a
+        class of the snapshot's driver (the default one if it is)."""
+        meta = snapshot["metadata"]
+        claim_name = ((snapshot.get("spec") or {}).get("source") or {}).get("persistentVolumeClaimName")
+        claim = (
+            self.deps.cache.store(PVC).get(meta.get("namespace") or "", claim_name) if claim_name else None
+        )
+        if claim is not None and claim["spec"].get("storageClassName"):
+            return str(claim["spec"]["storageClassName"])
         class_name = (snapshot.get("spec") or {}).get("volumeSnapshotClassName")
         client = self.deps.client
         klass = await client.get_live(VOLUME_SNAPSHOT_CLASS, "", class_name) if class_name else None
