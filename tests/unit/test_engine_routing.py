@@ -6,12 +6,23 @@ import asyncio
 from typing import Any
 
 import pytest
-from shadow_operator.api.kinds import POD, SANDBOX, SANDBOX_CLAIM, SANDBOX_TEMPLATE, SANDBOX_WARM_POOL
+from shadow_operator.api import constants as c
+from shadow_operator.api.kinds import (
+    POD,
+    SANDBOX,
+    SANDBOX_CLAIM,
+    SANDBOX_TEMPLATE,
+    SANDBOX_WARM_POOL,
+    SECRET,
+    SERVICE,
+)
 from shadow_operator.api.models import Sandbox, SandboxWarmPool
+from shadow_operator.controllers import RECONCILERS
 from shadow_operator.engine import Cache, Cached, Index, Manager, Reconciler, Watch, WorkQueue
 from shadow_operator.engine.client import is_subset
 from shadow_operator.engine.manager import Route, _own_key
 from shadow_operator.engine.reconciler import controller_keys
+from shadow_operator.resources import environment as res
 
 pytestmark = pytest.mark.unit
 
@@ -129,3 +140,15 @@ def test_apply_skips_a_write_only_when_every_desired_field_is_there(
     desired: Any, current: Any, expected: bool
 ) -> None:
     assert is_subset(desired, current) is expected
+
+
+def test_the_operator_caches_gitea_objects_by_its_own_label_not_a_sandbox_one() -> None:
+    """Gitea's Secret and Service are cached through the managed-by label they carry; none of them needs
+    the Sandbox name hash any more, and the kinds' selectors agree between the reconcilers."""
+    manager = Manager(RECONCILERS, load_config=dict)
+    assert manager.cached[SECRET] == manager.cached[SERVICE] == c.MANAGED_BY_SELECTOR
+    env = {"metadata": {"name": "demo", "namespace": "team"}, "spec": {}}
+    for obj in (res.build_gitea_secret(env, "admin", "pw"), res.build_gitea_service(env)):
+        labels = obj["metadata"]["labels"]
+        assert labels[c.LABEL_MANAGED_BY] == c.MANAGED_BY_VALUE
+        assert not any(key.startswith("agents.x-k8s.io/") for key in labels)

@@ -34,6 +34,9 @@ LABEL_CREATED_BY: Final = "agents.x-k8s.io/created-by"
 LABEL_ADOPTABLE: Final = "agents.x-k8s.io/adoptable"
 LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE: Final = "shadow-operator"
+# The cache selector of the kinds whose objects the operator creates for more than one owner kind (Secrets,
+# Services, NetworkPolicies): a label of ours, not one of the Sandbox API's.
+MANAGED_BY_SELECTOR: Final = f"{LABEL_MANAGED_BY}={MANAGED_BY_VALUE}"
 LAUNCH_COLD: Final = "cold"
 LAUNCH_WARM: Final = "warm"
 

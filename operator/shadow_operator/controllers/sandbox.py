@@ -20,7 +20,9 @@ from shadow_operator.resources import sandbox as res
 RESYNC_SECONDS = 300.0
 # A foreign object holding a child's name may be removed by someone else; look again now and then.
 CONFLICT_RECHECK_SECONDS = 10.0
-OURS = c.LABEL_SANDBOX_NAME_HASH  # every child carries it; the caches watch only labelled objects
+# The caches watch only labelled objects: Pods and claims carry the name hash; the Services and Secrets of
+# every owner kind (an environment's Gitea too) carry the operator's managed-by label.
+OURS = c.LABEL_SANDBOX_NAME_HASH
 
 
 class ChildConflict(Exception):
@@ -30,7 +32,12 @@ class ChildConflict(Exception):
 class SandboxReconciler(Reconciler[Sandbox]):
     kind = SANDBOX
     owns = (POD, SERVICE, SECRET, PVC)
-    cached = (Cached(POD, OURS), Cached(SERVICE, OURS), Cached(SECRET, OURS), Cached(PVC, OURS))
+    cached = (
+        Cached(POD, OURS),
+        Cached(SERVICE, c.MANAGED_BY_SELECTOR),
+        Cached(SECRET, c.MANAGED_BY_SELECTOR),
+        Cached(PVC, OURS),
+    )
     indexes = (Index(POD, indexes.BY_CONTROLLER, indexes.by_controller),)
     workers = 8
 
@@ -175,7 +182,10 @@ class SandboxReconciler(Reconciler[Sandbox]):
             "metadata": {
                 "resourceVersion": meta["resourceVersion"],
                 "ownerReferences": [*(meta.get("ownerReferences") or []), res.owner_reference(sandbox)],
-                "labels": {c.LABEL_SANDBOX_NAME_HASH: naming.name_hash(sandbox["metadata"]["name"])},
+                "labels": {
+                    c.LABEL_SANDBOX_NAME_HASH: naming.name_hash(sandbox["metadata"]["name"]),
+                    c.LABEL_MANAGED_BY: c.MANAGED_BY_VALUE,  # from now on in the cache of its kind
+                },
             }
         }
         adopted = await self.client.patch(kind, meta["namespace"], meta["name"], patch)

@@ -14,7 +14,7 @@ from shadow_operator.resources.sandbox import controller_uid
 class TemplateReconciler(Reconciler[SandboxTemplate]):
     kind = SANDBOX_TEMPLATE
     owns = (NETWORK_POLICY,)
-    cached = (Cached(NETWORK_POLICY, f"{c.LABEL_MANAGED_BY}={c.MANAGED_BY_VALUE}"),)
+    cached = (Cached(NETWORK_POLICY, c.MANAGED_BY_SELECTOR),)
     workers = 2
 
     async def reconcile(self, template: SandboxTemplate) -> float | None:

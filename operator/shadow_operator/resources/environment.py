@@ -54,15 +54,6 @@ def environment_labels(env: Body, component: str) -> dict[str, str]:
     }
 
 
-def cached_labels(env: Body, component: str) -> dict[str, str]:
-    """Labels of the Secret and Service: the operator's caches of those kinds watch objects that carry the
-    sandbox name hash, here the hash of the environment (whose workspace Sandbox has the same name)."""
-    return {
-        **environment_labels(env, component),
-        c.LABEL_SANDBOX_NAME_HASH: naming.name_hash(env["metadata"]["name"]),
-    }
-
-
 _QUANTITY_UNITS = {
     **{s: 1024**i for i, s in enumerate(("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))},
     **{s: 1000**i for i, s in enumerate(("", "k", "M", "G", "T", "P", "E")) if s},
@@ -144,7 +135,7 @@ def build_gitea_secret(env: Body, username: str, password: str) -> Manifest:
         "metadata": {
             "name": gitea_secret_name(meta["name"]),
             "namespace": meta["namespace"],
-            "labels": cached_labels(env, c.COMPONENT_GITEA),
+            "labels": environment_labels(env, c.COMPONENT_GITEA),
         },
         "stringData": {c.GITEA_SECRET_USERNAME: username, c.GITEA_SECRET_PASSWORD: password},
     }
@@ -162,7 +153,7 @@ def build_gitea_service(env: Body) -> Manifest:
         "metadata": {
             "name": gitea_name(meta["name"]),
             "namespace": meta["namespace"],
-            "labels": cached_labels(env, c.COMPONENT_GITEA),
+            "labels": environment_labels(env, c.COMPONENT_GITEA),
         },
         "spec": {
             "selector": gitea_selector(env),

@@ -93,7 +93,12 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
         Watch(POD, _env_of_pod),
         Watch(SHADOW_ENVIRONMENT, _forks_of),
     )
-    cached = (Cached(STATEFUL_SET, c.LABEL_ENVIRONMENT),)
+    # Gitea's objects carry the environment's labels and the operator's managed-by label (no Sandbox label).
+    cached = (
+        Cached(STATEFUL_SET, c.LABEL_ENVIRONMENT),
+        Cached(SECRET, c.MANAGED_BY_SELECTOR),
+        Cached(SERVICE, c.MANAGED_BY_SELECTOR),
+    )
     indexes = (Index(SHADOW_ENVIRONMENT, ix.FORK_OF, ix.fork_of),)
     workers = 4
 
