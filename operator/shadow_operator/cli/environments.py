@@ -202,6 +202,9 @@ def print_status(env: ShadowEnvironment, output: str) -> None:
         out.print(f"  cloned from {st.clone.source} by {st.clone.method}: {st.clone.reason}", markup=False)
     for src in st.sources or ():
         out.print(f"  source {src.name}: {src.repo}@{src.commit[:12]} ({src.branch}) in {src.path}")
+    phases = envops.phase_seconds(env)
+    if phases:
+        out.print("  timings (s after creation): " + ", ".join(f"{p} {t:.1f}" for p, t in phases.items()))
     for label, value in (("runtime", st.runtime_url), ("preview", st.preview_url), ("gitea", st.gitea_url)):
         if value:
             out.print(f"  {label}: {value}")

@@ -330,6 +330,18 @@ def wait(
     )
 
 
+def phase_seconds(env: ShadowEnvironment) -> dict[str, float]:
+    """Seconds from the environment's creation to the end of each phase that finished (status.timings), in
+    the order they finished: scheduled, workspaceReady, giteaReady, uploaded, copiedIn, ready, verified..."""
+    timings = env.status.timings if env.status else None
+    created = env.metadata.creation_timestamp
+    if timings is None or created is None:
+        return {}
+    finished = timings.model_dump(by_alias=True, exclude_none=True).items()
+    seconds = {phase: round((at - created).total_seconds(), 3) for phase, at in finished}
+    return dict(sorted(seconds.items(), key=lambda item: item[1]))
+
+
 def ready_with_verdict(env: ShadowEnvironment) -> bool:
     verify_enabled = env.spec.verify is None or env.spec.verify.enabled
     has_verdict = env.status is not None and env.status.verdict is not None

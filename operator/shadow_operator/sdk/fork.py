@@ -168,7 +168,10 @@ def cloned(env: ShadowEnvironment) -> bool:
 
 def clone_seconds(env: ShadowEnvironment) -> float | None:
     """Seconds from the fork's creation until its cloned workspace was usable (None: not yet)."""
-    clone = env.status.clone if env.status else None
+    cloned_after = envops.phase_seconds(env).get("cloned")
+    if cloned_after is not None:
+        return round(cloned_after, 1)
+    clone = env.status.clone if env.status else None  # written by an operator without status.timings
     created = env.metadata.creation_timestamp
     if clone is None or clone.completed_at is None or created is None:
         return None
