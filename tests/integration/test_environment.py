@@ -21,7 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from shadow_operator.api import constants as c
 from shadow_operator.resources.verdict import SOURCE_VERIFICATION, CheckResult, score_verdict
 
-from tests.support.controlplane import free_port, wait_for
+from tests.support.controlplane import free_port, volume_report, wait_for
 from tests.support.gitea import GiteaServer, missing_tools
 from tests.support.sandbox_operator import (
     ENVIRONMENT,
@@ -89,6 +89,23 @@ def bind_volumes(objs: Objects, env: str, tmp_path: Path) -> list[str]:
     return names
 
 
+def wait_bound(objs: Objects, claims: list[str], timeout: float) -> None:
+    """Wait until the claims are Bound to the volumes made for them; else fail with the PV controller's view
+    (claims, volumes, events, its log), which is what a Pod that is never scheduled comes down to here."""
+
+    def bound() -> bool:
+        phases = {
+            pvc.metadata.name: pvc.status.phase
+            for pvc in objs.core.list_namespaced_persistent_volume_claim(objs.namespace).items
+        }
+        return all(phases.get(claim) == "Bound" for claim in claims)
+
+    try:
+        wait_for(bound, timeout=timeout, what=f"claims {', '.join(claims)} to be Bound", interval=0.25)
+    except TimeoutError as exc:
+        pytest.fail(f"{exc}\n{volume_report(objs.core, objs.namespace)}", pytrace=False)
+
+
 def secret_data(objs: Objects, name: str) -> dict[str, str]:
     secret = objs.core.read_namespaced_secret(name, objs.namespace)
     return {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
@@ -116,6 +133,7 @@ def test_children_gitea_bootstrap_and_no_secret_leaks(objs: Objects, tmp_path: P
         env = objs.create(ENVIRONMENT, env_body("env1"), version=V)
         uid = env["metadata"]["uid"]
         wait_for(lambda: _exists(objs, "env1-gitea-admin"), timeout=30, what="Gitea admin Secret")
+        wait_bound(objs, ["workspace-env1", "data-env1-gitea-0"], timeout=120)
         creds = secret_data(objs, "env1-gitea-admin")
         with GiteaServer(
             tmp_path / "gitea",

@@ -31,6 +31,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -308,6 +309,9 @@ class ControlPlane:
                 f"--cluster-signing-key-file={pki / 'ca.key'}",
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
                 "--controllers=*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-route,-service",
+                # The PV controller's binding decisions in its log, for volume_report when a claim stays
+                # Pending (the rest of the controllers keep the default verbosity).
+                "--vmodule=pv_controller*=4",
             ],
         )
         self._spawn(
@@ -494,3 +498,43 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def volume_report(core: Any, namespace: str, log_lines: int = 60) -> str:
+    """The PV controller's view, for the message of a test whose claims do not bind: the claims of
+    `namespace`, the volumes bound or pre-bound to them, the events about both, and the tail of
+    kube-controller-manager's log when this harness started it (beside KUBECONFIG)."""
+    claims = core.list_namespaced_persistent_volume_claim(namespace).items
+    volumes = [
+        pv
+        for pv in core.list_persistent_volume().items
+        if pv.spec.claim_ref is not None and pv.spec.claim_ref.namespace == namespace
+    ]
+    lines = ["claims:"]
+    for pvc in claims:
+        lines.append(
+            f"  {pvc.metadata.name}: phase {pvc.status.phase}, class {pvc.spec.storage_class_name!r}, "
+            f"volume {pvc.spec.volume_name!r}, requests {pvc.spec.resources.requests}, uid {pvc.metadata.uid}"
+        )
+    lines.append("volumes:")
+    for pv in volumes:
+        ref = pv.spec.claim_ref
+        lines.append(
+            f"  {pv.metadata.name}: phase {pv.status.phase} ({pv.status.message or ''}), class "
+            f"{pv.spec.storage_class_name!r}, claimRef {ref.name} uid {ref.uid!r}, capacity {pv.spec.capacity}"
+        )
+    names = {pvc.metadata.name for pvc in claims} | {pv.metadata.name for pv in volumes}
+    lines.append("events:")
+    for event in [
+        *core.list_namespaced_event(namespace).items,
+        *core.list_event_for_all_namespaces(field_selector="involvedObject.kind=PersistentVolume").items,
+    ]:
+        if event.involved_object.name in names:
+            lines.append(
+                f"  {event.involved_object.kind}/{event.involved_object.name}: {event.reason}: {event.message}"
+            )
+    log = Path(os.environ.get("KUBECONFIG", "/nonexistent")).parent / "logs" / "kube-controller-manager.log"
+    if log.is_file():
+        pv_lines = [x for x in log.read_text(errors="replace").splitlines() if "pv_controller" in x]
+        lines += [f"kube-controller-manager log, PV controller ({log}):", *pv_lines[-log_lines:]]
+    return "\n".join(lines)
