@@ -74,6 +74,7 @@ class FakeClient:
             raise NotOwned(current, f"{kind} {meta['name']} is not ours")
         body = copy.deepcopy(dict(desired))
         body["metadata"]["ownerUid"] = owner_uid
+        body["metadata"].setdefault("uid", f"uid-{kind.kind.lower()}-{meta['name']}")
         if current is not None and "status" in current:
             body["status"] = current["status"]
         self.objects[key] = body

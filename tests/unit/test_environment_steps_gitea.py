@@ -45,20 +45,36 @@ async def test_children_are_applied_and_the_credentials_generated_once() -> None
     assert [kind for _, kind, _ in world.client.writes].count(SECRET.kind) == 1
 
 
+def gitea_pod(sts: dict, controller_uid: str) -> dict:
+    return {
+        "metadata": {
+            "name": f"{sts['metadata']['name']}-0",
+            "namespace": NAMESPACE,
+            "resourceVersion": "1",
+            "ownerReferences": [
+                {"kind": "StatefulSet", "name": "x", "uid": controller_uid, "controller": True}
+            ],
+        },
+        "status": {
+            "containerStatuses": [
+                {"name": "gitea", "state": {"waiting": {"reason": "ImagePullBackOff", "message": "nope"}}}
+            ]
+        },
+    }
+
+
 async def test_a_pod_that_cannot_pull_its_image_is_a_failure_not_a_wait() -> None:
     world, env = World(), environment(spec=SPEC)
     step = GiteaStep(world.deps)
     sts, creds = await step.children(env)
-    world.client.put(
-        POD,
+    # Read from the cache (the engine's additional feed of Gitea Pods), only when the StatefulSet controls it.
+    world.cache.store(POD).upsert(gitea_pod(sts, "someone-else"))
+    assert await step.ready(new_pass(env), sts, creds) is False
+    world.cache.store(POD).upsert(
         {
-            "metadata": {"name": f"{sts['metadata']['name']}-0", "namespace": NAMESPACE},
-            "status": {
-                "containerStatuses": [
-                    {"name": "gitea", "state": {"waiting": {"reason": "ImagePullBackOff", "message": "nope"}}}
-                ]
-            },
-        },
+            **gitea_pod(sts, sts["metadata"]["uid"]),
+            "metadata": {**gitea_pod(sts, sts["metadata"]["uid"])["metadata"], "resourceVersion": "2"},
+        }
     )
     with pytest.raises(StepFailed) as failed:
         await step.ready(new_pass(env), sts, creds)

@@ -9,6 +9,10 @@ the manager registers with kopf
 - an event handler that drops deleted objects; its filter, which kopf calls for every event only after the
   listings are indexed, lets the work queues start on its first call.
 
+A kind kopf watches under one label selector may be cached under a second one too (`Cached(..., additional=
+True)`): the manager lists those objects itself at start-up, before any reconcile, and watches them into the
+same store (feeds.py).
+
 Every change of a cached object (watch event or our own write) is mapped to keys: the object's own key for
 the reconciler of its kind, its controller's key for reconcilers that own it, and whatever the declared watch
 functions return. Mappings see the old and the new object, so a child that changes owner (a warm sandbox
@@ -17,6 +21,7 @@ adopted by a claim) wakes both.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +37,7 @@ from shadow_operator.engine.cache import Body, Cache, Key, key_of
 from shadow_operator.engine.client import Client
 from shadow_operator.engine.errors import PermanentError
 from shadow_operator.engine.events import EventRecorder
+from shadow_operator.engine.feeds import Feed
 from shadow_operator.engine.queue import WorkQueue
 from shadow_operator.engine.reconciler import Cached, Deps, MapFunc, Reconciler, controller_keys
 
@@ -69,6 +75,7 @@ class Running:
     queues: dict[str, WorkQueue]
     routes: dict[ResourceKind, list[Route]] = field(default_factory=dict)
     processing: bool = False
+    feeds: list[asyncio.Task[None]] = field(default_factory=list)
 
 
 class Manager:
@@ -84,6 +91,8 @@ class Manager:
         self._configure = configure
         self.cache = Cache()
         self.running: Running | None = None
+        # (kind, selector) of the additional feeds (engine/feeds.py), in declaration order.
+        self.additional: dict[tuple[ResourceKind, str], None] = {}
         self.cached = self._cached_kinds()
 
     # ------------------------------------------------------------------------------------ declarations
@@ -93,6 +102,11 @@ class Manager:
         selectors: dict[ResourceKind, str | None] = {}
         for rec in self.reconciler_types:
             for decl in rec.cached:
+                if decl.additional:
+                    assert decl.label_selector, f"an additional feed of {decl.kind} needs a label selector"
+                    kinds.setdefault(decl.kind, None)
+                    self.additional[(decl.kind, decl.label_selector)] = None
+                    continue
                 if decl.kind in selectors and selectors[decl.kind] != decl.label_selector:
                     raise ValueError(f"{decl.kind} is cached with two label selectors")
                 selectors[decl.kind] = decl.label_selector
@@ -168,6 +182,9 @@ class Manager:
             store = self.cache.store(kind)
             metrics.CACHED_OBJECTS.labels(kind.kind).set_function(store.__len__)
         kube = await Kube.connect()
+        feeds = [Feed(kube, self.cache, kind, labels) for kind, labels in self.additional]
+        for feed in feeds:
+            await feed.list()  # before any reconcile, like kopf's listings
         client = Client(kube, self.cache)
         recorder = EventRecorder(kube)
         running = Running(kube=kube, client=client, recorder=recorder, reconcilers={}, queues={})
@@ -192,6 +209,7 @@ class Manager:
             self.cache.store(kind).add_listener(self._dispatcher(kind_routes))
         for queue in running.queues.values():
             queue.start()
+        running.feeds = [asyncio.create_task(feed.run()) for feed in feeds]
         self.running = running
 
     def _dispatcher(self, routes: list[Route]) -> Callable[[Body | None, Body | None], None]:
@@ -233,6 +251,9 @@ class Manager:
         running, self.running = self.running, None
         if running is None:
             return
+        for task in running.feeds:
+            task.cancel()
+        await asyncio.gather(*running.feeds, return_exceptions=True)
         for queue in running.queues.values():
             await queue.stop()
         await running.recorder.drain()

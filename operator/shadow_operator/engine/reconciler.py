@@ -54,6 +54,9 @@ class Cached:
 
     kind: ResourceKind
     label_selector: str | None = None
+    # True: objects matching `label_selector` in addition to those the kind is cached (and kopf-watched) by;
+    # the engine lists and watches them itself (engine/feeds.py).
+    additional: bool = False
 
 
 @dataclass

@@ -14,7 +14,12 @@ from datetime import UTC, datetime
 
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
-from shadow_operator.api.environment import CloneStatus, InheritedSource, ShadowEnvironment
+from shadow_operator.api.environment import (
+    CloneStatus,
+    InheritedSource,
+    ShadowEnvironment,
+    ShadowEnvironmentStatus,
+)
 from shadow_operator.api.kinds import (
     PVC,
     SANDBOX,
@@ -157,8 +162,10 @@ class CloneStep:
                 else "an environment cannot fork itself",
                 retry=None,  # its creation wakes us
             )
-        src_status = source.get("status") or {}
-        if not conds.is_true(src_status.get("conditions"), c.COND_SOURCES_READY):
+        src_status = ShadowEnvironment.from_body(source).status or ShadowEnvironmentStatus()
+        if not any(
+            x.type == c.COND_SOURCES_READY and x.status == "True" for x in src_status.conditions or ()
+        ):
             raise StepFailed(
                 None,
                 "WaitingForSource",
@@ -177,7 +184,9 @@ class CloneStep:
             storage_class_name=target_class,
             restore_size=((pvc.get("status") or {}).get("capacity") or {}).get("storage")
             or pvc["spec"]["resources"]["requests"]["storage"],
-            sources=[InheritedSource.model_validate(s) for s in src_status.get("sources") or ()],
+            sources=[
+                InheritedSource(name=s.name, repo=s.repo, path=s.path) for s in src_status.sources or ()
+            ],
             started_at=started,
         )
         if origin.method == "Copy":
@@ -252,14 +261,12 @@ class CloneStep:
         origin = env.spec.workspace.from_
         assert origin is not None and origin.environment and clone.snapshot and clone.snapshot_class_name
         source_name, ns, deps = origin.environment, env.namespace, self.deps
-        source = deps.cache.store(SHADOW_ENVIRONMENT).get(ns, source_name) or {}
+        source = deps.cache.store(SHADOW_ENVIRONMENT).get(ns, source_name)
         sandbox = deps.cache.store(SANDBOX).get(ns, source_name)
         # A suspended workspace has no Pod and nothing to flush; a running one must flush first.
         if conds.is_true(((sandbox or {}).get("status") or {}).get("conditions"), c.COND_READY):
             try:
-                async with deps.runtime_for(
-                    ns, source_name, (source.get("status") or {}).get("runtimeURL")
-                ) as rt:
+                async with deps.runtime_for(ns, source_name, _runtime_url(source)) as rt:
                     await rt.flush()
             except RuntimeUnavailable as exc:
                 raise StepFailed(
@@ -330,7 +337,7 @@ class CloneStep:
                 "(not suspended)? Raise spec.workspace.from.timeoutSeconds for large workspaces",
                 retry=None,
             )
-        url = (source.get("status") or {}).get("runtimeURL")
+        url = _runtime_url(source)
         try:
             async with (
                 deps.runtime_for(env.namespace, source_name, url) as origin,
@@ -359,3 +366,9 @@ class CloneStep:
             state.set(c.COND_CLONED, False, "Copying", message)
             raise StepFailed(None, "Copying", message) from None
         return copied
+
+
+def _runtime_url(source: Body | None) -> str | None:
+    """The runtime URL of the environment being forked (its status, validated into the model)."""
+    status = ShadowEnvironment.from_body(source).status if source else None
+    return status.runtime_url if status else None

@@ -16,6 +16,7 @@ from shadow_operator.engine.cache import Body, Key
 from shadow_operator.resources import conditions as conds
 from shadow_operator.resources import copyin, gitea_policy
 from shadow_operator.resources import environment as res
+from shadow_operator.resources.sandbox import controller_uid
 
 RETRY_SECONDS = 30.0
 BOOTSTRAP_ATTEMPTS = 20  # consecutive failures of a ready Gitea before GiteaBootstrapFailed
@@ -65,7 +66,9 @@ class GiteaStep:
         env = state.env
         key = (env.namespace, env.name)
         if (sts.get("status") or {}).get("readyReplicas", 0) < 1:
-            pod = await self.deps.client.get_live(POD, env.namespace, f"{sts['metadata']['name']}-0")
+            pod = self.deps.cache.store(POD).get(env.namespace, f"{sts['metadata']['name']}-0")
+            if pod is not None and controller_uid(pod) != sts["metadata"].get("uid"):
+                pod = None  # not the StatefulSet's: nothing to learn from it
             failure = res.pod_failure(pod, "Gitea Pod", datetime.now(UTC))
             if failure:
                 raise StepFailed(failure[0], failure[0], failure[1])

@@ -41,6 +41,7 @@ from shadow_operator.api.kinds import (
     STATEFUL_SET,
     STORAGE_CLASS,
 )
+from shadow_operator.api.models import Sandbox, SandboxStatus
 from shadow_operator.clients import gitpush
 from shadow_operator.controllers import metrics
 from shadow_operator.controllers.environment.clone import CloneStep, Restore
@@ -77,12 +78,20 @@ def _forks_of(env: Body, cache: Cache) -> Iterable[Key]:
 
 
 def _env_of_pod(pod: Body, cache: Cache) -> Iterable[Key]:
-    """A workspace Pod -> its Sandbox -> the environment that Sandbox belongs to."""
+    """A workspace Pod -> its Sandbox -> the environment that Sandbox belongs to; a Gitea Pod -> its
+    environment by label (a Pod of its StatefulSet: the step checks the controller before trusting it)."""
     meta = pod["metadata"]
+    labels = meta.get("labels") or {}
+    if labels.get(c.LABEL_COMPONENT) == c.COMPONENT_GITEA and labels.get(c.LABEL_ENVIRONMENT):
+        yield meta["namespace"], labels[c.LABEL_ENVIRONMENT]
+        return
     sandbox = cache.store(SANDBOX).get(meta.get("namespace", ""), meta["name"])
     env = ((sandbox or {}).get("metadata", {}).get("labels") or {}).get(c.LABEL_ENVIRONMENT)
     if env:
         yield meta["namespace"], env
+
+
+GITEA_PODS = f"{c.LABEL_COMPONENT}={c.COMPONENT_GITEA},{c.LABEL_ENVIRONMENT}"
 
 
 class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
@@ -98,6 +107,8 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
         Cached(STATEFUL_SET, c.LABEL_ENVIRONMENT),
         Cached(SECRET, c.MANAGED_BY_SELECTOR),
         Cached(SERVICE, c.MANAGED_BY_SELECTOR),
+        # Gitea's Pods beside the Sandbox Pods (which the Pod cache holds by their Sandbox label).
+        Cached(POD, GITEA_PODS, additional=True),
     )
     indexes = (Index(SHADOW_ENVIRONMENT, ix.FORK_OF, ix.fork_of),)
     workers = 4
@@ -174,11 +185,11 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
             ),
             env,
         )
-        sb_status = sandbox.get("status") or {}
+        sb_status = Sandbox.from_body(sandbox).status or SandboxStatus()
         status.sandbox = env.name
-        status.runtime_url = sb_status.get("runtimeURL")
-        status.runtime_token_secret = sb_status.get("runtimeTokenSecret")
-        status.preview_url = sb_status.get("previewURL")
+        status.runtime_url = sb_status.runtime_url
+        status.runtime_token_secret = sb_status.runtime_token_secret
+        status.preview_url = sb_status.preview_url
 
         if suspended:
             message = (
@@ -211,13 +222,13 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
         await self.verify.verify(state)
         return await self.idle.suspend_if_idle(state)
 
-    async def _workspace(self, state: Pass, sb_status: Body) -> bool:
+    async def _workspace(self, state: Pass, sb_status: SandboxStatus) -> bool:
         """Whether the workspace Pod is Ready; raises StepFailed when it cannot start."""
         env = state.env
         pod = self.cache.store(POD).get(env.namespace, env.name)
         if conds.is_true(((pod or {}).get("status") or {}).get("conditions"), "PodScheduled"):
             state.mark("scheduled")
-        if conds.is_true(sb_status.get("conditions"), c.COND_READY):
+        if any(x.type == c.COND_READY and x.status == "True" for x in sb_status.conditions or ()):
             state.set(c.COND_WORKSPACE_READY, True, "WorkspaceReady", "the workspace Pod is Ready")
             state.mark("scheduled")  # a Pod scheduled and Ready before this pass saw it
             state.mark("workspace_ready")
