@@ -114,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     json_logs = os.environ.get("SHADOW_LOG_FORMAT", "").lower() == "json"
     kopf.configure(verbose=False, log_format=kopf.LogFormat.JSON if json_logs else kopf.LogFormat.FULL)
     namespaces: list[str] = args.namespace
+    shadow_operator.controllers.manager.namespaces = tuple(namespaces)  # its own feeds follow kopf's scope
     if config is None:
         kopf.run(
             standalone=args.standalone,

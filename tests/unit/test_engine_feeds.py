@@ -77,3 +77,10 @@ def test_an_additional_feed_neither_conflicts_with_nor_replaces_the_kinds_select
     manager = Manager(RECONCILERS, load_config=dict)
     assert manager.cached[POD] == "agents.x-k8s.io/sandbox-name-hash"  # kopf's watch: Sandbox Pods
     assert list(manager.additional) == [(POD, GITEA_PODS)]
+
+
+async def test_a_namespaced_operator_lists_only_its_namespaces() -> None:
+    """With operator.watchNamespaces the permissions are Roles: no list across the cluster."""
+    kube = FakeKube(listings=[[pod("a-gitea-0", 1)]], streams=[])
+    await Feed(cast(Kube, kube), Cache(), POD, GITEA_PODS, "team").list()
+    assert kube.calls == [("list", "/api/v1/namespaces/team/pods", GITEA_PODS)]

@@ -24,15 +24,18 @@ RETRY_SECONDS = 2.0  # before listing again after a failed watch
 
 
 class Feed:
-    """One list + watch loop of `kind` objects matching `labels`, in every namespace, into `cache`."""
+    """One list + watch loop of `kind` objects matching `labels` in `namespace` (None: all) into `cache`."""
 
-    def __init__(self, kube: Kube, cache: Cache, kind: ResourceKind, labels: str) -> None:
+    def __init__(
+        self, kube: Kube, cache: Cache, kind: ResourceKind, labels: str, namespace: str | None = None
+    ) -> None:
         self.kube, self.cache, self.kind, self.labels = kube, cache, kind, labels
+        self.path = kind.path(namespace)
         self._keys: set[Key] = set()  # what this feed put in the store (a relist drops the vanished)
         self._version = ""
 
     async def list(self) -> None:
-        items, self._version = await self.kube.list_with_version(self.kind.path(), labels=self.labels)
+        items, self._version = await self.kube.list_with_version(self.path, labels=self.labels)
         store = self.cache.store(self.kind)
         seen = set()
         for item in items:
@@ -52,7 +55,7 @@ class Feed:
                 if not self._version:
                     await self.list()
                 async for event, obj in self.kube.watch(
-                    self.kind.path(),
+                    self.path,
                     resource_version=self._version,
                     labels=self.labels,
                     timeout_seconds=WATCH_SECONDS,

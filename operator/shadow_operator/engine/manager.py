@@ -93,6 +93,8 @@ class Manager:
         self.running: Running | None = None
         # (kind, selector) of the additional feeds (engine/feeds.py), in declaration order.
         self.additional: dict[tuple[ResourceKind, str], None] = {}
+        # The namespaces the operator watches (kopf's `namespaces`); empty: the whole cluster.
+        self.namespaces: tuple[str, ...] = ()
         self.cached = self._cached_kinds()
 
     # ------------------------------------------------------------------------------------ declarations
@@ -182,7 +184,12 @@ class Manager:
             store = self.cache.store(kind)
             metrics.CACHED_OBJECTS.labels(kind.kind).set_function(store.__len__)
         kube = await Kube.connect()
-        feeds = [Feed(kube, self.cache, kind, labels) for kind, labels in self.additional]
+        # One feed per watched namespace: with operator.watchNamespaces the permissions are per namespace.
+        feeds = [
+            Feed(kube, self.cache, kind, labels, namespace)
+            for kind, labels in self.additional
+            for namespace in self.namespaces or (None,)
+        ]
         for feed in feeds:
             await feed.list()  # before any reconcile, like kopf's listings
         client = Client(kube, self.cache)
