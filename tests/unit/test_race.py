@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from shadow_operator.sdk.errors import ShadowError
 from shadow_operator.sdk.race import (
@@ -17,6 +22,8 @@ from shadow_operator.sdk.race import (
 from shadow_operator.sdk.runtime import Diff
 
 pytestmark = pytest.mark.unit
+
+SHADOWCTL = str(Path(sys.executable).parent / "shadowctl")
 
 PATCH = """diff --git a/core/x.py b/core/x.py
 --- a/core/x.py
@@ -113,3 +120,26 @@ def test_candidates_are_planned_and_named() -> None:
     ):
         with pytest.raises(ShadowError, match=says):
             plan_commands(commands, count)
+
+
+def test_cli_race_mistakes_are_one_line_and_a_hint(tmp_path: Path) -> None:
+    env = {**os.environ, "KUBECONFIG": "/nonexistent/kubeconfig", "COLUMNS": "200"}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([SHADOWCTL, "race", *args], env=env, capture_output=True, text=True, timeout=60)
+
+    commands = tmp_path / "c.txt"
+    commands.write_text("make a\nmake b\n")
+    for args, needle in (
+        (("env",), "a race needs a command"),
+        (("env", "--", "make", "-j2"), "2 to 20"),  # one command, no --count: no race
+        (("env", "--count", "2", "--commands", str(commands)), "--count repeats COMMAND"),
+        (("env", "--to-branch", "b", "--count", "2", "--", "true"), "add --promote"),
+        (("env", "--method", "Rsync", "--count", "2", "--", "true"), "unknown"),
+        (("env", "--count", "2", "--", "true"), "KUBECONFIG"),  # well-formed: then the cluster is needed
+    ):
+        result = run(*args)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+        assert lines[0].startswith("error: ") and lines[-1].startswith("hint: "), result.stderr
+        assert needle in result.stderr, result.stderr

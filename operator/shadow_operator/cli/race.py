@@ -13,7 +13,7 @@ from rich.table import Table
 
 from shadow_operator.cli.common import NameArg, NamespaceOpt, OutputOpt, connect, emit, err, fail, out
 from shadow_operator.sdk.gateway import ShadowGateway
-from shadow_operator.sdk.race import RaceCandidate, RaceResult, parse_commands
+from shadow_operator.sdk.race import RaceCandidate, RaceResult, parse_commands, plan_commands
 
 STATE_STYLE = {"forking": "dim", "running": "cyan", "verifying": "yellow", "done": "", "failed": "red"}
 
@@ -104,6 +104,7 @@ def race(
     else:
         words = list(command or ())
         commands = [words[0] if len(words) == 1 else shlex.join(words)] if words else []
+    plan_commands(commands, count)  # bad input is refused before the cluster is contacted
     lock = threading.Lock()
     rows: dict[str, RaceCandidate] = {}
     with connect() as http, Live(table([]), console=err, transient=True, refresh_per_second=4) as live:
