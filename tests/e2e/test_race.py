@@ -86,7 +86,8 @@ def test_race_three_candidates_one_passes(
     assert sorted(result["destroyed"]) == sorted(names[:2]) and result["kept"] == [names[2]]
     for loser in names[:2]:
         assert environment(cluster, ns, loser) is None
-    assert environment(cluster, ns, names[2]) is not None
+    kept = environment(cluster, ns, names[2])
+    assert kept is not None
     assert read(cluster, ns, source, "core/calc.py") == BROKEN
     unchanged = json.loads(ok(ctl(cluster, "diff", source, "-n", ns, "--stat", "-o", "json")))
     assert (unchanged["added"], unchanged["modified"], unchanged["deleted"]) == ([], [], [])
@@ -101,7 +102,7 @@ def test_race_three_candidates_one_passes(
     assert manifest["test_context"]["changed_files"] == ["core/calc.py"]
     assert manifest["test_context"]["affected_modules"] == ["calc"]
     assert manifest["local_sources"][0]["path"] == str(repo)
-    assert manifest["local_sources"][0]["snapshot_commit"] == status["sources"][0]["commit"]
+    assert manifest["local_sources"][0]["snapshot_commit"] == kept["status"]["sources"][0]["commit"]
     assert (manifest["fallback_mode"], manifest["verdict"]["result"]) == (False, "PASS")
 
     slowest = max(c["duration_seconds"] + c["verify_seconds"] for c in ranked)
