@@ -143,3 +143,20 @@ def test_cli_race_mistakes_are_one_line_and_a_hint(tmp_path: Path) -> None:
         assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
         assert lines[0].startswith("error: ") and lines[-1].startswith("hint: "), result.stderr
         assert needle in result.stderr, result.stderr
+
+
+def test_live_table_shows_commands_verbatim() -> None:
+    from rich.console import Console
+    from shadow_operator.cli.race import table
+
+    ranked = rank(
+        [
+            cand("a", command="test [ -f x ] && echo [bold]done[/bold]"),
+            cand("b", state="failed", error="CopyFailed: [x] gone", verdict=None, score=None),
+        ]
+    )
+    console = Console(record=True, width=250)
+    console.print(table(ranked))
+    text = console.export_text()
+    assert "test [ -f x ] && echo [bold]done[/bold]" in text and "CopyFailed: [x] gone" in text
+    assert "PASS" in text and "100/100" in text

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from shadow_operator.cli.common import NameArg, NamespaceOpt, OutputOpt, connect, emit, err, fail, out
@@ -33,7 +34,7 @@ def table(candidates: list[RaceCandidate]) -> Table:
             f"{c.duration_seconds:.1f}s" if c.duration_seconds is not None else "",
             str(c.changed_files) if c.state in ("verifying", "done") else "",
             str(c.changed_lines) if c.state in ("verifying", "done") else "",
-            (c.error or c.command)[:60],
+            escape((c.error or c.command)[:60]),
         )
     return t
 
