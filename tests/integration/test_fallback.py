@@ -64,8 +64,15 @@ def test_failed_environment_code_goes_into_failure_reason(
         )
         assert (plain["fallback_mode"], plain["mode"], plain["verdict"]) == (False, "shadow", None)
 
-        # With it: the local directory and the commands come from the environment's own record.
-        host = gw.manifest(fallback="host-only").dump()
+        # With it, and no commands given: the local directory comes from the environment's record, but the
+        # commands it declares are not run on this machine (whoever can edit the object would run code here).
+        unrun = gw.manifest(fallback="host-only").dump()
+        assert "codeExecution" not in unrun["verdict"]["evidence"]
+        assert any("are not run on this machine" in i for i in unrun["verdict"]["issues"])
+        assert not (svc.parent / "artifact").exists()
+
+        # The caller's own commands run, in a temporary copy of the recorded directory.
+        host = gw.manifest(fallback="host-only", spec=EnvironmentSpec(verify_commands=[CHECK])).dump()
     jsonschema.Draft202012Validator(SCHEMA).validate(host)
     assert (host["shadow_id"], host["fallback_mode"], host["failure_reason"], host["mode"]) == (
         "failing",
@@ -85,7 +92,9 @@ def test_failed_environment_code_goes_into_failure_reason(
 
     async def verify_async() -> str:
         async with AsyncShadowGateway("failing", namespace=objs.namespace) as agw:
-            v = await agw.verify(timeout=60, fallback="host-only")
+            v = await agw.verify(
+                timeout=60, fallback="host-only", spec=EnvironmentSpec(verify_commands=[CHECK])
+            )
             return f"{v.mode} {v.result} {v.score}/{v.max_score}"
 
     assert asyncio.run(verify_async()) == "host-only PASS 50/50"

@@ -579,7 +579,10 @@ def verify(
     ] = None,
     verify_command: Annotated[
         list[str] | None,
-        typer.Option("--verify", help="With --fallback: a check command (default: the environment's)."),
+        typer.Option(
+            "--verify",
+            help="With --fallback: a command to run on this machine (the cluster's are never run here).",
+        ),
     ] = None,
     output: OutputOpt = "text",
 ) -> None:

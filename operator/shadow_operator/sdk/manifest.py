@@ -306,12 +306,14 @@ def known_environment(namespace: str, name: str) -> Op[ShadowEnvironment | None]
 
 
 def fallback_inputs(
-    env: ShadowEnvironment | None,
-    local: Sequence[LocalSource],
-    commands: Sequence[str],
-) -> tuple[list[LocalSource], list[HostCommand]]:
-    """The sources and commands a host-only run uses: those given, else what the environment records (its
-    uploaded sources' local directories, its verification commands)."""
+    env: ShadowEnvironment | None, local: Sequence[LocalSource]
+) -> tuple[list[LocalSource], list[str]]:
+    """The sources a host-only run copies: those given, else the local directories the environment recorded
+    (where shadowctl uploaded them from). Also the notes to add to the verdict.
+
+    The environment's verification commands are never taken from the cluster to run on this machine: whoever
+    may edit the object (a co-tenant of the namespace, say) would otherwise run code on the caller's host.
+    They are named in a note instead; the caller gives the commands to run (`--verify`, verify_commands)."""
     sources = list(local)
     if not sources and env is not None:
         annotations = env.metadata.annotations
@@ -320,10 +322,16 @@ def fallback_inputs(
             for key in sorted(annotations)
             if key.startswith(ANNOTATION_LOCAL_PREFIX) and Path(annotations[key]).is_dir()
         ]
-    if commands:
-        return sources, hostonly.commands_of(commands)
     declared = (env.spec.verify.commands if env is not None else None) or []
-    return sources, [HostCommand(v.name, v.command, v.cwd, float(v.timeout_seconds)) for v in declared]
+    notes = (
+        [
+            f"the environment declares {len(declared)} verification command(s); commands read from the cluster "
+            "are not run on this machine: give them (--verify CMD, or verify_commands) to run them here"
+        ]
+        if declared
+        else []
+    )
+    return sources, notes
 
 
 def fallback_for(
@@ -338,8 +346,12 @@ def fallback_for(
     its sources and commands unless the cluster itself is out of reach."""
     env = None if isinstance(exc, ClusterUnreachable) else lookup()
     local = list(spec.local) if spec else ([LocalSource(workspace_path)] if workspace_path else [])
-    sources, commands = fallback_inputs(env, local, spec.verify_commands if spec else ())
-    return host_only(name, reason, sources, commands)
+    given = list(spec.verify_commands) if spec else []
+    sources, notes = fallback_inputs(env, local)
+    found = host_only(name, reason, sources, hostonly.commands_of(given))
+    if found.verdict is not None and not given:
+        found.verdict.issues.extend(notes)
+    return found
 
 
 def host_only(
