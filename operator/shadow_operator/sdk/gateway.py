@@ -13,7 +13,6 @@ Both twins run the same operations (`sdk.environment`, `sdk.runtime`, `sdk.promo
 from __future__ import annotations
 
 import asyncio
-import base64
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -21,12 +20,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
+from pydantic import ValidationError
 
-from shadow_operator.api import constants as c
-from shadow_operator.api.environment import ShadowEnvironment, Verdict
-from shadow_operator.api.kinds import SECRET
-from shadow_operator.resources import copyin
-from shadow_operator.resources.environment import SourcePlan, gitea_secret_name
+from shadow_operator.api.environment import PushRequest, ShadowEnvironment, Verdict
+from shadow_operator.resources.environment import SourcePlan
 from shadow_operator.sdk import environment as envops
 from shadow_operator.sdk import fork as forkops
 from shadow_operator.sdk import hostonly, kube, promote, runtime
@@ -51,6 +48,17 @@ T = TypeVar("T")
 
 Progress = Callable[[int, int], None]
 PUBLISH_DIR = ".sandbox-runtime/publish"
+PUSH_TIMEOUT = 900.0  # seconds the operator gets to snapshot and push (a large repository's first push)
+
+
+def _push_request(error: type[ShadowError], **fields: str) -> PushRequest:
+    """A push request with a fresh id; a field the operator would refuse is a one-line error here."""
+    try:
+        return PushRequest(id=secrets.token_hex(8), **fields)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise error(f"invalid {where or 'request'}: {first['msg']}") from None
 
 
 # ------------------------------------------------------------------------------- operations (shared)
@@ -179,20 +187,10 @@ class _Ops:
 
         return self.on_runtime(apply)
 
-    def gitea_token(self) -> Op[str]:
-        secret = gitea_secret_name(self.name)
-        body = yield from kube.get(SECRET.path(self.namespace, secret), f"Secret {self.namespace}/{secret}")
-        encoded = (body.get("data") or {}).get(c.GITEA_SECRET_TOKEN)
-        if not encoded:
-            raise ShadowError(
-                f"the Gitea of {self.name} has no API token yet", hint=f"wait: shadowctl status {self.name}"
-            )
-        return base64.b64decode(encoded).decode()
-
     def push_branch(self, source: str | None, branch: str, message: str) -> Op[dict[str, str]]:
-        """Snapshot a source's working tree in the workspace and push it to a branch of its Gitea repo."""
+        """Snapshot a source's working tree in the workspace and have the operator push it to a branch of its
+        Gitea repository (the Gitea token never leaves the operator)."""
         env = yield from envops.get(self.namespace, self.name)
-        ep = yield from self.endpoint()
         statuses = {s.name: s for s in (env.status.sources if env.status else None) or []}
         if source is None:
             if len(statuses) != 1:
@@ -200,82 +198,44 @@ class _Ops:
                     f"{self.name} has {len(statuses)} sources", hint="name one with --source NAME"
                 )
             source = next(iter(statuses))
-        plan = envops.source_plan(env, source)
-        status = statuses.get(source)
-        if status is None:
+        envops.source_plan(env, source)
+        if source not in statuses:
             raise ShadowError(f"source {source!r} is not in Gitea yet", hint=f"shadowctl status {self.name}")
-        token = yield from self.gitea_token()
-        result = yield from runtime.run_command(
-            ep,
-            ["sh", "-c", copyin.PUSH_BRANCH],
-            env={
-                **copyin.author_env(),
-                "GIT_CONFIG_COUNT": "0",
-                "SHADOW_PATH": plan.path,
-                "SHADOW_PUSH_URL": status.clone_url,
-                "SHADOW_PUSH_AUTH": f"token {token}",
-                "SHADOW_BRANCH": branch,
-                "SHADOW_MESSAGE": message,
-            },
-            journal=False,
-        )
-        fields = copyin.parse_result(result.stdout)
-        if result.exit_code != 0 or not fields:
-            raise PromoteError(
-                f"pushing {source} to branch {branch} failed: "
-                + copyin.redact(copyin.tail(result.stderr or result.stdout), [token])
-            )
-        return {"source": source, "repo": status.repo, "branch": branch, "commit": fields[0]}
+        request = _push_request(PromoteError, source=source, branch=branch, message=message)
+        done = yield from envops.push(self.namespace, self.name, request, PUSH_TIMEOUT)
+        if done.error:
+            raise PromoteError(f"pushing {source} to branch {branch} failed: {done.error}")
+        return {
+            "source": source,
+            "repo": done.repo or "",
+            "branch": done.branch or branch,
+            "commit": done.commit or "",
+        }
 
     def publish(self, path: Path, repo: str | None, progress: Progress | None) -> Op[dict[str, str]]:
-        """Push a local repository (uncommitted work included) into the environment's Gitea."""
+        """Push a local repository (uncommitted work included) into the environment's Gitea: the client
+        uploads it into the workspace, the operator snapshots and pushes it."""
         env = yield from envops.get(self.namespace, self.name)
         ep = yield from self.endpoint()
         gitea = env.status.gitea_url if env.status else None
         if not gitea:
             raise ShadowError(f"{self.name} has no Gitea", hint="spec.gitea.enabled must be true")
         org, _, name = (repo or f"shadow/{path.name}").rpartition("/")
-        org = org or "shadow"
-        token = yield from self.gitea_token()
+        full = f"{org or 'shadow'}/{name}"
         tmp = f"{PUBLISH_DIR}/{secrets.token_hex(6)}"
-        fields: list[str] = []
+        request = _push_request(ShadowError, path=tmp, repo=full)
         try:
             yield from runtime.import_archive(ep, tmp, stream_worktree(path, progress=progress))
-            steps: tuple[tuple[list[str], dict[str, str]], ...] = (
-                (["python3", "-c", copyin.ENSURE_REPO], {}),
-                (["sh", "-c", copyin.COPY_IN], {"SHADOW_MODE": "upload", "SHADOW_PATH": tmp}),
-            )
-            for argv, extra in steps:
-                result = yield from runtime.run_command(
-                    ep,
-                    argv,
-                    env={
-                        **copyin.author_env(),
-                        "GIT_CONFIG_COUNT": "0",
-                        "SHADOW_GITEA_API": gitea,
-                        "SHADOW_GITEA_AUTH": f"token {token}",
-                        "SHADOW_ORG": org,
-                        "SHADOW_REPO": name,
-                        "SHADOW_PUSH_URL": f"{gitea}/{org}/{name}.git",
-                        "SHADOW_PUSH_TOKEN": token,
-                        **extra,
-                    },
-                    journal=False,
-                )
-                parsed = copyin.parse_result(result.stdout)
-                if result.exit_code != 0 or not parsed:
-                    raise ShadowError(
-                        f"publishing {path} as {org}/{name} failed: "
-                        + copyin.redact(copyin.tail(result.stderr or result.stdout), [token])
-                    )
-                fields = parsed
+            done = yield from envops.push(self.namespace, self.name, request, PUSH_TIMEOUT)
         finally:
             yield from runtime.delete_path(ep, tmp, recursive=True)
+        if done.error:
+            raise ShadowError(f"publishing {path} as {full} failed: {done.error}")
         return {
-            "repo": f"{org}/{name}",
-            "commit": fields[0],
-            "branch": fields[1],
-            "cloneURL": f"{gitea}/{org}/{name}.git",
+            "repo": full,
+            "commit": done.commit or "",
+            "branch": done.branch or "",
+            "cloneURL": done.clone_url or f"{gitea}/{full}.git",
         }
 
     def verify(self, timeout: float) -> Op[Verdict]:
