@@ -37,6 +37,12 @@ def parse(argv: list[str] | None = None) -> Settings:
     p.add_argument("--max-output", type=int, default=10 * 1024 * 1024, help="bytes kept per stream per exec")
     p.add_argument("--max-upload", type=int, default=None, help="largest accepted upload in bytes")
     p.add_argument(
+        "--max-command-bytes",
+        type=int,
+        default=2 * 1024 * 1024,
+        help="largest command (arguments plus environment) accepted, bytes; Linux's exec limit is 2 MiB",
+    )
+    p.add_argument(
         "--handoff",
         action="store_true",
         default=env("SANDBOX_RUNTIME_HANDOFF") == "1",
@@ -65,6 +71,7 @@ def parse(argv: list[str] | None = None) -> Settings:
         exec_timeout=a.exec_timeout,
         max_output=a.max_output,
         max_upload=a.max_upload,
+        max_command_bytes=a.max_command_bytes,
         handoff=a.handoff,
         heartbeat_seconds=a.heartbeat,
         journal_entry_length=a.journal_entry_length,

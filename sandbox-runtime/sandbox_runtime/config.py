@@ -19,6 +19,7 @@ class Settings:
     max_output: int = 10 * 1024 * 1024
     max_json_body: int = 64 * 1024 * 1024
     max_upload: int | None = None
+    max_command_bytes: int = 2 * 1024 * 1024
     handoff: bool = False
     heartbeat_seconds: float = 0.0
     journal_ignore: frozenset[str] = field(

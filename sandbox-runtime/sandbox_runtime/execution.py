@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import itertools
 import os
-import shlex
 import signal
 import subprocess
 import time
@@ -24,22 +23,33 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ApiError, bad_request
+from .shellwords import split_words
 
 # Environment the runtime never passes on to commands: its own credentials.
 _PRIVATE_ENV = ("SANDBOX_RUNTIME_TOKEN", "SANDBOX_RUNTIME_TOKEN_FILE")
 # After the main process exits, output pipes may still be held open by a backgrounded grandchild;
 # we stop waiting for their EOF after this long instead of hanging until the timeout.
 PIPE_GRACE_SECONDS = 0.5
+# Commands longer than this are split on a worker thread: even linear splitting of a few MiB of quoting
+# takes long enough (Python-level work per quoted part) to be felt by every other request.
+INLINE_SPLIT_LIMIT = 64 * 1024
 
 
 def split_command(command: str) -> list[str]:
     try:
-        argv = shlex.split(command)
+        argv = split_words(command)
     except ValueError as err:
         raise bad_request(f"cannot split command: {err}") from None
     if not argv:
         raise bad_request("command is empty")
     return argv
+
+
+async def split_command_async(command: str) -> list[str]:
+    """split_command, on a worker thread for long commands so the event loop keeps serving."""
+    if len(command) <= INLINE_SPLIT_LIMIT:
+        return split_command(command)
+    return await asyncio.to_thread(split_command, command)
 
 
 def base_env() -> dict[str, str]:

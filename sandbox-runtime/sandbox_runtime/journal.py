@@ -20,8 +20,13 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
+from .shellwords import split_words
+
 ERROR_PATTERNS = re.compile(r"error|exception|fail|traceback|fatal", re.IGNORECASE)
 _BUILD_WORDS = re.compile(r"\b(build|test|tests|deploy|pytest|make|compile|install)\b")
+
+# Arguments recorded per journal entry (each also cut at the entry length).
+MAX_ARGS = 64
 
 SECTION_ERRORS = "## Debugging History (auto-logged errors)"
 SECTION_DONE = "## Completed This Session"
@@ -60,15 +65,21 @@ def classify(text: str, exit_code: int | None, stdout: str, stderr: str, ignore:
         reasons.append("git-commit")
     if _BUILD_WORDS.search(text):
         reasons.append("build-test-deploy")
-    try:
-        first = os.path.basename(shlex.split(text)[0]) if text.strip() else ""
-    except ValueError:
-        first = text.split()[0] if text.split() else ""
-    if first in ignore and reasons == []:
+    if first_word(text) in ignore and reasons == []:
         return []
     if ERROR_PATTERNS.search(stderr) or ERROR_PATTERNS.search(stdout):
         reasons.append("error-output")
     return reasons
+
+
+def first_word(text: str) -> str:
+    """The program name of a command line; only its head is split (the rest cannot change the answer)."""
+    head = text[:4096]
+    try:
+        words = split_words(head)
+    except ValueError:
+        words = head.split()
+    return os.path.basename(words[0]) if words else ""
 
 
 class Journal:
@@ -128,6 +139,11 @@ class Journal:
         timed_out: bool = False,
         started_at: float | None = None,
     ) -> dict[str, Any]:
+        # Entries stay small whatever the command was (the journal is kept in memory and read back whole),
+        # and classifying them costs the same for a megabyte-long argument as for a short one.
+        if len(argv) > MAX_ARGS:
+            argv = [*argv[:MAX_ARGS], f"… [{len(argv) - MAX_ARGS} more arguments]"]
+        argv = [self._trunc(a) for a in argv]
         text = command_text(argv)
         out, err = self._trunc(stdout), self._trunc(stderr)
         reasons = classify(text, exit_code, out, err, self.ignore)
