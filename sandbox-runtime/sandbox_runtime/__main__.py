@@ -37,6 +37,15 @@ def parse(argv: list[str] | None = None) -> Settings:
     p.add_argument("--max-output", type=int, default=10 * 1024 * 1024, help="bytes kept per stream per exec")
     p.add_argument("--max-upload", type=int, default=None, help="largest accepted upload in bytes")
     p.add_argument(
+        "--max-archive-members", type=int, default=1_000_000, help="most members an imported archive may have"
+    )
+    p.add_argument(
+        "--max-archive-bytes",
+        type=int,
+        default=64 << 30,
+        help="most bytes an imported archive may expand to (decompressed tar stream)",
+    )
+    p.add_argument(
         "--max-command-bytes",
         type=int,
         default=2 * 1024 * 1024,
@@ -72,6 +81,8 @@ def parse(argv: list[str] | None = None) -> Settings:
         max_output=a.max_output,
         max_upload=a.max_upload,
         max_command_bytes=a.max_command_bytes,
+        max_archive_members=a.max_archive_members,
+        max_archive_bytes=a.max_archive_bytes,
         handoff=a.handoff,
         heartbeat_seconds=a.heartbeat,
         journal_entry_length=a.journal_entry_length,

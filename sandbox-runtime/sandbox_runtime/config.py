@@ -20,6 +20,8 @@ class Settings:
     max_json_body: int = 64 * 1024 * 1024
     max_upload: int | None = None
     max_command_bytes: int = 2 * 1024 * 1024
+    max_archive_members: int = 1_000_000
+    max_archive_bytes: int = 64 << 30
     handoff: bool = False
     heartbeat_seconds: float = 0.0
     journal_ignore: frozenset[str] = field(
