@@ -274,7 +274,7 @@ class _Staging:
 def _lstat(name: str, dir_fd: int | None = None) -> os.stat_result | None:
     try:
         return os.lstat(name, dir_fd=dir_fd)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # (a file on the way: nothing there either)
         return None
 
 
