@@ -67,6 +67,18 @@ def parse(argv: list[str] | None = None) -> Settings:
         "--journal-ignore", default=None, help="comma-separated commands never significant on success"
     )
     p.add_argument("--journal-entry-length", type=int, default=1000)
+    p.add_argument(
+        "--journal-max-bytes",
+        type=int,
+        default=8 * 1024 * 1024,
+        help="journal.jsonl is rotated past this size (one previous file, journal.jsonl.1, is kept)",
+    )
+    p.add_argument(
+        "--process-log-budget",
+        type=int,
+        default=32 * 1024 * 1024,
+        help="output kept for all exited background processes together, bytes (least recently read dropped)",
+    )
     p.add_argument("--log-level", default=env("SANDBOX_RUNTIME_LOG_LEVEL", "info"))
     a = p.parse_args(argv)
     s = Settings(
@@ -86,6 +98,8 @@ def parse(argv: list[str] | None = None) -> Settings:
         handoff=a.handoff,
         heartbeat_seconds=a.heartbeat,
         journal_entry_length=a.journal_entry_length,
+        journal_max_bytes=a.journal_max_bytes,
+        process_log_budget=a.process_log_budget,
         log_level=a.log_level,
     )
     if a.journal_ignore is not None:

@@ -63,7 +63,9 @@ class ExecService:
         self.metrics = metrics
         self.journal = journal
         self.limiter = Limiter(settings.max_processes)
-        self.processes = ProcessManager(self.limiter, on_exit=self._on_process_exit)
+        self.processes = ProcessManager(
+            self.limiter, on_exit=self._on_process_exit, exited_log_budget=settings.process_log_budget
+        )
 
     # ---- validate ----------------------------------------------------------------------------
     def cwd(self, raw: str) -> str:

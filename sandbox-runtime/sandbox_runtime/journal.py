@@ -92,8 +92,11 @@ class Journal:
         entry_length: int,
         handoff: bool,
         keep: int = 2000,
+        max_bytes: int = 8 * 1024 * 1024,
     ) -> None:
         self.path = os.path.join(state_dir, "journal.jsonl")
+        self.previous = self.path + ".1"
+        self.max_bytes = max_bytes
         self.root = root
         self.ignore = ignore
         self.entry_length = entry_length
@@ -105,13 +108,16 @@ class Journal:
         self.last_command: str | None = None
         self._cond: asyncio.Condition | None = None
         os.makedirs(state_dir, exist_ok=True)
-        self._load()
+        for path in (self.previous, self.path):
+            self._load(path)
         self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the process lifetime
+        self._size = self._fh.tell()
 
-    def _load(self) -> None:
-        if not os.path.exists(self.path):
+    def _load(self, path: str) -> None:
+        """Entries of one journal file (the previous one first: sequence numbers continue across both)."""
+        if not os.path.exists(path):
             return
-        with open(self.path, encoding="utf-8") as fh:
+        with open(path, encoding="utf-8") as fh:
             for line in fh:
                 try:
                     entry = json.loads(line)
@@ -119,6 +125,13 @@ class Journal:
                     continue  # a torn last line from a crash; the rest is intact
                 self.recent.append(entry)
                 self.seq = max(self.seq, int(entry.get("seq", 0)))
+
+    def _rotate(self) -> None:
+        """journal.jsonl becomes journal.jsonl.1 (replacing the one before) and a new file starts."""
+        self._fh.close()
+        os.replace(self.path, self.previous)
+        self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the process lifetime
+        self._size = 0
 
     def _trunc(self, data: bytes | str) -> str:
         text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
@@ -183,8 +196,12 @@ class Journal:
     def _append(self, entry: dict[str, Any]) -> dict[str, Any]:
         self.seq += 1
         entry = {"seq": self.seq, **entry}
-        self._fh.write(json.dumps(entry, separators=(",", ":")) + "\n")
+        line = json.dumps(entry, separators=(",", ":")) + "\n"
+        if self._size and self._size + len(line) > self.max_bytes:
+            self._rotate()
+        self._fh.write(line)
         self._fh.flush()
+        self._size += len(line)
         self.recent.append(entry)
         if self.handoff and entry["significant"]:
             with contextlib.suppress(OSError):

@@ -50,6 +50,7 @@ class Runtime:
             self.root.real,
             ignore=settings.journal_ignore,
             entry_length=settings.journal_entry_length,
+            max_bytes=settings.journal_max_bytes,
             handoff=settings.handoff,
         )
         self.exec = ExecService(settings, self.root, self.metrics, self.journal)
