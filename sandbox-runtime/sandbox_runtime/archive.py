@@ -468,6 +468,14 @@ def extract_archive(
     return job.files, job.bytes
 
 
+def remove_stale_staging(state_dir: str) -> None:
+    """Staging directories an interrupted import (a killed runtime) left in the state directory."""
+    with contextlib.suppress(OSError), os.scandir(state_dir) as it:
+        for e in it:
+            if e.name.startswith(STAGING_PREFIX) and e.is_dir(follow_symlinks=False):
+                shutil.rmtree(e.path, ignore_errors=True)
+
+
 def _existing_ancestor(path: str) -> str:
     while not os.path.isdir(path):
         path = os.path.dirname(path)

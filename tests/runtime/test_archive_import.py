@@ -230,3 +230,14 @@ def test_every_upload_path_honours_max_upload(launch: Callable[..., Server]) -> 
     body, ctype = multipart(("a.txt", b"a" * 40000), ("b.txt", b"b" * 40000))
     assert c.post("/upload", content=body, headers={"content-type": ctype}).status_code == 200
     assert (srv.root / "b.txt").stat().st_size == 40000
+
+
+def test_staging_left_by_a_killed_runtime_is_removed_on_start(
+    launch: Callable[..., Server], tmp_path: Path
+) -> None:
+    root = tmp_path / "restarted"
+    stale = root / ".sandbox-runtime" / ".sandbox-runtime-import-abc123"
+    (stale / "half").mkdir(parents=True)
+    (stale / "half/file").write_text("from an interrupted import")
+    launch(root=root)
+    assert not stale.exists()
