@@ -206,6 +206,11 @@ def test_archive_imports_are_bounded(launch: Callable[..., Server]) -> None:
     huge.size = 1 << 40
     r = c.post("/v1/archive/in", content=huge.tobuf(format=tarfile.PAX_FORMAT) + bytes(4096))
     assert r.status_code == 413
+    # A pax header (read whole by tarfile) of 1 GiB is refused before it is read.
+    pax = tarfile.TarInfo("PaxHeader")
+    pax.type, pax.size = tarfile.XHDTYPE, 1 << 30
+    r = c.post("/v1/archive/in", content=pax.tobuf(format=tarfile.USTAR_FORMAT) + bytes(100_000))
+    assert r.status_code == 400 and "too large" in r.json()["message"], r.text
     assert not (srv.root / "in").exists()
     assert c.post("/v1/archive/in", content=tar_of(("file", "ok.txt", "fine"))).status_code == 200
 
