@@ -12,6 +12,7 @@ Both twins run the same operations (`sdk.environment`, `sdk.runtime`, `sdk.promo
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -25,11 +26,21 @@ from shadow_operator.api.environment import PushRequest, ShadowEnvironment, Verd
 from shadow_operator.resources.environment import SourcePlan
 from shadow_operator.sdk import environment as envops
 from shadow_operator.sdk import fork as forkops
-from shadow_operator.sdk import kube, promote, runtime
+from shadow_operator.sdk import hostonly, kube, promote, runtime
+from shadow_operator.sdk import manifest as manifestops
+from shadow_operator.sdk import race as raceops
 from shadow_operator.sdk.environment import ANNOTATION_LOCAL_PREFIX, EnvironmentSpec, LocalSource
-from shadow_operator.sdk.errors import PromoteError, RuntimeRefused, RuntimeUnreachable, ShadowError
+from shadow_operator.sdk.errors import (
+    ClusterUnreachable,
+    PromoteError,
+    RuntimeRefused,
+    RuntimeUnreachable,
+    ShadowError,
+)
 from shadow_operator.sdk.kube import Body, Op
+from shadow_operator.sdk.manifest import HandoffManifest
 from shadow_operator.sdk.promote import PromotePlan
+from shadow_operator.sdk.race import RaceResult
 from shadow_operator.sdk.runtime import Diff, ExecutionResult, ImportResult, JournalEntry
 from shadow_operator.sdk.upload import stream_worktree
 
@@ -387,9 +398,56 @@ class ShadowGateway(kube.ClientHolder):
         install it from its rewritten URL."""
         return self._run(self._ops.publish(Path(module_path).expanduser().resolve(), repo, progress))  # type: ignore[no-any-return]
 
-    def verify(self, timeout: float = 600.0) -> Verdict:
-        """Run the smoke checks again and return the new verdict."""
-        return self._run(self._ops.verify(timeout))  # type: ignore[no-any-return]
+    def verify(
+        self, timeout: float = 600.0, *, fallback: str | None = None, spec: EnvironmentSpec | None = None
+    ) -> Verdict:
+        """Run the smoke checks again and return the new verdict. With fallback="host-only", an environment
+        that cannot be had is verified on the host instead (see `manifest`): the verdict says mode host-only."""
+        if not hostonly.check_fallback(fallback):
+            return self._run(self._ops.verify(timeout))  # type: ignore[no-any-return]
+        try:
+            return self._run(self._ops.verify(timeout))  # type: ignore[no-any-return]
+        except manifestops.UNAVAILABLE as exc:
+            verdict = self._host_only(exc, exc.code, spec).verdict
+            assert verdict is not None
+            return verdict
+
+    def manifest(
+        self, *, fallback: str | None = None, spec: EnvironmentSpec | None = None
+    ) -> HandoffManifest:
+        """Seed 001's handoff manifest, from the environment's status and diff. With fallback="host-only",
+        when the environment cannot be had (no cluster, no operator, a failure code) its verification runs
+        on the host in a temporary copy of the local sources (`spec`'s, or workspace_path) and the manifest
+        says so: fallback_mode true, failure_reason the code, verdict mode host-only (out of 50)."""
+        host = hostonly.check_fallback(fallback)
+        try:
+            found: HandoffManifest = self._run(manifestops.manifest(self.namespace, self.name))
+        except manifestops.UNAVAILABLE as exc:
+            if not host:
+                raise
+            return self._host_only(exc, exc.code, spec)
+        if host and found.failure_reason:
+            return self._host_only(None, found.failure_reason, spec)
+        return found
+
+    def _host_only(
+        self, exc: ShadowError | None, reason: str, spec: EnvironmentSpec | None
+    ) -> HandoffManifest:
+        return manifestops.fallback_for(
+            exc,
+            reason,
+            lambda: self._run(manifestops.known_environment(self.namespace, self.name)),
+            self._ops.workspace_path,
+            spec,
+            self.name,
+        )
+
+    def race(self, commands: str | Sequence[str], **options: Any) -> RaceResult:
+        """Fork this environment once per candidate (one shared snapshot), run each candidate's command in
+        its fork, verify each, and rank them (sdk.race); options as `race.RaceOptions`: count, promote, to,
+        to_branch, keep, prefix, method, timeout, command_timeout, verify_timeout, on_update."""
+        cmds = [commands] if isinstance(commands, str) else list(commands)
+        return raceops.race_sync(self, self._http, cmds, raceops.RaceOptions(**options))
 
     def journal(self, since: int = 0, *, significant: bool = False) -> list[JournalEntry]:
         return self._run(self._ops.journal(since, significant))  # type: ignore[no-any-return]
@@ -528,8 +586,46 @@ class AsyncShadowGateway(kube.AsyncClientHolder):
     async def publish_module(self, module_path: str | Path, repo: str | None = None) -> dict[str, str]:
         return await self._run(self._ops.publish(Path(module_path).expanduser().resolve(), repo, None))  # type: ignore[no-any-return]
 
-    async def verify(self, timeout: float = 600.0) -> Verdict:
-        return await self._run(self._ops.verify(timeout))  # type: ignore[no-any-return]
+    async def verify(
+        self, timeout: float = 600.0, *, fallback: str | None = None, spec: EnvironmentSpec | None = None
+    ) -> Verdict:
+        if not hostonly.check_fallback(fallback):
+            return await self._run(self._ops.verify(timeout))  # type: ignore[no-any-return]
+        try:
+            return await self._run(self._ops.verify(timeout))  # type: ignore[no-any-return]
+        except manifestops.UNAVAILABLE as exc:
+            verdict = (await self._host_only(exc, exc.code, spec)).verdict
+            assert verdict is not None
+            return verdict
+
+    async def manifest(
+        self, *, fallback: str | None = None, spec: EnvironmentSpec | None = None
+    ) -> HandoffManifest:
+        host = hostonly.check_fallback(fallback)
+        try:
+            found: HandoffManifest = await self._run(manifestops.manifest(self.namespace, self.name))
+        except manifestops.UNAVAILABLE as exc:
+            if not host:
+                raise
+            return await self._host_only(exc, exc.code, spec)
+        if host and found.failure_reason:
+            return await self._host_only(None, found.failure_reason, spec)
+        return found
+
+    async def _host_only(
+        self, exc: ShadowError | None, reason: str, spec: EnvironmentSpec | None
+    ) -> HandoffManifest:
+        env = None
+        if not isinstance(exc, ClusterUnreachable):
+            env = await self._run(manifestops.known_environment(self.namespace, self.name))
+        # The host-side checks block (copies, subprocesses): off the event loop.
+        return await asyncio.to_thread(
+            manifestops.fallback_for, exc, reason, lambda: env, self._ops.workspace_path, spec, self.name
+        )
+
+    async def race(self, commands: str | Sequence[str], **options: Any) -> RaceResult:
+        cmds = [commands] if isinstance(commands, str) else list(commands)
+        return await raceops.race_async(self, self._http, cmds, raceops.RaceOptions(**options))
 
     async def journal(self, since: int = 0, *, significant: bool = False) -> list[JournalEntry]:
         return await self._run(self._ops.journal(since, significant))  # type: ignore[no-any-return]
