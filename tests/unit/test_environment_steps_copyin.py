@@ -38,6 +38,7 @@ async def test_waits_for_the_upload_then_copies_both_and_captures_the_baseline_o
     world.runtime(URL).answers = [snapshot_ok()]
     step = CopyInStep(world.deps)
     state = new_pass(environment(spec=SPEC, status={"runtimeURL": URL}))
+    step.note_uploads(state)
     await step.copy_in(state, None)
     assert not state.is_true(c.COND_SOURCES_READY)
     assert state.status.sources_ready == "1/2" and [s.name for s in state.status.sources or ()] == ["lib"]
@@ -49,6 +50,7 @@ async def test_waits_for_the_upload_then_copies_both_and_captures_the_baseline_o
         annotations={c.ANNOTATION_UPLOAD_PREFIX + "app": "done"},
     )
     state = new_pass(uploaded)
+    step.note_uploads(state)
     await step.copy_in(state, None)
     assert state.is_true(c.COND_SOURCES_READY) and state.status.sources_ready == "2/2"
     sources = to_patch(state.status)["sources"]
@@ -99,6 +101,7 @@ async def test_a_fork_keeps_the_baseline_its_clone_brought() -> None:
         },
     }
     state = new_pass(environment(spec=spec, status=status))
+    CopyInStep(world.deps).note_uploads(state)
     await CopyInStep(world.deps).copy_in(state, None)
     assert state.is_true(c.COND_SOURCES_READY)
     assert "came with the clone" in state.conditions[0]["message"]

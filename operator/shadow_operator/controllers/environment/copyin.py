@@ -23,6 +23,15 @@ class CopyInStep:
     def __init__(self, deps: Deps) -> None:
         self.deps = deps
 
+    def note_uploads(self, state: Pass) -> None:
+        """Record when the client's uploads had all arrived (their annotations wake the pass at once)."""
+        env = state.env
+        uploads = [p.name for p in plans(state) if p.upload]
+        annotations = env.metadata.annotations
+        forked = env.spec.workspace.from_ is not None  # a fork's sources came with its clone
+        if uploads and not forked and all(c.ANNOTATION_UPLOAD_PREFIX + n in annotations for n in uploads):
+            state.mark("uploaded")
+
     async def copy_in(self, state: Pass, token: str | None) -> None:
         env, deps = state.env, self.deps
         planned = plans(state)
@@ -99,8 +108,6 @@ class CopyInStep:
                     "shadow_operator.sdk.upload_source)",
                 )
                 return
-            if any(p.upload for p in planned) and not forked:
-                state.mark("uploaded")
             if not state.is_true(c.COND_SOURCES_READY):
                 baseline = "baseline captured"
                 try:

@@ -161,6 +161,7 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
     async def _steps(self, state: Pass) -> float | None:
         env, status = state.env, state.status
         template = await self._preflight(env)
+        self.copy_in.note_uploads(state)
         gitea_on = env.spec.gitea.enabled
         status.gitea_url = res.gitea_url(env.body, self.config.cluster_domain) if gitea_on else None
 
