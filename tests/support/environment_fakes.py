@@ -14,6 +14,7 @@ from shadow_operator.api.environment import ShadowEnvironment
 from shadow_operator.api.kinds import ResourceKind
 from shadow_operator.clients.gitea import Gitea, GiteaError
 from shadow_operator.clients.gitpush import PushSettings
+from shadow_operator.clients.kube import ApiError
 from shadow_operator.clients.runtime import ExecResult, Runtime, RuntimeUnavailable
 from shadow_operator.controllers.config import Config
 from shadow_operator.controllers.environment.state import Deps, Pass
@@ -85,8 +86,6 @@ class FakeClient:
         return self.objects.get((kind.kind, namespace, name))
 
     async def list_live(self, kind: ResourceKind) -> list[Body]:
-        from shadow_operator.clients.kube import ApiError
-
         if kind.kind in self.missing_kinds:
             raise ApiError(404, "NotFound", f"{kind} is not installed")
         return [body for (k, _, _), body in self.objects.items() if k == kind.kind]
