@@ -17,7 +17,10 @@
 #   --skip-push     build and package only; push nothing (a dry run of everything else)
 #   --no-build      release the app images hack/images.sh has already built for these sources; fail if
 #                   one is missing instead of building it
-#   --plain-http    talk HTTP to REGISTRY (automatic for localhost and 127.0.0.0/8)
+#   --push-to ADDR  push images and chart to ADDR (host[:port][/path]) instead of REGISTRY: the same registry
+#                   under the address this machine reaches it by, e.g. kind's local registry, which nodes
+#                   pull from at the Docker bridge gateway and this host pushes to at 127.0.0.1:5000
+#   --plain-http    talk HTTP to the registry pushed to (automatic for localhost and 127.0.0.0/8)
 #
 # Log in first where the registry needs it (`docker login`, `helm registry login`). Images are the ones
 # hack/images.sh builds, cached by content: a tag is added to the image built from exactly these sources.
@@ -95,16 +98,16 @@ release_images() {
     ref=${line#*=}
     docker image inspect "$ref" >/dev/null 2>&1 \
       || die "${ref} is not built for these sources: run hack/images.sh apps (or drop --no-build)"
-    target="${REGISTRY}/${name}:${VERSION}"
+    target="${PUSH_REGISTRY}/${name}:${VERSION}"
     docker tag "$ref" "$target"
     if ((SKIP_PUSH)); then
-      echo "$target" >>"${OUT}/images.txt"
+      echo "${REGISTRY}/${name}:${VERSION}" >>"${OUT}/images.txt"
       continue
     fi
     step "pushing ${target}"
     digest=$(docker push "$target" | sed -n -E 's/.*digest: (sha256:[0-9a-f]{64}).*/\1/p' | tail -n1)
     [[ -n $digest ]] || die "docker push ${target} reported no digest"
-    echo "${target}@${digest}" >>"${OUT}/images.txt"
+    echo "${REGISTRY}/${name}:${VERSION}@${digest}" >>"${OUT}/images.txt"
   done
 }
 
@@ -154,14 +157,14 @@ release_chart() {
   [[ -f $tgz ]] || die "helm package wrote no ${tgz}"
   verify_chart "$tgz"
   if ((SKIP_PUSH)); then return; fi
-  step "pushing the chart to oci://${REGISTRY}/charts"
+  step "pushing the chart to oci://${PUSH_REGISTRY}/charts"
   local pushed digest
-  pushed=$("$HELM" push "$tgz" "oci://${REGISTRY}/charts" "${PLAIN_HTTP_ARGS[@]}" 2>&1) \
+  pushed=$("$HELM" push "$tgz" "oci://${PUSH_REGISTRY}/charts" "${PLAIN_HTTP_ARGS[@]}" 2>&1) \
     || die "helm push failed: ${pushed}"
   info "${pushed//$'\n'/ }"
   digest=$(sed -n -E 's/^Digest: (sha256:[0-9a-f]{64})$/\1/p' <<<"$pushed")
   [[ -n $digest ]] || die "helm push reported no digest: ${pushed}"
-  echo "oci://${REGISTRY}/charts/shadow-operator:${VERSION}@${digest}" >"${OUT}/chart.txt"
+  echo "oci://${PUSH_REGISTRY}/charts/shadow-operator:${VERSION}@${digest}" >"${OUT}/chart.txt"
 }
 
 # ----------------------------------------------------------------------------------------------- python
@@ -200,7 +203,7 @@ case "${1:-}" in
 esac
 VERSION=${1:-} REGISTRY=${2:-}
 shift 2 || usage
-OUT="" SKIP_IMAGES=0 SKIP_PUSH=0 NO_BUILD=0 PLAIN_HTTP=0
+OUT="" SKIP_IMAGES=0 SKIP_PUSH=0 NO_BUILD=0 PLAIN_HTTP=0 PUSH_REGISTRY=""
 while (($#)); do
   case $1 in
     --out) OUT=$2; shift ;;
@@ -208,6 +211,7 @@ while (($#)); do
     --skip-push) SKIP_PUSH=1 ;;
     --no-build) NO_BUILD=1 ;;
     --plain-http) PLAIN_HTTP=1 ;;
+    --push-to) PUSH_REGISTRY=$2; shift ;;
     *) die "unknown option '$1' (see hack/release.sh --help)" ;;
   esac
   shift
@@ -217,7 +221,10 @@ VERSION=${VERSION#v}
 REGISTRY=${REGISTRY%/}
 [[ $REGISTRY =~ $REGISTRY_RE ]] \
   || die "REGISTRY must be host[:port][/path] in lowercase (e.g. ghcr.io/my-org), got '${REGISTRY}'"
-case ${REGISTRY%%/*} in
+PUSH_REGISTRY=${PUSH_REGISTRY:-$REGISTRY}
+PUSH_REGISTRY=${PUSH_REGISTRY%/}
+[[ $PUSH_REGISTRY =~ $REGISTRY_RE ]] || die "--push-to must be host[:port][/path] in lowercase, got '${PUSH_REGISTRY}'"
+case ${PUSH_REGISTRY%%/*} in
   localhost | localhost:* | 127.* | \[::1\]*) PLAIN_HTTP=1 ;;
 esac
 PLAIN_HTTP_ARGS=()
