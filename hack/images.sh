@@ -14,6 +14,8 @@
 #   hack/images.sh snapshots       # snapshot-controller, csi-provisioner, csi-snapshotter, csi-hostpath:
 #                                  # build and push (for hack/kind/snapshots.sh; not part of the default)
 #   hack/images.sh env             # print the resolved image references as shell assignments
+#   hack/images.sh app-refs        # NAME=REF of the app images for the current sources (built or not;
+#                                  # hack/release.sh tags them)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -444,6 +446,12 @@ print_env() {
 case "${1:-}" in
   needs-cap-workaround) needs_cap_workaround; exit ;;
   env) print_env; exit ;;
+  app-refs)
+    image_exists "${BASE_IMAGE}" || die "${BASE_IMAGE} is not built yet: run hack/images.sh apps"
+    resolve_refs
+    printf 'operator=%s\nworkspace=%s\npreview-router=%s\ngitea=%s\n' \
+      "$(operator_ref)" "$(workspace_ref)" "$(router_ref)" "$(gitea_ref)"
+    exit ;;
 esac
 "${HACK_DIR}/docker.sh" daemon
 targets=("$@")

@@ -40,6 +40,10 @@ VALUE_SETS: dict[str, list[str]] = {
         "--set=previewRouter.sandboxNamespaces={team-a,team-b}",
         "--set=previewRouter.access=private",
         "--set=operator.watchNamespaces={team-a,team-b}",
+        "--set=tenants.namespaces={team-c,team-a}",
+        "--set=tenants.rbac.clusterReadSubjects[0].kind=Group",
+        "--set=tenants.rbac.clusterReadSubjects[0].apiGroup=rbac.authorization.k8s.io",
+        "--set=tenants.rbac.clusterReadSubjects[0].name=tenants",
         "--set=networkPolicy.clusterCIDRs={10.244.0.0/16,fd00:10:244::/56}",
         "--set=global.imagePullSecrets={regcred}",
         "--set=operator.extraEnv[0].name=EXTRA",
@@ -112,6 +116,15 @@ def crd_schemas() -> dict[tuple[str, str, str], dict[str, Any]]:
 
 def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [d for d in docs if d["kind"] == kind]
+
+
+def operator_rbac(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    """The operator's own RBAC objects of this kind (not the tenants' roles, tenant-rbac.yaml)."""
+    return [
+        d
+        for d in by_kind(docs, kind)
+        if d["metadata"]["labels"].get("app.kubernetes.io/component") != "tenant-rbac"
+    ]
 
 
 def test_chart_has_crds_for_the_sandbox_api() -> None:
@@ -220,7 +233,7 @@ def test_leader_election_may_act_on_its_lease_only(helm: str) -> None:
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": "shadow-system"}
     ]
-    (cluster_role,) = by_kind(docs, "ClusterRole")
+    (cluster_role,) = operator_rbac(docs, "ClusterRole")
     assert not any("coordination.k8s.io" in rule["apiGroups"] for rule in cluster_role["rules"])
 
 
@@ -406,23 +419,23 @@ def assert_namespaced_rights(granted: dict[tuple[str, str], set[str]]) -> None:
 
 def test_serving_the_whole_cluster_takes_one_least_privilege_cluster_role(helm: str) -> None:
     docs = documents(render(helm, include_crds=False))
-    (role,) = by_kind(docs, "ClusterRole")
+    (role,) = operator_rbac(docs, "ClusterRole")
     granted = granted_by(role["rules"])
     for key, verbs in CLUSTER_READS.items():
         assert granted.pop(key) == verbs
     assert_namespaced_rights(granted)
-    (binding,) = by_kind(docs, "ClusterRoleBinding")
+    (binding,) = operator_rbac(docs, "ClusterRoleBinding")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
 
 
 def test_watch_namespaces_grant_namespaced_rights_only_there(helm: str) -> None:
     docs = documents(render(helm, "--set=operator.watchNamespaces={team-a,team-b}", include_crds=False))
     # Cluster-wide: the class and discovery reads, nothing else (no secrets, pods, services, ... anywhere).
-    (cluster_role,) = by_kind(docs, "ClusterRole")
+    (cluster_role,) = operator_rbac(docs, "ClusterRole")
     assert granted_by(cluster_role["rules"]) == CLUSTER_READS
     (account,) = by_kind(docs, "ServiceAccount")
     subject = {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": "shadow-system"}
-    (cluster_binding,) = by_kind(docs, "ClusterRoleBinding")
+    (cluster_binding,) = operator_rbac(docs, "ClusterRoleBinding")
     assert cluster_binding["roleRef"]["name"] == cluster_role["metadata"]["name"]
     assert cluster_binding["subjects"] == [subject]
     # Per served namespace: a Role with the namespaced rights, bound to the operator's account.

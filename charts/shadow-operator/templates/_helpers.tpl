@@ -43,6 +43,47 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
 {{/*
+Namespaces tenants work in, as a JSON list: tenants.namespaces plus, with tenants.namespaceSelector.matchLabels,
+every existing namespace carrying those labels. The selector is read with `lookup` when Helm installs or
+upgrades (a namespace labelled later is prepared by the next `helm upgrade`); `helm template` has no cluster and
+sees none. Use: include "shadow-operator.tenantNamespaces" . | fromJsonArray
+*/}}
+{{- define "shadow-operator.tenantNamespaces" -}}
+{{- $names := list }}
+{{- range .Values.tenants.namespaces }}
+{{- $names = append $names . }}
+{{- end }}
+{{- with .Values.tenants.namespaceSelector.matchLabels }}
+{{- $selector := . }}
+{{- range (lookup "v1" "Namespace" "" "").items }}
+{{- $labels := .metadata.labels | default dict }}
+{{- $match := true }}
+{{- range $key, $value := $selector }}
+{{- if ne (toString (get $labels $key)) (toString $value) }}
+{{- $match = false }}
+{{- end }}
+{{- end }}
+{{- if and $match (not .metadata.deletionTimestamp) }}
+{{- $names = append $names .metadata.name }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- $names | uniq | sortAlpha | toJson }}
+{{- end }}
+
+{{/*
+Namespaces the operator serves, as a JSON list: empty (the whole cluster) unless operator.watchNamespaces is set,
+then those and the tenants' namespaces. Use: include "shadow-operator.watchNamespaces" . | fromJsonArray
+*/}}
+{{- define "shadow-operator.watchNamespaces" -}}
+{{- if .Values.operator.watchNamespaces }}
+{{- concat .Values.operator.watchNamespaces (include "shadow-operator.tenantNamespaces" . | fromJsonArray) | uniq | toJson }}
+{{- else }}
+{{- list | toJson }}
+{{- end }}
+{{- end }}
+
+{{/*
 Image reference: registry (global.imageRegistry wins) / repository, then @digest or :tag (appVersion by
 default). Usage: include "shadow-operator.image" (dict "image" .Values.operator.image "root" $)
 */}}

@@ -3,12 +3,13 @@
 {{- default .Release.Namespace .Values.previewRouter.namespace }}
 {{- end }}
 
-{{/* Namespaces whose sandboxes the router reaches, comma-separated. */}}
+{{/* Namespaces whose sandboxes the router reaches, comma-separated (default: the default template's and the
+tenants' namespaces). */}}
 {{- define "shadow-operator.routerSandboxNamespaces" -}}
 {{- if .Values.previewRouter.sandboxNamespaces }}
 {{- join "," (uniq .Values.previewRouter.sandboxNamespaces) }}
 {{- else }}
-{{- include "shadow-operator.templateNamespace" . }}
+{{- prepend (include "shadow-operator.tenantNamespaces" . | fromJsonArray) (include "shadow-operator.templateNamespace" .) | uniq | join "," }}
 {{- end }}
 {{- end }}
 

@@ -143,3 +143,12 @@ LEADER_LEASE_NAME: Final = "shadow-operator"
 # Whether a Sandbox's preview needs a signed link (public|private); set on a SandboxTemplate, a Sandbox, or
 # on a SandboxClaim / ShadowEnvironment, whose sandbox gets it.
 ANNOTATION_PREVIEW_ACCESS: Final = f"{OPERATOR_PREFIX}/preview-access"
+
+# A SandboxTemplate annotation: "none" runs the template's sandboxes without the runtime token, for clients that
+# reach the runtime by the claim's Service and send none (Amicable's backend). Off by default; honoured only when
+# the template's managed NetworkPolicy admits named peers alone (resources/runtime_auth.py), otherwise the token
+# stays and a RuntimeTokenKept Warning says why.
+ANNOTATION_RUNTIME_AUTH: Final = f"{OPERATOR_PREFIX}/runtime-auth"
+RUNTIME_AUTH_NONE: Final = "none"
+RUNTIME_AUTH_TOKEN: Final = "token"
+REASON_RUNTIME_TOKEN_KEPT: Final = "RuntimeTokenKept"

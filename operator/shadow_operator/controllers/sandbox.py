@@ -9,12 +9,12 @@ from typing import Any
 
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
-from shadow_operator.api.kinds import POD, PVC, SANDBOX, SECRET, SERVICE, ResourceKind
+from shadow_operator.api.kinds import POD, PVC, SANDBOX, SANDBOX_TEMPLATE, SECRET, SERVICE, ResourceKind
 from shadow_operator.api.models import Sandbox
 from shadow_operator.clients.kube import ApiError
 from shadow_operator.engine import Cached, Index, NotOwned, Reconciler
 from shadow_operator.resources import conditions as conds
-from shadow_operator.resources import indexes, podsecurity
+from shadow_operator.resources import indexes, podsecurity, runtime_auth
 from shadow_operator.resources import sandbox as res
 
 RESYNC_SECONDS = 300.0
@@ -32,11 +32,13 @@ class ChildConflict(Exception):
 class SandboxReconciler(Reconciler[Sandbox]):
     kind = SANDBOX
     owns = (POD, SERVICE, SECRET, PVC)
+    # Templates: whether a new Pod's runtime gets the token (resources/runtime_auth.py).
     cached = (
         Cached(POD, OURS),
         Cached(SERVICE, c.MANAGED_BY_SELECTOR),
         Cached(SECRET, c.MANAGED_BY_SELECTOR),
         Cached(PVC, OURS),
+        Cached(SANDBOX_TEMPLATE),
     )
     indexes = (Index(POD, indexes.BY_CONTROLLER, indexes.by_controller),)
     workers = 8
@@ -119,7 +121,7 @@ class SandboxReconciler(Reconciler[Sandbox]):
                     body, reason="PodDeleted", message="Sandbox suspended: Pod deleted, volumes kept"
                 )
         elif pod is None:
-            manifest = res.build_pod(body, token_secret=naming.token_secret_name(name))
+            manifest = res.build_pod(body, token_secret=self._token_secret(body))
             refused = podsecurity.violations(manifest["spec"], self.config.pod_security)
             if refused:
                 return self._refused(body, refused)
@@ -158,6 +160,17 @@ class SandboxReconciler(Reconciler[Sandbox]):
         if (_ready(sandbox) or {}).get("message") != "Error seen: " + message:
             self.recorder.warn(sandbox, reason="Invalid" + what, message=message)
         return res.Observed(pod=None, error=message)
+
+    def _token_secret(self, sandbox: dict[str, Any]) -> str | None:
+        """The runtime token Secret the Pod mounts, or None where the template serves clients without one."""
+        template_name = (sandbox["metadata"].get("annotations") or {}).get(c.ANNOTATION_TEMPLATE_REF)
+        template = None
+        if template_name:
+            template = self.cache.store(SANDBOX_TEMPLATE).get(sandbox["metadata"]["namespace"], template_name)
+        required, kept_because = runtime_auth.token_required(sandbox, template)
+        if kept_because:
+            self.recorder.warn(sandbox, reason=c.REASON_RUNTIME_TOKEN_KEPT, message=kept_because[:1000])
+        return naming.token_secret_name(sandbox["metadata"]["name"]) if required else None
 
     async def _ensure_token_secret(self, sandbox: Sandbox) -> None:
         name = naming.token_secret_name(sandbox.name)

@@ -156,12 +156,14 @@ def build_pod_labels_and_annotations(sandbox: Body) -> tuple[dict[str, str], dic
     return labels, drop_reserved(template_meta.get("annotations"))
 
 
-def build_pod(sandbox: Body, *, token_secret: str) -> Manifest:
+def build_pod(sandbox: Body, *, token_secret: str | None) -> Manifest:
+    """The sandbox's Pod; its runtime reads the token from `token_secret` (None: no token, see runtime_auth)."""
     meta = sandbox["metadata"]
     spec = copy.deepcopy(dict(sandbox["spec"]["podTemplate"]["spec"]))
     apply_secure_defaults(spec)
     attach_claim_volumes(spec, meta["name"], list(sandbox["spec"].get("volumeClaimTemplates") or ()))
-    inject_runtime_token(spec, token_secret)
+    if token_secret is not None:
+        inject_runtime_token(spec, token_secret)
     labels, annotations = build_pod_labels_and_annotations(sandbox)
     return {
         "apiVersion": "v1",
