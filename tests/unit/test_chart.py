@@ -17,6 +17,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from shadow_operator.controllers.config import Config
 
 pytestmark = pytest.mark.unit
 
@@ -778,3 +779,22 @@ def test_cluster_cidrs_and_answer_bound_reach_the_operator(helm: str) -> None:
     assert env["SHADOW_CLUSTER_CIDRS"] == "34.118.224.0/20,2600:1900:4000:1::/64"
     assert env["SHADOW_RUNTIME_MAX_ANSWER_BYTES"] == "1048576"
     assert "SHADOW_CLUSTER_CIDRS" not in operator_env(documents(render(helm, include_crds=False)))
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_the_operator_reads_every_setting_the_chart_renders(
+    helm: str, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The operator's own settings parser takes the Deployment's environment as rendered: a number Helm
+    prints in exponent form (4.194304e+06) crash-looped the operator before."""
+    (deployment,) = [
+        d
+        for d in by_kind(documents(render(helm, *VALUE_SETS[name], include_crds=False)), "Deployment")
+        if d["metadata"]["labels"].get("app.kubernetes.io/component") == "operator"
+    ]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    for entry in container["env"]:
+        if "value" in entry:
+            monkeypatch.setenv(entry["name"], entry["value"])
+    config = Config.from_env()
+    assert config.runtime_max_answer_bytes == 4 * 1024 * 1024
