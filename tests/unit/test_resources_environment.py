@@ -231,6 +231,10 @@ def test_pod_failures_map_to_codes() -> None:
     unbound = unschedulable(60, "pod has unbound immediate PersistentVolumeClaims")
     assert (res.pod_failure(unbound, "Pod", NOW) or ("",))[0] == "StorageUnavailable"
     assert res.pod_failure({"status": {"phase": "Running"}}, "Pod", NOW) is None
+    # The Sandbox's Pod and its PVCs are created together: the scheduler's first try can miss the claim, and
+    # while the volume is then provisioned (WaitForFirstConsumer) that stale message stays on the Pod.
+    raced = unschedulable(60, '0/1 nodes are available: persistentvolumeclaim "workspace-x" not found.')
+    assert res.pod_failure(raced, "Pod", NOW) is None
 
 
 # -------------------------------------------------------------------------------------------- copy-in

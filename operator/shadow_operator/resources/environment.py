@@ -10,6 +10,7 @@ workspace that a diff or a promote would pick up.
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -391,6 +392,10 @@ def build_workspace_sandbox(
 IMAGE_PULL_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
 # A Pod waits for its volume while the provisioner works (Immediate binding): only a wait this long is a failure.
 UNSCHEDULABLE_GRACE_SECONDS = 30.0
+# The Sandbox controller creates a Pod and its PVCs at once, so the scheduler's first attempt may not find a
+# claim yet; it tries again when the claim appears, but the condition keeps that message (and its time) while
+# the volume is provisioned. A claim the operator never created is caught by the startup timeout instead.
+STALE_CLAIM_MESSAGE = re.compile(r'persistentvolumeclaim "[^"]+" not found', re.IGNORECASE)
 
 
 def pod_failure(pod: Body | None, what: str, now: datetime) -> tuple[str, str] | None:
@@ -418,6 +423,8 @@ def pod_failure(pod: Body | None, what: str, now: datetime) -> tuple[str, str] |
             if since is not None and (now - since).total_seconds() < UNSCHEDULABLE_GRACE_SECONDS:
                 continue
             message = cond.get("message", "")
+            if STALE_CLAIM_MESSAGE.search(message):
+                continue
             if "persistentvolumeclaim" in message.lower() or "volume" in message.lower():
                 return (
                     "StorageUnavailable",
