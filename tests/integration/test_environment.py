@@ -160,6 +160,20 @@ def test_children_gitea_bootstrap_and_no_secret_leaks(objs: Objects, tmp_path: P
                 "env1-workspace-to-gitea",
             ]
             assert all(controller_of(p).uid == uid for p in policies.items)
+
+            # The workspace Pod carries the label those policies select it by (a Sandbox's own labels of the
+            # operator's prefix are dropped; only the environment's Sandbox gets it).
+            def pod_labels() -> dict[str, str] | None:
+                pods = objs.core.list_namespaced_pod(
+                    objs.namespace, label_selector=f"{c.LABEL_ENVIRONMENT}=env1"
+                )
+                return next((p.metadata.labels for p in pods.items if p.metadata.name == "env1"), None)
+
+            wait_for(pod_labels, timeout=60, what="the workspace Pod labelled with its environment")
+            # Written once, not on every pass (an `egress: []` re-applied bumped the generation in a hot loop).
+            assert all(p.metadata.generation == 1 for p in policies.items), [
+                (p.metadata.name, p.metadata.generation) for p in policies.items
+            ]
             container = sandbox["spec"]["podTemplate"]["spec"]["containers"][0]
             env_vars = {e["name"]: e.get("value") for e in container["env"]}
             gitea_url = f"http://env1-gitea.{objs.namespace}.svc.cluster.local:3000"

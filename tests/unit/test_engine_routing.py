@@ -134,6 +134,9 @@ async def test_a_child_changing_owner_wakes_old_and_new_owner_and_itself() -> No
         ({"a": 1}, {"a": 2}, False),
         ({"a": {"b": 1}}, {"a": None}, False),
         ({"a": 1}, {}, False),
+        ({"spec": {"egress": [], "ingress": [1]}}, {"spec": {"ingress": [1]}}, True),
+        ({"spec": {"selector": {}}}, {"spec": {}}, True),
+        ({"spec": {"egress": [1]}}, {"spec": {}}, False),
     ],
 )
 def test_apply_skips_a_write_only_when_every_desired_field_is_there(

@@ -96,8 +96,21 @@ def test_no_winner_unless_the_best_passed() -> None:
 def test_change_is_measured_from_the_diff() -> None:
     assert changed_lines(PATCH) == 3 and changed_lines(None) == 0
     c = cand("m", changed_files=0, changed_lines=0)
-    measure(c, Diff(added=["core/n.py"], modified=["core/x.py"], deleted=["core/old.py"], patch=PATCH))
+    measure(
+        c, Diff(added=["core/n.py"], modified=["core/x.py"], deleted=["core/old.py"], patch=PATCH), ["core"]
+    )
     assert (c.files, c.changed_files, c.changed_lines) == (["core/n.py", "core/old.py", "core/x.py"], 3, 3)
+
+
+def test_only_changes_inside_the_sources_count() -> None:
+    """The runtime rewrites HANDOFF.md at the workspace root after each command: not the candidate's change."""
+    handoff = (
+        "diff --git a/HANDOFF.md b/HANDOFF.md\n--- a/HANDOFF.md\n+++ b/HANDOFF.md\n@@ -1 +1 @@\n-a\n+b\n"
+    )
+    c = cand("m", changed_files=0, changed_lines=0)
+    measure(c, Diff(modified=["HANDOFF.md", "core/x.py"], patch=handoff + PATCH), ["core"])
+    assert (c.files, c.changed_files, c.changed_lines) == (["core/x.py"], 1, 3)
+    assert changed_lines(handoff + PATCH) == 5 and changed_lines(handoff + PATCH, ["core"]) == 3
 
 
 def test_commands_from_a_file_line_by_line_or_yaml() -> None:

@@ -220,3 +220,29 @@ def test_long_names_stay_bounded_and_distinct() -> None:
     a, b = "x" * 250 + "a", "x" * 250 + "b"
     assert len(naming.token_secret_name(a)) <= 253
     assert naming.token_secret_name(a) != naming.token_secret_name(b)
+
+
+def test_only_an_environments_own_workspace_pod_carries_its_environment_label() -> None:
+    """Gitea's NetworkPolicies admit the Pod labelled with its environment: a label the Sandbox's podTemplate
+    or metadata names is not enough, only the environment controlling a Sandbox of its own name."""
+    plain = make_sandbox()
+    plain["metadata"]["labels"] = {c.LABEL_ENVIRONMENT: "demo"}
+    plain["spec"]["podTemplate"]["metadata"]["labels"][c.LABEL_ENVIRONMENT] = "demo"
+    labels, _ = res.build_pod_labels_and_annotations(plain)
+    assert c.LABEL_ENVIRONMENT not in labels
+
+    owned = make_sandbox()
+    ref = {
+        "apiVersion": f"{c.SHADOW_GROUP}/v1alpha1",
+        "kind": "ShadowEnvironment",
+        "uid": "e",
+        "controller": True,
+    }
+    owned["metadata"]["ownerReferences"] = [{**ref, "name": "demo"}]
+    labels, _ = res.build_pod_labels_and_annotations(owned)
+    assert labels[c.LABEL_ENVIRONMENT] == "demo"
+    assert labels[c.LABEL_SANDBOX_NAME_HASH] == naming.name_hash("demo")
+
+    owned["metadata"]["ownerReferences"] = [{**ref, "name": "other"}]
+    labels, _ = res.build_pod_labels_and_annotations(owned)
+    assert c.LABEL_ENVIRONMENT not in labels

@@ -20,12 +20,17 @@ def is_subset(desired: Any, current: Any) -> bool:
     """Whether every field of `desired` has the same value in `current` (lists element by element).
 
     Fields the API server defaulted (present only in `current`) do not count as differences, so applying
-    what is already there is recognised as a no-op and skipped.
+    what is already there is recognised as a no-op and skipped. An empty list or map matches an absent field:
+    the API server stores neither (a NetworkPolicy applied with `egress: []` reads back without it, and
+    applying it again bumps its generation), so calling it a difference would write on every pass.
     """
     if isinstance(desired, Mapping):
         if not isinstance(current, Mapping):
             return False
-        return all(k in current and is_subset(v, current[k]) for k, v in desired.items())
+        return all(
+            is_subset(v, current[k]) if k in current else (isinstance(v, (list, Mapping)) and not v)
+            for k, v in desired.items()
+        )
     if isinstance(desired, list):
         if not isinstance(current, list) or len(desired) != len(current):
             return False

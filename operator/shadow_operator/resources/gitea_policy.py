@@ -71,7 +71,7 @@ def build_gitea_network_policies(env: Body, operator_namespace: str) -> list[Man
                     "ports": port,
                 }
             ],
-            "egress": [],
+            # No egress rule under policyTypes Egress: nothing out (an empty list is not stored, so none).
         },
     }
     workspace = {

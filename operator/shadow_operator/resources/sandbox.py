@@ -153,7 +153,26 @@ def build_pod_labels_and_annotations(sandbox: Body) -> tuple[dict[str, str], dic
     for key in PROPAGATED_LABELS:
         if meta.get("labels", {}).get(key):
             labels[key] = meta["labels"][key]
+    environment = environment_of(sandbox)
+    if environment is not None:
+        labels[c.LABEL_ENVIRONMENT] = environment
     return labels, drop_reserved(template_meta.get("annotations"))
+
+
+def environment_of(sandbox: Body) -> str | None:
+    """The ShadowEnvironment whose workspace this Sandbox is: its controller, of the same name. Only then
+    does the Pod carry `shadow.dev/environment` (its Gitea's NetworkPolicies select it by that label and the
+    name hash), so no other Sandbox's Pod can claim it through labels."""
+    meta = sandbox["metadata"]
+    for ref in meta.get("ownerReferences") or ():
+        if (
+            ref.get("controller")
+            and ref.get("kind") == "ShadowEnvironment"
+            and ref.get("apiVersion", "").startswith(f"{c.SHADOW_GROUP}/")
+            and ref.get("name") == meta["name"]
+        ):
+            return str(meta["name"])
+    return None
 
 
 def build_pod(sandbox: Body, *, token_secret: str | None) -> Manifest:

@@ -119,22 +119,35 @@ def plan_commands(commands: Sequence[str], count: int | None) -> list[str]:
     return cmds
 
 
-def changed_lines(patch: str | None) -> int:
-    """Lines added plus lines removed in a unified diff."""
+def in_sources(path: str, sources: Sequence[str]) -> bool:
+    """Whether a workspace-relative path lies in one of the source directories (what promote carries)."""
+    return any(path.startswith(s.strip("/") + "/") for s in sources)
+
+
+def changed_lines(patch: str | None, sources: Sequence[str] | None = None) -> int:
+    """Lines added plus lines removed in a unified diff (only in files under `sources`, when given)."""
     if not patch:
         return 0
-    return sum(
-        1
-        for line in patch.splitlines()
-        if (line.startswith("+") and not line.startswith("+++"))
-        or (line.startswith("-") and not line.startswith("---"))
-    )
+    counted, total = True, 0
+    for line in patch.splitlines():
+        if line.startswith("diff --git "):
+            path = line.split(" b/", 1)[-1]
+            counted = sources is None or in_sources(path, sources)
+        elif counted and (
+            (line.startswith("+") and not line.startswith("+++"))
+            or (line.startswith("-") and not line.startswith("---"))
+        ):
+            total += 1
+    return total
 
 
-def measure(candidate: RaceCandidate, diff: Diff) -> None:
-    candidate.files = sorted({*diff.added, *diff.modified, *diff.deleted})
+def measure(candidate: RaceCandidate, diff: Diff, sources: Sequence[str]) -> None:
+    """The candidate's change inside its sources; the rest of the workspace (the runtime's HANDOFF.md, caches,
+    tools a command installed) is neither ranked nor promoted."""
+    changed = {*diff.added, *diff.modified, *diff.deleted}
+    candidate.files = sorted(p for p in changed if in_sources(p, sources))
     candidate.changed_files = len(candidate.files)
-    candidate.changed_lines = changed_lines(diff.patch)
+    candidate.changed_lines = changed_lines(diff.patch, sources)
 
 
 def rank_key(c: RaceCandidate) -> tuple[object, ...]:
@@ -190,7 +203,8 @@ def run_candidate(
         candidate.exit_code, candidate.timed_out = result.exit_code, result.timed_out
         candidate.duration_seconds = result.duration_seconds
         # The diff before verification: what the command changed, not what the checks leave behind.
-        measure(candidate, (yield from runtime.diff(ep)))
+        sources = [plan.path for plan in envops.source_plans(env)]
+        measure(candidate, (yield from runtime.diff(ep)), sources)
         moved("verifying")
         asked = time.monotonic()
         verdict = yield from envops.verify(namespace, candidate.name, verify_timeout)
