@@ -279,7 +279,9 @@ def stream_worktree(
             if stat.S_ISREG(st.st_mode) and _is_git_config(name):
                 rewritten[name] = sanitized_git_config(root / name)
             entries.append((name, st))
-    total = sum(st.st_size for _, st in entries if stat.S_ISREG(st.st_mode))
+    total = sum(
+        len(rewritten[n]) if n in rewritten else st.st_size for n, st in entries if stat.S_ISREG(st.st_mode)
+    )
     done = 0
     written = 0  # uncommitted tar bytes, for the end-of-archive padding
     gz = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)  # gzip framing, mtime 0
@@ -298,6 +300,9 @@ def stream_worktree(
             info.size = len(rewritten[name])
             emit(info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape"))
             emit(rewritten[name] + bytes(-info.size % tarfile.BLOCKSIZE))
+            done += info.size
+            if progress is not None:
+                progress(done, total)
             continue
         emit(info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape"))
         if info.isreg():
