@@ -32,7 +32,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
 
-from shadow_operator.sdk import confine, kube
+from shadow_operator.sdk import confine, kube, localdirs
 from shadow_operator.sdk.errors import RuntimeRefused, RuntimeUnreachable, UploadError
 
 CHUNK = 256 * 1024
@@ -237,7 +237,7 @@ def sanitized_git_config(path: Path) -> bytes:
         raise UploadError(f"cannot read {path}: {done.stderr.strip()}", hint="fix it with git config --edit")
     sections: dict[tuple[str, str | None], list[str]] = {}
     for entry in filter(None, done.stdout.split("\0")):
-        key, _, value = entry.partition("\n")
+        key, has_value, value = entry.partition("\n")
         section, _, rest = key.partition(".")
         sub, _, name = rest.rpartition(".")
         wanted = f"{section}.*.{name}" if sub else f"{section}.{name}"
@@ -245,10 +245,11 @@ def sanitized_git_config(path: Path) -> bytes:
             continue
         if name in _URL_KEYS:
             value = _without_userinfo(value)
-        sections.setdefault((section, sub or None), []).append(f"\t{name} = {_quote(value)}\n")
+        line = f"\t{name} = {_quote(value)}\n" if has_value else f"\t{name}\n"  # a bare name is true
+        sections.setdefault((section, sub or None), []).append(line)
     lines = []
-    for (section, sub), entries in sections.items():
-        lines.append(f"[{section}]\n" if sub is None else f"[{section} {_quote(sub)}]\n")
+    for (section, subsection), entries in sections.items():
+        lines.append(f"[{section}]\n" if subsection is None else f"[{section} {_quote(subsection)}]\n")
         lines.extend(entries)
     return "".join(lines).encode("utf-8", "surrogateescape")
 
@@ -419,4 +420,5 @@ def upload_source(
         result, digest = kube.run(
             http, envops.upload(namespace, environment, source, path, timeout, progress)
         )
+        localdirs.record(str(http.base_url), namespace, environment, {source: path})
     return UploadResult(path=result.path, files=result.files, bytes=result.bytes, sha256=digest)
