@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
 
-from shadow_operator.sdk.errors import TooLarge, UnsafePath
+from shadow_operator.sdk.errors import ShadowError, TooLarge, UnsafePath
 
 DEFAULT_MAX_BYTES = 1 << 30  # 1 GiB: what one cp or promote may write unless the caller asks for more
 DEFAULT_MAX_MEMBERS = 100_000
@@ -217,8 +217,18 @@ class Confined:
             return "directory"
         return "symlink" if stat.S_ISLNK(mode) else "other"
 
+    @contextlib.contextmanager
+    def _local(self, rel: str) -> Iterator[None]:
+        """A local error (no space, a name this filesystem refuses) ends the copy with one line too."""
+        try:
+            yield
+        except OSError as exc:
+            raise ShadowError(
+                f"cannot write {rel!r} under {self.root}: {exc.strerror or exc}", code="LocalWriteFailed"
+            ) from None
+
     def mkdir(self, rel: str) -> None:
-        with self._parent(rel, create=True) as (fd, name):
+        with self._local(rel), self._parent(rel, create=True) as (fd, name):
             assert fd is not None
             with contextlib.suppress(FileExistsError):
                 os.mkdir(name, 0o755, dir_fd=fd)
@@ -227,7 +237,7 @@ class Confined:
     @contextlib.contextmanager
     def writer(self, rel: str, mode: int, budget: Budget) -> Iterator[_Writer]:
         """A file written under a temporary name and renamed over `rel` when the block ends without error."""
-        with self._parent(rel, create=True) as (fd, name):
+        with self._local(rel), self._parent(rel, create=True) as (fd, name):
             assert fd is not None
             with contextlib.suppress(FileNotFoundError):
                 existing = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode
@@ -252,20 +262,19 @@ class Confined:
 
     def delete(self, rel: str) -> bool:
         """Remove a file or symbolic link (never followed), or an empty directory; False when nothing was."""
-        with self._parent(rel, create=False) as (fd, name):
+        with self._local(rel), self._parent(rel, create=False) as (fd, name):
             if fd is None:
                 return False
             try:
                 mode = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode
-            except FileNotFoundError:
-                return False
-            if stat.S_ISDIR(mode):
-                try:
+                if stat.S_ISDIR(mode):
                     os.rmdir(name, dir_fd=fd)
-                except OSError:
-                    return False  # not empty: local work is kept
-                return True
-            os.unlink(name, dir_fd=fd)
+                else:
+                    os.unlink(name, dir_fd=fd)
+            except (FileNotFoundError, OSError) as exc:
+                if exc.errno in (errno.ENOENT, errno.ENOTEMPTY, errno.EEXIST):
+                    return False  # gone, or a directory with local work in it: kept
+                raise
             return True
 
 

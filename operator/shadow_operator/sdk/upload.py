@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import re
 import stat
 import subprocess
 import tarfile
@@ -175,36 +174,32 @@ GIT_CONFIG_KEPT = frozenset(
     }
 )
 _URL_KEYS = frozenset({"url", "pushurl"})
-_HOOK = re.compile(r"(?:^|/)hooks/")
 
 
-def _git_dir_rel(name: str) -> str | None:
-    """The part of `name` inside a `.git` (in any spelling), or None when it is not inside one."""
+def _git_dir_parts(name: str) -> list[str] | None:
+    """The folded components of `name` inside a `.git` (in any spelling), or None when it is not inside one:
+    on a case-insensitive disk `.git/Hooks/x` is a hook and `.GIT/CONFIG` the config."""
     parts = name.split("/")
     for i, part in enumerate(parts[:-1]):
         if confine.is_dotgit(part):
-            return "/".join(parts[i + 1 :])
+            return [confine.fold(p) for p in parts[i + 1 :]]
     return None
 
 
 def _is_hook(name: str) -> bool:
     """A hook of a repository or of a submodule's repository (`.git/hooks/`, `.git/modules/*/hooks/`) that is
     not one of git's samples: a script the workspace would run."""
-    inside = _git_dir_rel(name)
-    if inside is None or name.endswith(".sample"):
+    inside = _git_dir_parts(name)
+    if inside is None or name.endswith(".sample") or "hooks" not in inside[:-1]:
         return False
-    head = _HOOK.search(inside)
-    return head is not None and (head.start() == 0 or inside.startswith("modules/"))
+    return inside[0] == "hooks" or inside[0] == "modules"
 
 
 def _is_git_config(name: str) -> bool:
-    inside = _git_dir_rel(name)
-    if inside is None:
+    inside = _git_dir_parts(name)
+    if inside is None or inside[-1] not in ("config", "config.worktree"):
         return False
-    base = inside.rsplit("/", 1)[-1]
-    top = inside in ("config", "config.worktree")
-    nested = inside.startswith(("modules/", "worktrees/")) and base in ("config", "config.worktree")
-    return top or nested
+    return len(inside) == 1 or inside[0] in ("modules", "worktrees")
 
 
 def _without_userinfo(url: str) -> str:
