@@ -9,6 +9,7 @@ from it, the test its expectations. Run the server with `python -m tests.support
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import gzip
 import io
@@ -18,7 +19,9 @@ import socket
 import struct
 import sys
 import tarfile
+import threading
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -262,9 +265,16 @@ class Handler(BaseHTTPRequestHandler):
         api, _, rest = parts[4].partition("/")
         rel = unquote(rest)
         if parts[1] == "big":
+            if api == "stat":
+                return self._send(200, b'{"type": "directory", "size": 0, "mode": "0755"}')
             if parts[2] == "sparse4g":
                 return self._send(200, sparse_archive(), "application/gzip")
             return self._send(200, bomb_archive(int(parts[2])), "application/gzip")
+        if parts[1] == "fixed":
+            answer = FIXED.get(f"/v1/{api}/{rel}".rstrip("/"))
+            if answer is None:
+                return self._send(404, b'{"detail": "not found"}')
+            return self._send(200, answer, "application/octet-stream")
         c = case(self.seed, int(parts[2]))
         if api == "archive":
             return self._send(200, c.archive(), "application/gzip")
@@ -292,6 +302,26 @@ def _diff(c: Case) -> dict[str, Any]:
         "modified": names[half:],
         "deleted": [f"{PREFIX}/{m.name}" for m in c.deleted],
     }
+
+
+# Answers of the `/fixed/0/v1/...` paths, by path (for tests that serve one hostile answer, in a thread).
+FIXED: dict[str, bytes] = {}
+
+
+@contextlib.contextmanager
+def serving(answers: dict[str, bytes | dict[str, Any]]) -> Iterator[str]:
+    """Serve these answers (JSON for dicts) on loopback in a thread; yields the runtime's base URL."""
+    FIXED.clear()
+    FIXED.update({k: json.dumps(v).encode() if isinstance(v, dict) else v for k, v in answers.items()})
+    server = Server(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/fixed/0"
+    finally:
+        server.shutdown()
+        server.server_close()
+        FIXED.clear()
 
 
 class Server(ThreadingHTTPServer):

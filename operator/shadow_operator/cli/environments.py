@@ -296,9 +296,16 @@ def cp(
 
 
 def copy(
-    http: Any, ep: runtime.RuntimeEndpoint, src_remote: str | None, src: str, dst: str, budget: confine.Budget
+    http: Any,
+    ep: runtime.RuntimeEndpoint,
+    src_remote: str | None,
+    src: str,
+    dst: str,
+    budget: confine.Budget | None = None,
 ) -> None:
-    """Shared by `cp` and `sandbox cp`: files one by one, directories as a tar.gz stream."""
+    """Shared by `cp` and `sandbox cp`: files one by one, directories as a tar.gz stream (downloads within
+    the budget, 1 GiB and 100,000 entries by default)."""
+    budget = budget or confine.Budget()
     if src_remote is None:
         local = Path(src).expanduser()
         if local.is_dir():
