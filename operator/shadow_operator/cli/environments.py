@@ -265,7 +265,7 @@ def shell(
 MaxBytesOpt = Annotated[
     int,
     typer.Option(
-        "--max-bytes", min=1, help="Refuse a download that would write more than this many bytes in all."
+        "--max-bytes", min=1, help="Stop before writing more than this many bytes from the workspace."
     ),
 ]
 MaxMembersOpt = Annotated[
@@ -386,6 +386,7 @@ def promote(
         typer.Option("--to-branch", help="Push a commit to this branch of the Gitea repository instead."),
     ] = None,
     force: Annotated[bool, typer.Option("--force", "-f", help="Do not ask for confirmation.")] = False,
+    max_bytes: MaxBytesOpt = confine.DEFAULT_MAX_BYTES,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Show what would change, change nothing.")
     ] = False,
@@ -421,7 +422,7 @@ def promote(
                     "promote would change local files", "confirm with --force (or look first with --dry-run)"
                 )
             typer.confirm("apply these changes?", abort=True, err=True)
-        gw.apply_promote(plans)
+        gw.apply_promote(plans, max_bytes=max_bytes)
     if not emit([plan_data(p) for p in plans], output):
         for p in plans:
             err.print(f"promoted {len(p.write)} written, {len(p.delete)} deleted into {p.local_dir}")

@@ -26,9 +26,9 @@ from shadow_operator.api.environment import ShadowEnvironment, Verdict
 from shadow_operator.api.kinds import SECRET
 from shadow_operator.resources import copyin
 from shadow_operator.resources.environment import SourcePlan, gitea_secret_name
+from shadow_operator.sdk import confine, kube, localdirs, promote, runtime
 from shadow_operator.sdk import environment as envops
 from shadow_operator.sdk import fork as forkops
-from shadow_operator.sdk import kube, localdirs, promote, runtime
 from shadow_operator.sdk.environment import ANNOTATION_LOCAL_PREFIX, EnvironmentSpec, LocalSource
 from shadow_operator.sdk.errors import PromoteError, RuntimeRefused, RuntimeUnreachable, ShadowError
 from shadow_operator.sdk.kube import Body, Op
@@ -178,10 +178,12 @@ class _Ops:
             )
         return targets
 
-    def apply_promote(self, plans: Sequence[PromotePlan]) -> Op[list[PromotePlan]]:
+    def apply_promote(self, plans: Sequence[PromotePlan], max_bytes: int) -> Op[list[PromotePlan]]:
+        budget = confine.Budget(max_bytes, option="--max-bytes (max_bytes=)")
+
         def apply(ep: runtime.RuntimeEndpoint) -> Op[list[PromotePlan]]:
             for plan in plans:
-                yield from promote.apply(ep, plan)
+                yield from promote.apply(ep, plan, budget)
             return list(plans)
 
         return self.on_runtime(apply)
@@ -429,16 +431,19 @@ class ShadowGateway(kube.ClientHolder):
         paths: Sequence[str] = (),
         to_branch: str | None = None,
         message: str = "shadow: promoted changes",
+        max_bytes: int = confine.DEFAULT_MAX_BYTES,
     ) -> list[PromotePlan] | dict[str, str]:
-        """Changed files back into the local directory (never .git), or, with to_branch, a commit pushed to
-        that branch of the source's Gitea repository."""
+        """Changed files back into the local directory (never .git, never through a link, at most `max_bytes`
+        in all), or, with to_branch, a commit pushed to that branch of the source's Gitea repository."""
         if to_branch:
             return self._run(self._ops.push_branch(source, to_branch, message))  # type: ignore[no-any-return]
         plans = self.plan_promote(source=source, to=to, paths=paths)
-        return self._run(self._ops.apply_promote(plans))  # type: ignore[no-any-return]
+        return self._run(self._ops.apply_promote(plans, max_bytes))  # type: ignore[no-any-return]
 
-    def apply_promote(self, plans: Sequence[PromotePlan]) -> list[PromotePlan]:
-        return self._run(self._ops.apply_promote(plans))  # type: ignore[no-any-return]
+    def apply_promote(
+        self, plans: Sequence[PromotePlan], *, max_bytes: int = confine.DEFAULT_MAX_BYTES
+    ) -> list[PromotePlan]:
+        return self._run(self._ops.apply_promote(plans, max_bytes))  # type: ignore[no-any-return]
 
     def publish_module(
         self, module_path: str | Path, repo: str | None = None, *, progress: Progress | None = None
@@ -580,11 +585,12 @@ class AsyncShadowGateway(kube.AsyncClientHolder):
         paths: Sequence[str] = (),
         to_branch: str | None = None,
         message: str = "shadow: promoted changes",
+        max_bytes: int = confine.DEFAULT_MAX_BYTES,
     ) -> list[PromotePlan] | dict[str, str]:
         if to_branch:
             return await self._run(self._ops.push_branch(source, to_branch, message))  # type: ignore[no-any-return]
         plans = await self.plan_promote(source=source, to=to, paths=paths)
-        return await self._run(self._ops.apply_promote(plans))  # type: ignore[no-any-return]
+        return await self._run(self._ops.apply_promote(plans, max_bytes))  # type: ignore[no-any-return]
 
     async def publish_module(self, module_path: str | Path, repo: str | None = None) -> dict[str, str]:
         return await self._run(self._ops.publish(Path(module_path).expanduser().resolve(), repo, None))  # type: ignore[no-any-return]
