@@ -15,7 +15,6 @@ where it fails: the proof is not made on such a host and CI must not say it was.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import io
 import os
 import random
@@ -97,23 +96,29 @@ class Layout:
         self.root = root
         self.outside = root / "outside"
         self.target = root / "t"
-        for rel, data in OUTSIDE_FILES.items():
-            (self.outside / rel).parent.mkdir(parents=True, exist_ok=True)
-            (self.outside / rel).write_bytes(data)
+        for top, files in ((self.outside, OUTSIDE_FILES), (self.target / ".git", GIT_FILES)):
+            for rel, data in files.items():
+                (top / rel).parent.mkdir(parents=True, exist_ok=True)
+                (top / rel).write_bytes(data)
+        self.fixture: dict[str, tuple[int, int, int]] = {}
         self.reset()
         self.sentinel = self.snapshot()
 
     def reset(self) -> None:
+        """Back to the fixture: what a case may legitimately change inside the target (its .git never)."""
         t = self.target
-        for rel, data in GIT_FILES.items():
-            (t / ".git" / rel).parent.mkdir(parents=True, exist_ok=True)
-            if not (t / ".git" / rel).exists():
-                (t / ".git" / rel).write_bytes(data)
+        (t / "sub").mkdir(exist_ok=True)
         for rel, data in FIXTURE_FILES.items():
-            (t / rel).parent.mkdir(parents=True, exist_ok=True)
-            if not os.path.lexists(t / rel) or (t / rel).read_bytes() != data:
+            try:
+                st = os.lstat(t / rel)
+                unchanged = self.fixture.get(rel) == (st.st_ino, st.st_size, st.st_mtime_ns)
+            except FileNotFoundError:
+                unchanged = False
+            if not unchanged:
                 _remove(t / rel)
                 (t / rel).write_bytes(data)
+                st = os.lstat(t / rel)
+                self.fixture[rel] = (st.st_ino, st.st_size, st.st_mtime_ns)
         for name, dest in (("link", "../outside"), ("abs", str(self.outside))):
             if not os.path.islink(t / name):
                 _remove(t / name)
@@ -174,9 +179,9 @@ def _walk(top: Path, skip: str = "") -> Iterator[Path]:
 
 
 def _describe(path: Path) -> tuple[object, ...]:
+    """What any write changes: a rename over the file changes its inode, a write its size or mtime."""
     st = path.lstat()
-    digest = hashlib.sha256(path.read_bytes()).hexdigest() if stat.S_ISREG(st.st_mode) else ""
-    return (stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode), st.st_size, digest)
+    return (stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode), st.st_size, st.st_mtime_ns, st.st_ino)
 
 
 def _remove(path: Path) -> None:

@@ -172,6 +172,7 @@ def test_cp_streams_with_bounded_memory_and_size(tmp_path: Path, served: str, ou
         proc.terminate()
         proc.wait(10)
     result, peak = done.stdout.splitlines()
+    print(f"\ncp of {served}: {result}; client peak RSS {peak} MiB")
     assert result.split()[0] == outcome, result
     assert int(peak) < 128, f"client peak RSS {peak} MiB"
     if outcome == "TooLarge":
