@@ -4,7 +4,7 @@ Tried in order, each checked by creating `Probe` and finding it as `pROBE`:
 1. ext4 with the `casefold` feature, loop-mounted, a `chattr +F` directory (needs root, loop devices, and a
    kernel built with CONFIG_UNICODE; loop device nodes are made with mknod when /dev lacks them, as
    hack/kind/snapshots.sh does for the XFS image).
-2. NTFS (the Windows filesystem) through ntfs-3g's `lowntfs-3g -o ignore_case,permissions` (FUSE): case-insensitive
+2. NTFS (the Windows filesystem) through ntfs-3g's `lowntfs-3g -o ignore_case` (FUSE, no kernel caching of names): case-insensitive
    lookups with NTFS's own upcase table, symbolic links supported (needs /dev/fuse and the ntfs-3g package).
 `Unavailable` says why neither worked.
 """
@@ -87,7 +87,10 @@ def _ntfs(work: Path) -> Iterator[Path]:
     made = _run("mkntfs", "-F", "-f", "-q", str(image))
     if made.returncode != 0:
         raise Unavailable(f"mkntfs: {made.stderr.strip()}")
-    mounted = _run("lowntfs-3g", "-o", "ignore_case,permissions", str(image), str(mnt))
+    # The kernel's dentry cache compares names exactly: cached entries would let `link` outlive an unlink of
+    # `LINK`. Zero timeouts make every lookup ask the filesystem, which folds.
+    options = "ignore_case,permissions,entry_timeout=0,negative_timeout=0,attr_timeout=0"
+    mounted = _run("lowntfs-3g", "-o", options, str(image), str(mnt))
     if mounted.returncode != 0:
         raise Unavailable(f"lowntfs-3g -o ignore_case: {mounted.stderr.strip()}")
     try:

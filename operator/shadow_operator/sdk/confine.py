@@ -202,21 +202,6 @@ class Confined:
             return UnsafePath(f"refusing {rel!r}: {self.root / where} is not a directory (a symbolic link?)")
         return UnsafePath(f"refusing {rel!r}: {self.root / where}: {exc.strerror}")
 
-    def kind(self, rel: str) -> str | None:
-        """'file', 'directory', 'symlink', 'other', or None when nothing is there (or it cannot be reached)."""
-        try:
-            with self._parent(rel, create=False) as (fd, name):
-                if fd is None:
-                    return None
-                mode = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode
-        except (FileNotFoundError, UnsafePath):
-            return None
-        if stat.S_ISREG(mode):
-            return "file"
-        if stat.S_ISDIR(mode):
-            return "directory"
-        return "symlink" if stat.S_ISLNK(mode) else "other"
-
     @contextlib.contextmanager
     def _local(self, rel: str) -> Iterator[None]:
         """A local error (no space, a name this filesystem refuses) ends the copy with one line too."""
