@@ -96,7 +96,7 @@ def main() -> int:
         public = Box("public", PUBLIC_IP, upstream_port, free_port(), "t-public")
         private = Box("private", PRIVATE_IP, upstream_port, free_port(), "t-private")
         managed_sandbox((custom, core), namespace, public)
-        managed_sandbox((custom, core), namespace, private, private=True)
+        private_uid = managed_sandbox((custom, core), namespace, private, private=True)["metadata"]["uid"]
         values = [
             "--set=previewRouter.enabled=true",
             f"--set=previewRouter.domain={DOMAIN}",
@@ -106,7 +106,7 @@ def main() -> int:
         (work / "router").mkdir()
         with running_router(work / "router", str(plane.kubeconfig), values) as router:
             (router.keys_dir / "k1").write_bytes(KEY)
-            cookie = "shadow_preview=" + KeyRing({"k1": KEY}).sign(namespace, "private", 3600)
+            cookie = "shadow_preview=" + KeyRing({"k1": KEY}).sign(namespace, "private", private_uid, 3600)
             direct = Target("direct", PUBLIC_IP, upstream_port, PUBLIC_IP, {})
             targets = [
                 direct,

@@ -37,6 +37,7 @@ step "helm upgrade --install ${RELEASE} (namespace ${NAMESPACE}, images from ${S
   --set "previewRouter.image.tag=$(tag "${SHADOW_ROUTER_IMAGE}")" \
   --set "gitea.image.tag=$(tag "${SHADOW_GITEA_IMAGE:?no gitea image pushed yet: run hack/images.sh}")" \
   --set previewRouter.enabled=true --set previewRouter.domain=preview.localhost --set previewRouter.scheme=http \
+  --set 'networkPolicy.clusterCIDRs={10.244.0.0/16,10.96.0.0/16}' \
   --wait --timeout 3m "$@" >/dev/null \
   || {
     kubectl -n "${NAMESPACE}" get pods -o wide >&2 || true

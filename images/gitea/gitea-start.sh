@@ -89,6 +89,7 @@ SQLITE_JOURNAL_MODE = WAL
 [repository]
 ROOT = ${GITEA_DATA}/repositories
 DEFAULT_BRANCH = main
+DISABLE_MIGRATIONS = true
 
 [security]
 INSTALL_LOCK = true
@@ -126,7 +127,7 @@ MODE = console
 LEVEL = Warn
 
 [migrations]
-ALLOW_LOCALNETWORKS = true
+ALLOW_LOCALNETWORKS = false
 
 [cron.update_checker]
 ENABLED = false
@@ -134,9 +135,15 @@ EOF
   mv "${CONF}.tmp" "${CONF}"
 fi
 
-# Re-apply what the environment decides on every start (a restart may come with a new port or user).
+# Re-apply what the environment decides on every start (a restart may come with a new port or user), and
+# what keeps Gitea from calling out (a data directory written by an older version gets it too): Gitea only
+# serves, it never fetches (no migrations, no pull mirrors, no local-network addresses, no webhooks).
 # Only these variables go to edit-ini; other GITEA__* variables from the caller pass through as well.
 GITEA____RUN_USER="${RUN_USER}" \
+  GITEA__repository__DISABLE_MIGRATIONS=true \
+  GITEA__migrations__ALLOW_LOCALNETWORKS=false \
+  GITEA__mirror__ENABLED=false \
+  GITEA__security__DISABLE_WEBHOOKS=true \
   GITEA____WORK_PATH="${GITEA_DATA}" \
   GITEA____I_AM_BEING_UNSAFE_RUNNING_AS_ROOT="${RUN_AS_ROOT}" \
   GITEA__server__HTTP_ADDR="${GITEA_HTTP_ADDR}" \

@@ -37,6 +37,21 @@ def parse(argv: list[str] | None = None) -> Settings:
     p.add_argument("--max-output", type=int, default=10 * 1024 * 1024, help="bytes kept per stream per exec")
     p.add_argument("--max-upload", type=int, default=None, help="largest accepted upload in bytes")
     p.add_argument(
+        "--max-archive-members", type=int, default=1_000_000, help="most members an imported archive may have"
+    )
+    p.add_argument(
+        "--max-archive-bytes",
+        type=int,
+        default=64 << 30,
+        help="most bytes an imported archive may expand to (decompressed tar stream)",
+    )
+    p.add_argument(
+        "--max-command-bytes",
+        type=int,
+        default=2 * 1024 * 1024,
+        help="largest command (arguments plus environment) accepted, bytes; Linux's exec limit is 2 MiB",
+    )
+    p.add_argument(
         "--handoff",
         action="store_true",
         default=env("SANDBOX_RUNTIME_HANDOFF") == "1",
@@ -52,6 +67,18 @@ def parse(argv: list[str] | None = None) -> Settings:
         "--journal-ignore", default=None, help="comma-separated commands never significant on success"
     )
     p.add_argument("--journal-entry-length", type=int, default=1000)
+    p.add_argument(
+        "--journal-max-bytes",
+        type=int,
+        default=8 * 1024 * 1024,
+        help="journal.jsonl is rotated past this size (one previous file, journal.jsonl.1, is kept)",
+    )
+    p.add_argument(
+        "--process-log-budget",
+        type=int,
+        default=32 * 1024 * 1024,
+        help="output kept for all exited background processes together, bytes (least recently read dropped)",
+    )
     p.add_argument("--log-level", default=env("SANDBOX_RUNTIME_LOG_LEVEL", "info"))
     a = p.parse_args(argv)
     s = Settings(
@@ -65,9 +92,14 @@ def parse(argv: list[str] | None = None) -> Settings:
         exec_timeout=a.exec_timeout,
         max_output=a.max_output,
         max_upload=a.max_upload,
+        max_command_bytes=a.max_command_bytes,
+        max_archive_members=a.max_archive_members,
+        max_archive_bytes=a.max_archive_bytes,
         handoff=a.handoff,
         heartbeat_seconds=a.heartbeat,
         journal_entry_length=a.journal_entry_length,
+        journal_max_bytes=a.journal_max_bytes,
+        process_log_budget=a.process_log_budget,
         log_level=a.log_level,
     )
     if a.journal_ignore is not None:

@@ -19,6 +19,11 @@ class Settings:
     max_output: int = 10 * 1024 * 1024
     max_json_body: int = 64 * 1024 * 1024
     max_upload: int | None = None
+    max_command_bytes: int = 2 * 1024 * 1024
+    max_archive_members: int = 1_000_000
+    max_archive_bytes: int = 64 << 30
+    process_log_budget: int = 32 * 1024 * 1024
+    journal_max_bytes: int = 8 * 1024 * 1024
     handoff: bool = False
     heartbeat_seconds: float = 0.0
     journal_ignore: frozenset[str] = field(

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from types import TracebackType
 
 from .config import Settings
-from .errors import bad_request
+from .errors import ApiError, bad_request
 from .execution import (
     ExecResult,
     ExecSpec,
@@ -23,7 +23,7 @@ from .execution import (
     ProcessManager,
     base_env,
     run_async,
-    split_command,
+    split_command_async,
 )
 from .journal import Journal
 from .metrics import Metrics
@@ -63,7 +63,9 @@ class ExecService:
         self.metrics = metrics
         self.journal = journal
         self.limiter = Limiter(settings.max_processes)
-        self.processes = ProcessManager(self.limiter, on_exit=self._on_process_exit)
+        self.processes = ProcessManager(
+            self.limiter, on_exit=self._on_process_exit, exited_log_budget=settings.process_log_budget
+        )
 
     # ---- validate ----------------------------------------------------------------------------
     def cwd(self, raw: str) -> str:
@@ -86,6 +88,7 @@ class ExecService:
         """A checked command: `cwd` relative to the root (None: the root itself, no lookup), `env` added
         to the runtime's environment (or alone, with `clear_env`)."""
         extra = env or {}
+        self.check_size(sum(_size(a) for a in argv) + sum(_size(k) + _size(v) + 2 for k, v in extra.items()))
         if any("\x00" in a for a in argv) or any("\x00" in k + v for k, v in extra.items()):
             raise bad_request("arguments and environment must not contain NUL bytes")
         if any("=" in k or not k for k in extra):
@@ -116,9 +119,22 @@ class ExecService:
             max_output=req.max_output_bytes,
         )
 
-    def spec_from_command_line(self, req: LegacyExecRequest) -> ExecSpec:
+    def check_size(self, size: int) -> None:
+        """Arguments plus environment beyond `--max-command-bytes` (default: Linux's own ARG_MAX of 2 MiB,
+        which exec refuses anyway) are refused before any work is spent on them."""
+        limit = self.settings.max_command_bytes
+        if size > limit:
+            raise ApiError(
+                413,
+                "RESOURCE_EXHAUSTED",
+                f"command and environment are {size} bytes, more than the limit of {limit} "
+                "(--max-command-bytes); pass large data through stdin or a file",
+            )
+
+    async def spec_from_command_line(self, req: LegacyExecRequest) -> ExecSpec:
         """agent-sandbox's legacy runtime and Amicable: one string split shell-style, run in the root."""
-        argv = split_command(req.command)
+        self.check_size(_size(req.command))
+        argv = await split_command_async(req.command)
         if any("\x00" in a for a in argv):
             raise bad_request("command must not contain NUL bytes")
         timeout = req.timeout_seconds or req.timeout or self.settings.exec_timeout
@@ -186,3 +202,7 @@ class ExecService:
             timed_out=p.timed_out,
             started_at=p.started_at,
         )
+
+
+def _size(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))

@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import itertools
 import os
-import shlex
 import signal
 import subprocess
 import time
@@ -24,22 +23,33 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ApiError, bad_request
+from .shellwords import split_words
 
 # Environment the runtime never passes on to commands: its own credentials.
 _PRIVATE_ENV = ("SANDBOX_RUNTIME_TOKEN", "SANDBOX_RUNTIME_TOKEN_FILE")
 # After the main process exits, output pipes may still be held open by a backgrounded grandchild;
 # we stop waiting for their EOF after this long instead of hanging until the timeout.
 PIPE_GRACE_SECONDS = 0.5
+# Commands longer than this are split on a worker thread: even linear splitting of a few MiB of quoting
+# takes long enough (Python-level work per quoted part) to be felt by every other request.
+INLINE_SPLIT_LIMIT = 64 * 1024
 
 
 def split_command(command: str) -> list[str]:
     try:
-        argv = shlex.split(command)
+        argv = split_words(command)
     except ValueError as err:
         raise bad_request(f"cannot split command: {err}") from None
     if not argv:
         raise bad_request("command is empty")
     return argv
+
+
+async def split_command_async(command: str) -> list[str]:
+    """split_command, on a worker thread for long commands so the event loop keeps serving."""
+    if len(command) <= INLINE_SPLIT_LIMIT:
+        return split_command(command)
+    return await asyncio.to_thread(split_command, command)
 
 
 def base_env() -> dict[str, str]:
@@ -219,6 +229,11 @@ class Limiter:
         self.active -= 1
 
 
+# What one kept output chunk costs besides its bytes (the Chunk and bytes objects, the deque slot): counted
+# against the log limit, so a process printing one byte at a time cannot pile up millions of chunks.
+CHUNK_OVERHEAD = 200
+
+
 @dataclass
 class Chunk:
     stream: str
@@ -253,6 +268,7 @@ class Process:
         default_factory=lambda: {"stdout": bytearray(), "stderr": bytearray()}
     )
     capture_limit: int = 64 * 1024
+    last_used: float = field(default_factory=time.monotonic)
 
     @property
     def running(self) -> bool:
@@ -281,11 +297,11 @@ class Process:
             cap += data[: self.capture_limit - len(cap)]
         self.chunks.append(Chunk(stream, self.offsets[stream], data))
         self.offsets[stream] += len(data)
-        self.logged += len(data)
+        self.logged += len(data) + CHUNK_OVERHEAD
         self.seq += 1
         while self.logged > self.log_limit and len(self.chunks) > 1:
             old = self.chunks.popleft()
-            self.logged -= len(old.data)
+            self.logged -= len(old.data) + CHUNK_OVERHEAD
             self.dropped += 1
         async with self.changed:
             self.changed.notify_all()
@@ -299,9 +315,16 @@ class Process:
         async for ev in self._events(since, follow=follow, raw=False):
             yield ev
 
+    def release_log(self) -> None:
+        """Forget the kept output (an exited process over the log budget); readers then see `dropped`."""
+        self.dropped += len(self.chunks)
+        self.chunks.clear()
+        self.logged = 0
+
     async def _events(self, since: int, *, follow: bool, raw: bool) -> AsyncIterator[dict[str, Any]]:
         """Yield output events from sequence number `since`, then the exit event."""
         next_seq = since
+        self.last_used = time.monotonic()
         while True:
             first_seq = self.seq - len(self.chunks)
             if next_seq < first_seq:
@@ -336,11 +359,15 @@ class ProcessManager:
         on_exit: Callable[[Process], None] | None = None,
         log_limit: int = 4 * 1024 * 1024,
         keep_exited: int = 256,
+        exited_log_budget: int = 32 * 1024 * 1024,
     ) -> None:
         self.limiter = limiter
         self.on_exit = on_exit
         self.log_limit = log_limit
         self.keep_exited = keep_exited
+        # Output kept for exited background processes, all together; past it, the least recently read
+        # lose theirs (their summary and exit status stay).
+        self.exited_log_budget = exited_log_budget
         self.procs: dict[str, Process] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -397,6 +424,13 @@ class ProcessManager:
         exited = [p for p in self.procs.values() if not p.running]
         for p in exited[: max(0, len(exited) - self.keep_exited)]:
             del self.procs[p.id]
+        exited = [p for p in self.procs.values() if not p.running and p.chunks]
+        total = sum(p.logged for p in exited)
+        for p in sorted(exited, key=lambda p: p.last_used):
+            if total <= self.exited_log_budget:
+                break
+            total -= p.logged
+            p.release_log()
 
     async def _pump(self, p: Process, timeout: float | None) -> None:
         proc = p.proc
@@ -430,6 +464,8 @@ class ProcessManager:
                 p.changed.notify_all()
             if self.on_exit is not None:
                 self.on_exit(p)
+            p.captured = {"stdout": bytearray(), "stderr": bytearray()}  # journaled: not needed any more
+            self._trim()
 
     def get(self, pid: str) -> Process:
         try:

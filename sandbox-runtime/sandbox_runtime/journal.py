@@ -20,8 +20,13 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
+from .shellwords import split_words
+
 ERROR_PATTERNS = re.compile(r"error|exception|fail|traceback|fatal", re.IGNORECASE)
 _BUILD_WORDS = re.compile(r"\b(build|test|tests|deploy|pytest|make|compile|install)\b")
+
+# Arguments recorded per journal entry (each also cut at the entry length).
+MAX_ARGS = 64
 
 SECTION_ERRORS = "## Debugging History (auto-logged errors)"
 SECTION_DONE = "## Completed This Session"
@@ -60,15 +65,21 @@ def classify(text: str, exit_code: int | None, stdout: str, stderr: str, ignore:
         reasons.append("git-commit")
     if _BUILD_WORDS.search(text):
         reasons.append("build-test-deploy")
-    try:
-        first = os.path.basename(shlex.split(text)[0]) if text.strip() else ""
-    except ValueError:
-        first = text.split()[0] if text.split() else ""
-    if first in ignore and reasons == []:
+    if first_word(text) in ignore and reasons == []:
         return []
     if ERROR_PATTERNS.search(stderr) or ERROR_PATTERNS.search(stdout):
         reasons.append("error-output")
     return reasons
+
+
+def first_word(text: str) -> str:
+    """The program name of a command line; only its head is split (the rest cannot change the answer)."""
+    head = text[:4096]
+    try:
+        words = split_words(head)
+    except ValueError:
+        words = head.split()
+    return os.path.basename(words[0]) if words else ""
 
 
 class Journal:
@@ -81,8 +92,11 @@ class Journal:
         entry_length: int,
         handoff: bool,
         keep: int = 2000,
+        max_bytes: int = 8 * 1024 * 1024,
     ) -> None:
         self.path = os.path.join(state_dir, "journal.jsonl")
+        self.previous = self.path + ".1"
+        self.max_bytes = max_bytes
         self.root = root
         self.ignore = ignore
         self.entry_length = entry_length
@@ -94,13 +108,16 @@ class Journal:
         self.last_command: str | None = None
         self._cond: asyncio.Condition | None = None
         os.makedirs(state_dir, exist_ok=True)
-        self._load()
+        for path in (self.previous, self.path):
+            self._load(path)
         self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the process lifetime
+        self._size = self._fh.tell()
 
-    def _load(self) -> None:
-        if not os.path.exists(self.path):
+    def _load(self, path: str) -> None:
+        """Entries of one journal file (the previous one first: sequence numbers continue across both)."""
+        if not os.path.exists(path):
             return
-        with open(self.path, encoding="utf-8") as fh:
+        with open(path, encoding="utf-8") as fh:
             for line in fh:
                 try:
                     entry = json.loads(line)
@@ -108,6 +125,13 @@ class Journal:
                     continue  # a torn last line from a crash; the rest is intact
                 self.recent.append(entry)
                 self.seq = max(self.seq, int(entry.get("seq", 0)))
+
+    def _rotate(self) -> None:
+        """journal.jsonl becomes journal.jsonl.1 (replacing the one before) and a new file starts."""
+        self._fh.close()
+        os.replace(self.path, self.previous)
+        self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the process lifetime
+        self._size = 0
 
     def _trunc(self, data: bytes | str) -> str:
         text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
@@ -128,6 +152,11 @@ class Journal:
         timed_out: bool = False,
         started_at: float | None = None,
     ) -> dict[str, Any]:
+        # Entries stay small whatever the command was (the journal is kept in memory and read back whole),
+        # and classifying them costs the same for a megabyte-long argument as for a short one.
+        if len(argv) > MAX_ARGS:
+            argv = [*argv[:MAX_ARGS], f"… [{len(argv) - MAX_ARGS} more arguments]"]
+        argv = [self._trunc(a) for a in argv]
         text = command_text(argv)
         out, err = self._trunc(stdout), self._trunc(stderr)
         reasons = classify(text, exit_code, out, err, self.ignore)
@@ -167,8 +196,12 @@ class Journal:
     def _append(self, entry: dict[str, Any]) -> dict[str, Any]:
         self.seq += 1
         entry = {"seq": self.seq, **entry}
-        self._fh.write(json.dumps(entry, separators=(",", ":")) + "\n")
+        line = json.dumps(entry, separators=(",", ":")) + "\n"
+        if self._size and self._size + len(line) > self.max_bytes:
+            self._rotate()
+        self._fh.write(line)
         self._fh.flush()
+        self._size += len(line)
         self.recent.append(entry)
         if self.handoff and entry["significant"]:
             with contextlib.suppress(OSError):

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
 
 from .activity import Activity
+from .archive import remove_stale_staging
 from .baseline import Baselines
 from .config import Settings
 from .exec_service import ExecService
@@ -42,6 +43,7 @@ class Runtime:
             ) from None
         self.root = Root(settings.root)
         settings.state_dir = _usable_state_dir(settings)
+        remove_stale_staging(settings.state)
         self.metrics = Metrics()
         # Filesystem walks (listings, baseline, diff) run here, off the event loop.
         self.pool = ThreadPoolExecutor(max_workers=settings.max_processes, thread_name_prefix="blocking")
@@ -50,6 +52,7 @@ class Runtime:
             self.root.real,
             ignore=settings.journal_ignore,
             entry_length=settings.journal_entry_length,
+            max_bytes=settings.journal_max_bytes,
             handoff=settings.handoff,
         )
         self.exec = ExecService(settings, self.root, self.metrics, self.journal)

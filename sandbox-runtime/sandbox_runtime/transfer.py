@@ -150,7 +150,7 @@ class _Pipelined:
         if self.on_bytes is not None:
             self.on_bytes(size)
 
-    async def finish(self) -> None:
+    async def finish(self, *, commit: bool = True) -> None:
         if self.inflight is not None:
             await self.inflight
             self.inflight = None
@@ -158,13 +158,21 @@ class _Pipelined:
         if self.on_bytes is not None:
             self.on_bytes(self.size)
         self.pending, self.size = [], 0
-        self.writer.commit()
+        if commit:
+            self.writer.commit()
 
     async def abort(self) -> None:
         if self.inflight is not None:
             with contextlib.suppress(BaseException):
                 await self.inflight
         self.writer.abort()
+
+
+def check_upload_size(received: int, limit: int | None) -> None:
+    if limit is not None and received > limit:
+        raise ApiError(
+            413, "RESOURCE_EXHAUSTED", f"upload larger than the limit of {limit} bytes (--max-upload)"
+        )
 
 
 async def receive_to_file(
@@ -178,8 +186,7 @@ async def receive_to_file(
         async for chunk in request.stream():
             pipe.add(chunk)
             received += len(chunk)
-            if limit is not None and received > limit:
-                raise ApiError(413, "RESOURCE_EXHAUSTED", f"upload larger than the limit of {limit} bytes")
+            check_upload_size(received, limit)
             await pipe.flush_if_full()
         await pipe.finish()
     except BaseException:
@@ -195,11 +202,14 @@ async def receive_multipart(
     mode: int,
     on_bytes: Callable[[int], None] | None,
     target: str | None = None,
+    limit: int | None = None,
 ) -> list[tuple[str, int]]:
     """Parse multipart/form-data as it arrives, writing each file part to its destination.
 
     The destination is `target` if given, else the part's filename (a path relative to the root), as the
-    legacy runtime does. Returns (relative path, size) per stored file.
+    legacy runtime does. Returns (relative path, size) per stored file. All or nothing: parts are
+    renamed into place only once the whole body arrived, so a broken body or one past `limit` bytes (413)
+    changes no file.
     """
     ctype, params = parse_options_header(request.headers.get("content-type", ""))
     if ctype != b"multipart/form-data" or b"boundary" not in params:
@@ -207,7 +217,7 @@ async def receive_multipart(
     st = _PartState()
     current: list[_Pipelined | None] = [None]
     ended: list[_Pipelined] = []
-    done: list[tuple[str, int]] = []
+    written: list[_Pipelined] = []
     errors: list[ApiError] = []
 
     def on_header_field(data: bytes, start: int, end: int) -> None:
@@ -261,29 +271,35 @@ async def receive_multipart(
     async def settle() -> None:
         while ended:
             p = ended.pop(0)
-            await p.finish()
-            done.append((p.writer.res.rel, p.writer.size))
+            written.append(p)
+            await p.finish(commit=False)
         if current[0] is not None:
             await current[0].flush_if_full()
 
+    received = 0
     try:
         async for chunk in request.stream():
+            received += len(chunk)
+            check_upload_size(received, limit)
             parser.write(chunk)
             if errors:
                 raise errors[0]
             await settle()
         parser.finalize()
         await settle()
+        if errors:
+            raise errors[0]
+        committed, written[:] = list(written), []
+        for p in committed:
+            p.writer.commit()
     except ApiError:
         raise
     except Exception as err:
         raise bad_request(f"malformed multipart body: {err}") from None
     finally:
-        for p in [*ended, *([current[0]] if current[0] is not None else [])]:
+        for p in [*written, *ended, *([current[0]] if current[0] is not None else [])]:
             await p.abort()
-    if errors:
-        raise errors[0]
-    return done
+    return [(p.writer.res.rel, p.writer.size) for p in committed]
 
 
 class _PartState:

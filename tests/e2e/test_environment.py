@@ -1,7 +1,8 @@
 """ShadowEnvironments on kind with a real Gitea Pod: a local repository with uncommitted work is uploaded,
 mirrored into the environment's Gitea and installed inside the workspace from its public GitHub URL (which
-git's rewrites send to that Gitea); a second environment clones its source from the first one's Gitea; a
-broken source gets a FAIL verdict with evidence; deleting the environments leaves nothing behind.
+git's rewrites send to that Gitea); a second environment of the same package reaches its own Gitea and not
+the first one's; a broken source gets a FAIL verdict with evidence; deleting the environments leaves nothing
+behind.
 """
 
 from __future__ import annotations
@@ -180,15 +181,22 @@ def test_shadow_environments_end_to_end(
         diff = http.get("/v1/diff").json()
     assert "pkg/shadowpkg/__init__.py" in str(diff)
 
-    # A second environment clones its git source from the first one's Gitea (real git over HTTP); left
-    # alone, it is suspended when idle (its Pod goes, its volume stays) and resumes on request.
+    # A second environment of the same package: the same snapshot commit (deterministic), in its own Gitea.
+    # Its workspace reaches that Gitea and never the first environment's (real git over HTTP, enforced
+    # NetworkPolicy). Left alone, it is suspended when idle (its Pod goes, its volume stays) and resumes.
     url = f"http://{good}-gitea.{ns}.svc.cluster.local:3000/{ORG}/shadowpkg.git"
     cluster.custom.create_namespaced_custom_object(
-        GROUP, VERSION, ns, PLURAL, environment(cloned, {"git": {"url": url}}, idleTimeoutSeconds=60)
+        GROUP, VERSION, ns, PLURAL, environment(cloned, {"upload": {}}, idleTimeoutSeconds=60)
     )
+    upload_source(cloned, "pkg", tmp_path / "good", namespace=ns, timeout=ENV_TIMEOUT)
     env = wait_verdict(cluster, ns, cloned)
     assert env["status"]["verdict"]["result"] == "PASS", env["status"]["verdict"]
     assert env["status"]["sources"][0]["commit"] == source["commit"]
+    own = env["status"]["sources"][0]["cloneURL"]
+    out = sh(cluster, ns, cloned, f"git ls-remote {own} refs/heads/main")
+    assert out["exit_code"] == 0 and source["commit"] in out["stdout"], out
+    out = sh(cluster, ns, cloned, f"timeout 20 git ls-remote {url}")
+    assert out["exit_code"] != 0, out  # another environment's Gitea: refused or dropped
 
     # The broken source: FAIL, with the failing install as evidence.
     env = wait_verdict(cluster, ns, broken)

@@ -170,6 +170,10 @@ def test_preview_errors(objs: Objects, kubeconfig: str) -> None:
     core.patch_namespaced_secret("keys", ns, {"data": {"k1": base64.b64encode(b"k" * 32).decode()}})
     ok = run(kubeconfig, "preview", "young", *keys)
     assert ok.returncode == 0 and ok.stdout.startswith("http://young-ws.p.test/?shadow_token="), ok.stderr
+    # Longer than the router accepts (previewRouter.maxTokenSeconds, 24 h by default): not signed.
+    one_error(
+        run(kubeconfig, "preview", "young", *keys, "--ttl", "86401"), "at most 86400s", "maxTokenSeconds"
+    )
 
     # A claim that is not bound yet.
     objs.create(CLAIM, {"metadata": {"name": "waiting"}, "spec": {"sandboxTemplateRef": {"name": "t"}}})

@@ -143,3 +143,23 @@ def _ini_value(text: str, key: str) -> str:
     ]
     assert len(values) == 1, (key, values)
     return values[0]
+
+
+def test_migrations_are_refused_even_for_the_admin(gitea: GiteaServer, tmp_path: Path) -> None:
+    """Gitea never fetches: a migration (which would clone any URL, the cluster's own addresses included)
+    is refused, so a Gitea cannot be turned into a way into the cluster's network."""
+    source = tmp_path / "src.git"
+    git("init", "-q", "--bare", str(source))
+    for clone_addr in (f"{gitea.url}shadow-admin/none.git", "http://169.254.169.254/latest", source.as_uri()):
+        status, body = gitea.request(
+            "POST",
+            "api/v1/repos/migrate",
+            body={
+                "clone_addr": clone_addr,
+                "repo_name": unique("migrated"),
+                "repo_owner": gitea.admin_username,
+            },
+        )
+        assert status in (403, 422), (clone_addr, status, body)
+    repos = gitea.api("GET", f"users/{gitea.admin_username}/repos")
+    assert not [r["name"] for r in repos if r["name"].startswith("migrated-")]

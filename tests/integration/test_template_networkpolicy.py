@@ -31,7 +31,10 @@ PREVIEW_DOMAIN = "preview.example.test"
 def operator(k8s_api: client.ApiClient) -> Iterator[Any]:
     install_crds(k8s_api)
     with in_process_operator(
-        SHADOW_PREVIEW_DOMAIN=PREVIEW_DOMAIN, SHADOW_OPERATOR_NAMESPACE="shadow-system"
+        SHADOW_PREVIEW_DOMAIN=PREVIEW_DOMAIN,
+        SHADOW_OPERATOR_NAMESPACE="shadow-system",
+        # Routable pod and service ranges (as on GKE or an IPv6 cluster): denied beside the non-global ones.
+        SHADOW_CLUSTER_CIDRS="34.118.224.0/20,2600:1900:4000:1::/64",
     ) as runner:
         yield runner
 
@@ -57,6 +60,13 @@ def test_default_policy_selects_the_templates_sandboxes(objs: Objects) -> None:
     }
     internet = policy.spec.egress[1].to[0].ip_block
     assert internet.cidr == "0.0.0.0/0" and "10.0.0.0/8" in internet._except
+    # The API server accepted every range of both families (each strictly inside its block).
+    assert {"127.0.0.0/8", "198.18.0.0/15", "240.0.0.0/4", "34.118.224.0/20"} <= set(internet._except)
+    internet6 = policy.spec.egress[1].to[1].ip_block
+    assert internet6.cidr == "::/0"
+    assert {"::1/128", "64:ff9b::/96", "fe80::/10", "ff00::/8", "2600:1900:4000:1::/64"} <= set(
+        internet6._except
+    )
     assert policy.metadata.owner_references[0].kind == "SandboxTemplate"
 
     # A claimed sandbox's pod carries the label the policy selects.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import site
 import socket
 import subprocess
 import sys
@@ -14,6 +15,26 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+RUNTIME_SRC = Path(__file__).resolve().parents[2] / "sandbox-runtime"
+# The workspace image runs the runtime on Debian bookworm's python3 (3.11.2, no tarfile extraction
+# filters); tests run it there too, with this venv's packages when the ABI (major.minor) is the same.
+DEBIAN_PYTHON = "/usr/bin/python3"
+
+
+def debian_python_version() -> tuple[int, int, int]:
+    out = subprocess.run(
+        [DEBIAN_PYTHON, "-c", "import sys; print(*sys.version_info[:3])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    major, minor, micro = (int(x) for x in out.split())
+    return major, minor, micro
+
+
+def debian_python_runs_this_venv() -> bool:
+    return os.path.exists(DEBIAN_PYTHON) and debian_python_version()[:2] == sys.version_info[:2]
 
 
 def free_port() -> int:
@@ -70,15 +91,18 @@ def start_server(
     token: str | None = None,
     log: Path | None = None,
     prefix: tuple[str, ...] = (),
+    python: str = sys.executable,
 ) -> Server:
     port = free_port()
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("SANDBOX_RUNTIME_")}
+    if python != sys.executable:  # another interpreter runs the runtime with this venv's packages
+        full_env["PYTHONPATH"] = os.pathsep.join([str(RUNTIME_SRC), *site.getsitepackages()])
     full_env.update(env or {})
     out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115 - closed with the process
     proc = subprocess.Popen(
         [
             *prefix,
-            sys.executable,
+            python,
             "-m",
             "sandbox_runtime",
             "--root",

@@ -12,9 +12,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import fcntl
+import ipaddress
 import os
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -237,7 +241,9 @@ def managed_sandbox(
     *,
     ready: bool = True,
     private: bool = False,
-) -> None:
+) -> dict[str, Any]:
+    """The Sandbox (as created: its metadata.uid is what preview tokens are bound to), Ready or not, with its
+    owned Pod and runtime token Secret."""
     custom, core = world_args
     annotations = {"shadow.dev/preview-access": "private"} if private else {}
     sandbox = sandbox_object(custom, ns, box.name, box, annotations)
@@ -246,6 +252,7 @@ def managed_sandbox(
         core, ns, box.name, box.ip, sandbox, {"agents.x-k8s.io/sandbox-name-hash": naming.name_hash(box.name)}
     )
     token_secret(core, ns, box.name, box.token)
+    return dict(sandbox)
 
 
 # ---------------------------------------------------------------------------------------- processes
@@ -361,13 +368,38 @@ def _ready(router: Router) -> bool:
         return False
 
 
+SIOCGIFADDR = 0x8915
+
+
+def outside_address() -> str:
+    """A non-loopback IPv4 address of this machine. nginx listens on every address, so a connection from this
+    address to this address reaches it with a peer (`$remote_addr`) that is not loopback: the router sees what
+    a call from another pod shows it, while a connection to 127.0.0.1 looks like a kubectl port-forward."""
+    for _, name in socket.if_nameindex():
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            try:
+                answer = fcntl.ioctl(probe.fileno(), SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+            except OSError:
+                continue  # no IPv4 address on this interface
+        address = socket.inet_ntoa(answer[20:24])
+        if not ipaddress.ip_address(address).is_loopback:
+            return address
+    raise RuntimeError("this machine has no non-loopback IPv4 address: the router's network tests need one")
+
+
 def raw_get(
-    port: int, path: str, headers: list[tuple[str, str]], *, host: str | None
+    port: int,
+    path: str,
+    headers: list[tuple[str, str]],
+    *,
+    host: str | None,
+    address: str = "127.0.0.1",
 ) -> tuple[int, dict[str, str], str]:
-    """A GET with exactly these headers and this Host (None: no Host line at all), parsed loosely."""
+    """A GET with exactly these headers and this Host (None: no Host line at all), parsed loosely; from and to
+    `address` (127.0.0.1: a port-forward as the router sees it; `outside_address()`: a pod elsewhere)."""
     import http.client
 
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    connection = http.client.HTTPConnection(address, port, timeout=10, source_address=(address, 0))
     connection.putrequest("GET", path, skip_host=True, skip_accept_encoding=True)
     if host is not None:
         connection.putheader("Host", host)

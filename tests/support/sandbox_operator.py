@@ -11,7 +11,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -95,9 +95,10 @@ def in_process_operator(**env: str) -> Iterator[Any]:
 class OperatorProcess:
     """The operator as a subprocess (`python -m shadow_operator run --standalone`) that tests may SIGKILL."""
 
-    def __init__(self, kubeconfig: str, log: Path) -> None:
+    def __init__(self, kubeconfig: str, log: Path, args: Sequence[str] = ()) -> None:
         self.kubeconfig = kubeconfig
         self.log = log
+        self.args = list(args)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -105,7 +106,15 @@ class OperatorProcess:
         liveness = f"http://127.0.0.1:{free_port()}/healthz"
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "shadow_operator", "run", "--standalone", f"--liveness={liveness}"],
+                [
+                    sys.executable,
+                    "-m",
+                    "shadow_operator",
+                    "run",
+                    "--standalone",
+                    f"--liveness={liveness}",
+                    *self.args,
+                ],
                 env=env,
                 stdout=out,
                 stderr=subprocess.STDOUT,

@@ -34,10 +34,13 @@ VALUE_SETS: dict[str, list[str]] = {
         "--set=previewRouter.ingress.enabled=true",
         "--set=previewRouter.ingress.tlsSecret=preview-tls",
         "--set=previewRouter.ingress.className=nginx",
-        "--set=previewRouter.sdk.authorizationMode=tokenreview",
+        "--set=previewRouter.sdk.authorizationMode=insecure-allow-all",
+        "--set=previewRouter.sdk.trustPortForward=false",
+        "--set=previewRouter.networkPolicy.sdkFrom[0].namespaceSelector.matchLabels.team=agents",
         "--set=previewRouter.sandboxNamespaces={team-a,team-b}",
         "--set=previewRouter.access=private",
         "--set=operator.watchNamespaces={team-a,team-b}",
+        "--set=networkPolicy.clusterCIDRs={10.244.0.0/16,fd00:10:244::/56}",
         "--set=global.imagePullSecrets={regcred}",
         "--set=operator.extraEnv[0].name=EXTRA",
         "--set-string=operator.extraEnv[0].value=1",
@@ -191,6 +194,12 @@ def test_operator_deployment_contract(helm: str) -> None:
     assert env["SHADOW_METRICS_PORT"] == "9090"
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["image"] == "ghcr.io/shadow-operator/operator:0.1.0"
+    # Snapshot bundles are verified and pushed to Gitea from a writable emptyDir of bounded size.
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert env["SHADOW_GIT_WORK_DIR"] == mounts["git-work"] == "/var/lib/shadow-operator/git"
+    assert env["SHADOW_MAX_BUNDLE_BYTES"] == "1073741824" and env["SHADOW_GIT_PUSH_CONCURRENCY"] == "2"
+    volumes = {v["name"]: v for v in spec["template"]["spec"]["volumes"]}
+    assert volumes["git-work"]["emptyDir"] == {"sizeLimit": "5Gi"}
 
 
 def test_leader_election_may_act_on_its_lease_only(helm: str) -> None:
@@ -311,13 +320,21 @@ def test_warm_pool_without_template_is_refused(helm: str) -> None:
         ("operator.replicas=-1", "/operator/replicas"),
         ("operator.leaderElection.retryPeriod=0", "/operator/leaderElection/retryPeriod"),
         ("operator.logFormat=xml", "/operator/logFormat"),
+        ("operator.gitPush.maxBundleBytes=10", "/operator/gitPush/maxBundleBytes"),
         ("operator.image.digest=latest", "/operator/image/digest"),
         ("operator.unknownKey=1", "unknownKey"),
         ("previewRouter.domain=Not_A_Domain", "/previewRouter/domain"),
         ("previewRouter.access=secret", "/previewRouter/access"),
         ("previewRouter.sdk.authorizationMode=basic", "/previewRouter/sdk/authorizationMode"),
+        # The old modes: `none` and `tokenreview` (authenticated, never authorized) are gone.
+        ("previewRouter.sdk.authorizationMode=none", "/previewRouter/sdk/authorizationMode"),
+        ("previewRouter.sdk.authorizationMode=tokenreview", "/previewRouter/sdk/authorizationMode"),
+        ("previewRouter.maxTokenSeconds=0", "/previewRouter/maxTokenSeconds"),
         ("previewRouter.ports.auth=0", "/previewRouter/ports/auth"),
         ("previewRouter.sandboxNamespaces={Bad_NS}", "/previewRouter/sandboxNamespaces"),
+        ("networkPolicy.clusterCIDRs={pods}", "/networkPolicy/clusterCIDRs"),
+        ("podSecurity.allowHostPath=yes", "/podSecurity/allowHostPath"),
+        ("operator.runtimeMaxAnswerBytes=1024", "/operator/runtimeMaxAnswerBytes"),
     ],
 )
 def test_values_schema_rejects_bad_input(helm: str, value: str, expected: str) -> None:
@@ -326,17 +343,30 @@ def test_values_schema_rejects_bad_input(helm: str, value: str, expected: str) -
     assert expected in result.stderr
 
 
-def test_cluster_role_is_least_privilege(helm: str) -> None:
-    docs = documents(render(helm, include_crds=False))
-    (role,) = by_kind(docs, "ClusterRole")
+def granted_by(rules: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
+    """(apiGroup, resource) -> verbs, from RBAC rules that never use wildcards."""
     granted: dict[tuple[str, str], set[str]] = {}
-    for rule in role["rules"]:
+    for rule in rules:
         assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
                 granted.setdefault((group, resource), set()).update(rule["verbs"])
-    rw = {"get", "list", "watch", "create", "update", "patch", "delete"}
-    assert granted[("agents.x-k8s.io", "sandboxes")] == rw
+    return granted
+
+
+RW = {"get", "list", "watch", "create", "update", "patch", "delete"}
+# What the operator reads cluster-wide in every mode: classes, and kopf's discovery and namespace tracking.
+CLUSTER_READS = {
+    ("storage.k8s.io", "storageclasses"): {"get", "list"},
+    ("snapshot.storage.k8s.io", "volumesnapshotclasses"): {"get", "list"},
+    ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},
+    ("", "namespaces"): {"get", "list", "watch"},
+}
+
+
+def assert_namespaced_rights(granted: dict[tuple[str, str], set[str]]) -> None:
+    """Exactly what the operator does in a namespace it serves: no more."""
+    assert granted[("agents.x-k8s.io", "sandboxes")] == RW
     for sub in ("sandboxes/status", "sandboxes/scale"):
         assert {"get", "update", "patch"} <= granted[("agents.x-k8s.io", sub)]
     for kind in ("sandboxclaims", "sandboxtemplates", "sandboxwarmpools"):
@@ -345,17 +375,14 @@ def test_cluster_role_is_least_privilege(helm: str) -> None:
         assert "patch" in granted[("extensions.agents.x-k8s.io", f"{kind}/status")]
     assert "patch" in granted[("extensions.agents.x-k8s.io", "sandboxwarmpools/scale")]
     for resource in ("pods", "services", "persistentvolumeclaims", "secrets"):
-        assert granted[("", resource)] == rw
-    assert granted[("networking.k8s.io", "networkpolicies")] == rw
+        assert granted[("", resource)] == RW
+    assert granted[("networking.k8s.io", "networkpolicies")] == RW
     assert granted[("", "events")] == {"create", "patch"}
-    assert granted[("apiextensions.k8s.io", "customresourcedefinitions")] == {"get", "list", "watch"}
-    assert granted[("", "namespaces")] == {"get", "list", "watch"}
-    # ShadowEnvironments: read and status, a Gitea StatefulSet each, storage classes only read.
+    # ShadowEnvironments: read and status, a Gitea StatefulSet each.
     assert "create" not in granted[("shadow.dev", "shadowenvironments")], "users create these, not us"
     assert "patch" in granted[("shadow.dev", "shadowenvironments/status")]
-    assert granted[("apps", "statefulsets")] == rw
-    assert granted[("storage.k8s.io", "storageclasses")] == {"get", "list"}
-    # Forks: snapshots of workspace volumes (never their contents, which are cluster-scoped); classes only read.
+    assert granted[("apps", "statefulsets")] == RW
+    # Forks: snapshots of workspace volumes (never their contents, which are cluster-scoped).
     assert granted[("snapshot.storage.k8s.io", "volumesnapshots")] == {
         "get",
         "list",
@@ -363,23 +390,65 @@ def test_cluster_role_is_least_privilege(helm: str) -> None:
         "patch",
         "delete",
     }
-    assert granted[("snapshot.storage.k8s.io", "volumesnapshotclasses")] == {"get", "list"}
     assert ("snapshot.storage.k8s.io", "volumesnapshotcontents") not in granted
     # Nothing beyond the list above: no nodes, no RBAC, no cluster-scoped writes.
     allowed_groups = SANDBOX_GROUPS | {
         "shadow.dev",
         "apps",
-        "storage.k8s.io",
         "snapshot.storage.k8s.io",
         "",
         "networking.k8s.io",
-        "events.k8s.io",
-        "apiextensions.k8s.io",
-        "kopf.dev",
     }
-    assert {group for group, _ in granted} <= allowed_groups
+    assert {group for group, _ in granted} <= allowed_groups | {"events.k8s.io"}
     core = {resource for group, resource in granted if group == ""}
-    assert core == {"pods", "services", "persistentvolumeclaims", "secrets", "events", "namespaces"}
+    assert core == {"pods", "services", "persistentvolumeclaims", "secrets", "events"}
+
+
+def test_serving_the_whole_cluster_takes_one_least_privilege_cluster_role(helm: str) -> None:
+    docs = documents(render(helm, include_crds=False))
+    (role,) = by_kind(docs, "ClusterRole")
+    granted = granted_by(role["rules"])
+    for key, verbs in CLUSTER_READS.items():
+        assert granted.pop(key) == verbs
+    assert_namespaced_rights(granted)
+    (binding,) = by_kind(docs, "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+
+
+def test_watch_namespaces_grant_namespaced_rights_only_there(helm: str) -> None:
+    docs = documents(render(helm, "--set=operator.watchNamespaces={team-a,team-b}", include_crds=False))
+    # Cluster-wide: the class and discovery reads, nothing else (no secrets, pods, services, ... anywhere).
+    (cluster_role,) = by_kind(docs, "ClusterRole")
+    assert granted_by(cluster_role["rules"]) == CLUSTER_READS
+    (account,) = by_kind(docs, "ServiceAccount")
+    subject = {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": "shadow-system"}
+    (cluster_binding,) = by_kind(docs, "ClusterRoleBinding")
+    assert cluster_binding["roleRef"]["name"] == cluster_role["metadata"]["name"]
+    assert cluster_binding["subjects"] == [subject]
+    # Per served namespace: a Role with the namespaced rights, bound to the operator's account.
+    roles = {
+        r["metadata"]["namespace"]: r for r in by_kind(docs, "Role") if "leader" not in r["metadata"]["name"]
+    }
+    assert sorted(roles) == ["team-a", "team-b"]
+    for role in roles.values():
+        assert_namespaced_rights(granted_by(role["rules"]))
+    bindings = {
+        b["metadata"]["namespace"]: b
+        for b in by_kind(docs, "RoleBinding")
+        if "leader" not in b["metadata"]["name"]
+    }
+    assert sorted(bindings) == ["team-a", "team-b"]
+    for namespace, binding in bindings.items():
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": roles[namespace]["metadata"]["name"],
+        }
+        assert binding["subjects"] == [subject]
+    # The operator is told the same namespaces, so it watches each of them and never the cluster.
+    (deployment,) = by_kind(docs, "Deployment")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert [args[i + 1] for i, arg in enumerate(args) if arg == "--namespace"] == ["team-a", "team-b"]
 
 
 def router_docs(helm: str, *values: str) -> list[dict[str, Any]]:
@@ -406,6 +475,13 @@ def test_preview_router_routes_only_through_router_auth(helm: str) -> None:
     assert 'proxy_set_header Authorization "";' in conf
     assert "proxy_set_header X-Sandbox-Runtime-Token $shadow_runtime_token;" in conf
     assert "proxy_cache_valid 200 5s;" in conf
+    # The SDK path's authorization sees the address the connection came from (loopback: a port-forward), set by
+    # nginx over any header of that name, in the auth subrequest and the refusal page alike; and nginx never
+    # reuses an answer for another peer. No real_ip module rewrites $remote_addr from a header.
+    sdk_server = conf[conf.index("listen 8081") :]
+    assert sdk_server.count("proxy_set_header X-Shadow-Peer $remote_addr;") == 2
+    assert 'proxy_cache_key "sdk|$remote_addr|' in sdk_server
+    assert "real_ip" not in conf and "set_real_ip_from" not in conf
     assert "proxy_set_header Upgrade $http_upgrade;" in conf and "proxy_buffering off;" in conf
     assert "client_max_body_size 1g;" in conf and "proxy_read_timeout 3600s;" in conf
     deployment = router_deployment(docs)
@@ -432,14 +508,21 @@ def test_router_pod_runs_nginx_and_router_auth(helm: str) -> None:
     args = auth["args"]
     flags = {
         flag: args[args.index(flag) + 1]
-        for flag in ("--listen", "--domain", "--default-access", "--authz-mode")
+        for flag in ("--listen", "--domain", "--default-access", "--authz-mode", "--max-token-seconds")
     }
     assert flags == {
         "--listen": "127.0.0.1:8090",
         "--domain": "preview.example.com",
         "--default-access": "public",
-        "--authz-mode": "none",
+        "--authz-mode": "subjectaccessreview",
+        "--max-token-seconds": "86400",
     }
+    assert "--trust-loopback" in args
+    # A mesh sidecar would make every connection loopback, i.e. a trusted port-forward.
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert (
+        annotations["sidecar.istio.io/inject"] == "false" and annotations["linkerd.io/inject"] == "disabled"
+    )
     assert args[args.index("--namespace") + 1] == "shadow-system"
     assert args[args.index("--preview-port") + 1] == "3000"
     # Only router-auth holds API credentials.
@@ -518,16 +601,40 @@ def test_router_auth_reads_only_what_it_routes(helm: str) -> None:
             "pods",
             "secrets",
         }
-    assert not [r for r in by_kind(docs, "ClusterRole") if "tokenreview" in r["metadata"]["name"]]
+    # The SDK path asks the API server who a bearer token is and what it may do (in every mode: private
+    # sandboxes need it even with insecure-allow-all), and nothing more.
+    cluster_roles = {r["metadata"]["name"]: r for r in by_kind(docs, "ClusterRole")}
+    review = cluster_roles["shadow-shadow-operator-preview-router-access-review"]
+    assert review["rules"] == [
+        {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+        {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+    ]
+    (binding,) = [
+        b for b in by_kind(docs, "ClusterRoleBinding") if b["roleRef"]["name"] == review["metadata"]["name"]
+    ]
+    assert binding["subjects"] == [
+        {
+            "kind": "ServiceAccount",
+            "name": "shadow-shadow-operator-preview-router",
+            "namespace": "shadow-system",
+        }
+    ]
+    # What SDK callers are checked for, aggregated where pods/exec already is (admin, edit).
+    proxy = cluster_roles["shadow-shadow-operator-preview-router-sandbox-proxy"]
+    assert proxy["rules"] == [
+        {"apiGroups": ["agents.x-k8s.io"], "resources": ["sandboxes/proxy"], "verbs": ["create"]}
+    ]
+    labels = proxy["metadata"]["labels"]
+    assert labels["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
+    assert labels["rbac.authorization.k8s.io/aggregate-to-admin"] == "true"
+    assert "rbac.authorization.k8s.io/aggregate-to-view" not in labels
+    insecure = router_docs(helm, "--set=previewRouter.sdk.authorizationMode=insecure-allow-all")
+    assert review["metadata"]["name"] in {r["metadata"]["name"] for r in by_kind(insecure, "ClusterRole")}
     without_sdk = router_docs(helm, "--set=previewRouter.sdk.enabled=false")
     (role,) = [r for r in by_kind(without_sdk, "Role") if r["metadata"]["name"].endswith("preview-router")]
     assert all("secrets" not in rule["resources"] for rule in role["rules"])
     assert "sandbox-router-svc" not in {s["metadata"]["name"] for s in by_kind(without_sdk, "Service")}
-    reviewing = router_docs(helm, "--set=previewRouter.sdk.authorizationMode=tokenreview")
-    (cluster_role,) = [r for r in by_kind(reviewing, "ClusterRole") if "tokenreview" in r["metadata"]["name"]]
-    assert cluster_role["rules"] == [
-        {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]}
-    ]
+    assert all("preview-router" not in r["metadata"]["name"] for r in by_kind(without_sdk, "ClusterRole"))
 
 
 def test_router_in_its_own_namespace_with_a_wildcard_ingress(helm: str) -> None:
@@ -557,8 +664,19 @@ def test_router_has_its_own_narrow_network_policy(helm: str) -> None:
     (policy,) = [p for p in by_kind(docs, "NetworkPolicy") if "preview-router" in p["metadata"]["name"]]
     spec = policy["spec"]
     assert spec["policyTypes"] == ["Ingress", "Egress"]
-    # In: only its listeners. Out: sandboxes, cluster DNS, the API server's ports.
-    assert {p["port"] for p in spec["ingress"][0]["ports"]} == {8080, 8081, 9091}
+    # In: only its listeners (the SDK one from anywhere unless sdkFrom narrows it). Out: sandboxes, cluster
+    # DNS, the API server's ports.
+    open_ports, sdk_ports = spec["ingress"]
+    assert {p["port"] for p in open_ports["ports"]} == {8080, 9091} and "from" not in open_ports
+    assert sdk_ports == {"ports": [{"protocol": "TCP", "port": 8081}]}
+    peers = [{"namespaceSelector": {"matchLabels": {"team": "agents"}}}]
+    narrowed_sdk = router_docs(
+        helm, "--set=previewRouter.networkPolicy.sdkFrom[0].namespaceSelector.matchLabels.team=agents"
+    )
+    (policy,) = [
+        p for p in by_kind(narrowed_sdk, "NetworkPolicy") if "preview-router" in p["metadata"]["name"]
+    ]
+    assert policy["spec"]["ingress"][1] == {"ports": [{"protocol": "TCP", "port": 8081}], "from": peers}
     to_sandboxes, to_dns, to_api = spec["egress"]
     assert to_sandboxes["to"][0]["podSelector"]["matchExpressions"] == [
         {"key": "agents.x-k8s.io/sandbox-name-hash", "operator": "Exists"}
@@ -570,3 +688,80 @@ def test_router_has_its_own_narrow_network_policy(helm: str) -> None:
     assert policy["spec"]["egress"][2]["to"] == [{"ipBlock": {"cidr": "172.18.0.2/32"}}]
     off = router_docs(helm, "--set=previewRouter.networkPolicy.enabled=false")
     assert not [p for p in by_kind(off, "NetworkPolicy") if "preview-router" in p["metadata"]["name"]]
+
+
+def operator_env(docs: list[dict[str, Any]]) -> dict[str, str]:
+    (deployment,) = by_kind(docs, "Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e["value"] for e in container["env"] if "value" in e}
+
+
+def test_pod_security_is_refused_at_admission_and_by_the_operator(helm: str) -> None:
+    docs = documents(render(helm, include_crds=False))
+    (policy,) = by_kind(docs, "ValidatingAdmissionPolicy")
+    (binding,) = by_kind(docs, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+    rules = {
+        (tuple(r["apiGroups"]), tuple(r["resources"]))
+        for r in policy["spec"]["matchConstraints"]["resourceRules"]
+    }
+    assert rules == {
+        (("agents.x-k8s.io",), ("sandboxes",)),
+        (("extensions.agents.x-k8s.io",), ("sandboxtemplates",)),
+    }
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    messages = [v["message"] for v in policy["spec"]["validations"]]
+    for value in ("allowPrivileged", "allowHostNamespaces", "allowHostPath", "allowServiceAccount"):
+        assert any(f"set podSecurity.{value}=true in the shadow release" in m for m in messages), value
+    # The capabilities it lets through are the operator's own list.
+    from shadow_operator.resources.podsecurity import SAFE_CAPABILITIES
+
+    (capabilities,) = [
+        v["expression"] for v in policy["spec"]["validations"] if "capabilities" in v["expression"]
+    ]
+    listed = capabilities.split("cap in [", 1)[1].split("]", 1)[0]
+    assert {name.strip(" '") for name in listed.split(",")} == SAFE_CAPABILITIES
+    env = operator_env(docs)
+    assert [
+        env[f"SHADOW_ALLOW_{name}"]
+        for name in ("PRIVILEGED", "HOST_NAMESPACES", "HOST_PATH", "SERVICE_ACCOUNT")
+    ] == ["false"] * 4
+
+
+def test_pod_security_values_drop_what_they_allow(helm: str) -> None:
+    docs = documents(render(helm, "--set=podSecurity.allowHostPath=true", include_crds=False))
+    (policy,) = by_kind(docs, "ValidatingAdmissionPolicy")
+    assert not any("hostPath" in v["expression"] for v in policy["spec"]["validations"])
+    assert operator_env(docs)["SHADOW_ALLOW_HOST_PATH"] == "true"
+    everything = [
+        f"--set=podSecurity.{v}=true"
+        for v in ("allowPrivileged", "allowHostNamespaces", "allowHostPath", "allowServiceAccount")
+    ]
+    for values in (everything, ["--set=podSecurity.admissionPolicy=false"]):
+        docs = documents(render(helm, *values, include_crds=False))
+        assert not by_kind(docs, "ValidatingAdmissionPolicy") and not by_kind(
+            docs, "ValidatingAdmissionPolicyBinding"
+        )
+
+
+def test_pod_security_binds_only_the_served_namespaces(helm: str) -> None:
+    docs = documents(render(helm, "--set=operator.watchNamespaces={team-a,team-b}", include_crds=False))
+    (binding,) = by_kind(docs, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"] == [
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["team-a", "team-b"]}
+    ]
+
+
+def test_cluster_cidrs_and_answer_bound_reach_the_operator(helm: str) -> None:
+    docs = documents(
+        render(
+            helm,
+            "--set=networkPolicy.clusterCIDRs={34.118.224.0/20,2600:1900:4000:1::/64}",
+            "--set=operator.runtimeMaxAnswerBytes=1048576",
+            include_crds=False,
+        )
+    )
+    env = operator_env(docs)
+    assert env["SHADOW_CLUSTER_CIDRS"] == "34.118.224.0/20,2600:1900:4000:1::/64"
+    assert env["SHADOW_RUNTIME_MAX_ANSWER_BYTES"] == "1048576"
+    assert "SHADOW_CLUSTER_CIDRS" not in operator_env(documents(render(helm, include_crds=False)))

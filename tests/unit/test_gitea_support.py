@@ -84,7 +84,9 @@ def test_first_start_writes_config_and_creates_the_admin_once(tmp_path: Path) ->
         "REQUIRE_SIGNIN_VIEW = false",
         "DEFAULT_BRANCH = main",
         "PASSWORD_COMPLEXITY = off",
-        "ALLOW_LOCALNETWORKS = true",
+        # Gitea never fetches anything: no migrations (none from local networks), no LFS server.
+        "ALLOW_LOCALNETWORKS = false",
+        "DISABLE_MIGRATIONS = true",
         "LFS_START_SERVER = false",
     ):
         assert line in config.splitlines(), line
@@ -105,6 +107,14 @@ def test_first_start_writes_config_and_creates_the_admin_once(tmp_path: Path) ->
     applied = (data / "edit-ini.env").read_text().splitlines()
     assert "GITEA__server__HTTP_PORT=3100" in applied
     assert "GITEA__server__ROOT_URL=http://localhost:3100/" in applied
+    # Re-applied on every start, so a data directory from an older image is closed too.
+    for setting in (
+        "GITEA__repository__DISABLE_MIGRATIONS=true",
+        "GITEA__migrations__ALLOW_LOCALNETWORKS=false",
+        "GITEA__mirror__ENABLED=false",
+        "GITEA__security__DISABLE_WEBHOOKS=true",
+    ):
+        assert setting in applied, setting
     running_as_root = "true" if os.getuid() == 0 else "false"
     assert f"GITEA____I_AM_BEING_UNSAFE_RUNNING_AS_ROOT={running_as_root}" in applied
     assert PASSWORD not in second.stdout + second.stderr

@@ -187,21 +187,6 @@ def test_gitea_statefulset_keeps_or_drops_its_volume() -> None:
     assert service["spec"]["selector"] == sts["spec"]["selector"]["matchLabels"]
 
 
-def test_network_policies_open_only_gitea_for_the_namespace_sandboxes() -> None:
-    ingress, egress = res.build_gitea_network_policies(environment(), "shadow-system")
-    assert ingress["spec"]["podSelector"]["matchLabels"] == {
-        c.LABEL_ENVIRONMENT: "demo",
-        c.LABEL_COMPONENT: c.COMPONENT_GITEA,
-    }
-    sources = ingress["spec"]["ingress"][0]["from"]
-    assert sources[1] == {
-        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "shadow-system"}}
-    }
-    assert ingress["spec"]["ingress"][0]["ports"] == [{"protocol": "TCP", "port": 3000}]
-    assert egress["spec"]["policyTypes"] == ["Egress"]
-    assert egress["spec"]["egress"][0]["ports"] == [{"protocol": "TCP", "port": 3000}]
-
-
 def test_sources_are_planned_with_default_organization_and_public_url() -> None:
     plans = res.plan_sources(environment(gitea={"organization": "team"}))
     assert [(p.name, p.path, p.full_repo, p.upload) for p in plans] == [
@@ -266,12 +251,14 @@ def clean_env() -> dict[str, str]:
     }
 
 
-def run_copy_in(root: Path, plan: res.SourcePlan, push_url: str) -> list[str]:
-    env = {**clean_env(), **copyin.copy_in_env(plan, push_url=push_url, token="s3cret")}
-    out = subprocess.run(["sh", "-c", copyin.COPY_IN], cwd=root, env=env, capture_output=True, text=True)
+def run_copy_in(root: Path, plan: res.SourcePlan, remote: Path) -> list[str]:
+    """SNAPSHOT in `root`, then its bundle's refs fetched into the bare repository `remote` as they are."""
+    env = {**clean_env(), **copyin.snapshot_env(plan, bundle="out/snapshot.bundle")}
+    out = subprocess.run(["sh", "-c", copyin.SNAPSHOT], cwd=root, env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     fields = copyin.parse_result(out.stdout)
     assert fields is not None
+    git(remote, "fetch", "-q", str(root / "out/snapshot.bundle"), "+refs/*:refs/*")
     return fields
 
 
@@ -292,10 +279,10 @@ def test_copy_in_snapshots_uncommitted_work_without_touching_the_copy(tmp_path: 
     subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
 
     plan = res.SourcePlan("core", "core", "org", "core", None, None, upload=True)
-    commit, branch = run_copy_in(root, plan, remote.as_uri())
+    commit, branch = run_copy_in(root, plan, remote)
 
     assert branch == "main" and commit != committed
-    assert git(remote, "rev-parse", "main") == commit
+    assert git(remote, "rev-parse", copyin.SNAPSHOT_REF) == commit
     assert git(remote, "rev-parse", "feature") == committed  # other branches travel along
     assert git(remote, "show", f"{commit}:lib.py") == "VERSION = 2  # uncommitted"
     assert git(remote, "show", f"{commit}:new.py") == "print('untracked')"
@@ -304,8 +291,9 @@ def test_copy_in_snapshots_uncommitted_work_without_touching_the_copy(tmp_path: 
     # The copy still looks like the user's checkout: same HEAD, the change still uncommitted.
     assert git(src, "rev-parse", "HEAD") == committed
     assert "M lib.py" in git(src, "status", "--porcelain")
+    assert "refs/shadow" not in git(src, "for-each-ref")  # the bundle's ref does not stay behind
     # Run again: the same snapshot (idempotent), nothing new.
-    assert run_copy_in(root, plan, remote.as_uri()) == [commit, "main"]
+    assert run_copy_in(root, plan, remote) == [commit, "main"]
 
 
 def test_copy_in_clones_a_git_source_at_a_ref(tmp_path: Path) -> None:
@@ -323,16 +311,16 @@ def test_copy_in_clones_a_git_source_at_a_ref(tmp_path: Path) -> None:
     root.mkdir()
 
     plan = res.SourcePlan("up", "deps/up", "org", "up", upstream.as_uri(), first, upload=False)
-    commit, branch = run_copy_in(root, plan, remote.as_uri())
+    commit, _ = run_copy_in(root, plan, remote)
     assert commit == first
     assert (root / "deps/up/a.txt").read_text() == "one\n"
-    assert git(remote, "rev-parse", f"refs/heads/{branch}") == first
+    assert git(remote, "rev-parse", copyin.SNAPSHOT_REF) == first
 
 
 def test_copy_in_reports_a_missing_upload(tmp_path: Path) -> None:
     plan = res.SourcePlan("core", "core", "org", "core", None, None, upload=True)
-    env = {**clean_env(), **copyin.copy_in_env(plan, push_url=None, token=None)}
-    out = subprocess.run(["sh", "-c", copyin.COPY_IN], cwd=tmp_path, env=env, capture_output=True, text=True)
+    env = {**clean_env(), **copyin.snapshot_env(plan, bundle=None)}
+    out = subprocess.run(["sh", "-c", copyin.SNAPSHOT], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert out.returncode == 3 and "missing" in out.stderr
     assert copyin.parse_result(out.stdout) is None
 

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
 from shadow_operator.api import naming
 from shadow_operator.router import validation
-from shadow_operator.router.decisions import PreviewPolicy, SdkPolicy
+from shadow_operator.router.decisions import (
+    INSECURE_ALLOW_ALL,
+    Decision,
+    PreviewPolicy,
+    SdkPolicy,
+)
 from shadow_operator.router.index import Index
 from shadow_operator.router.tokens import KeyRing
 
@@ -16,6 +23,8 @@ pytestmark = pytest.mark.unit
 NS = "team-a"
 KEYS = KeyRing({"k1": b"s" * 32})
 NOW = 1_800_000_000.0
+LOOPBACK = "127.0.0.1"
+NETWORK = "10.244.1.7"  # another pod
 
 
 def sandbox(name: str, uid: str, *, ready: bool = True, access: str | None = None) -> dict[str, Any]:
@@ -95,7 +104,7 @@ def test_preview_refusals(index: Index, host: str, status: int) -> None:
 def test_private_by_default_needs_a_token(index: Index) -> None:
     policy = preview(index, default_access="private")
     assert policy.decide("web.p.example", "/").status == 401
-    token = KEYS.sign(NS, "web", 60, now=NOW)
+    token = KEYS.sign(NS, "web", "u-web", 60, now=NOW)
     assert policy.decide("web.p.example", "/", header_token=token).status == 200
     # A sandbox's own annotation wins over the default.
     index.put("Sandbox", sandbox("web", "u-web", access="public"))
@@ -121,7 +130,7 @@ def test_template_annotation_sets_the_default_of_its_sandboxes(index: Index) -> 
 
 
 def test_https_cookie_is_host_prefixed_and_secure(index: Index) -> None:
-    token = KEYS.sign(NS, "secret", 60, now=NOW)
+    token = KEYS.sign(NS, "secret", "u-secret", 60, now=NOW)
     decision = preview(index, secure=True).decide("secret.p.example", f"/?shadow_token={token}")
     assert decision.status == 302
     cookie = decision.headers["Set-Cookie"]
@@ -132,21 +141,134 @@ def test_https_cookie_is_host_prefixed_and_secure(index: Index) -> None:
     )
 
 
+def test_preview_token_is_bound_to_the_sandbox_uid(index: Index) -> None:
+    """A sandbox deleted and created again under its name is another sandbox: old links open nothing."""
+    policy = preview(index)
+    token = KEYS.sign(NS, "secret", "u-secret", 60, now=NOW)
+    assert policy.decide("secret.p.example", "/", header_token=token).status == 200
+    index.remove("Sandbox", NS, "secret")
+    index.put("Sandbox", sandbox("secret", "u-secret-2", access="private"))
+    index.put("Pod", pod("secret", "u-secret-2", "10.0.0.6"))
+    assert policy.decide("secret.p.example", "/", header_token=token).status == 401
+    assert policy.decide("secret.p.example", f"/?shadow_token={token}").status == 401
+    fresh = KEYS.sign(NS, "secret", "u-secret-2", 60, now=NOW)
+    assert policy.decide("secret.p.example", "/", header_token=fresh).status == 200
+
+
+def test_preview_token_signed_to_live_longer_than_the_maximum_is_refused(index: Index) -> None:
+    policy = preview(index, max_token_seconds=3600)
+    within = KEYS.sign(NS, "secret", "u-secret", 3600, now=NOW)
+    beyond = KEYS.sign(NS, "secret", "u-secret", 3601, now=NOW)
+    assert policy.decide("secret.p.example", "/", header_token=within).status == 200
+    assert policy.decide("secret.p.example", "/", header_token=beyond).status == 401
+    assert policy.decide("secret.p.example", f"/?shadow_token={beyond}").status == 401
+
+
+# ---------------------------------------------------------------------------------------------- the SDK path
+class ApiServer:
+    """Stands in for TokenReview + SubjectAccessReview (the real ones run in tests/integration/test_router.py):
+    `grants` maps a token to the sandboxes (namespace, name) it may reach; any other token is unknown."""
+
+    def __init__(self, grants: Mapping[str, set[tuple[str, str]]]) -> None:
+        self.grants = grants
+        self.asked: list[tuple[str, str, str]] = []
+
+    async def __call__(self, authorization: str, namespace: str, name: str) -> Decision | None:
+        self.asked.append((authorization, namespace, name))
+        token = authorization.removeprefix("Bearer ")
+        if token not in self.grants:
+            return Decision(401, "the bearer token was not accepted by the API server")
+        if (namespace, name) not in self.grants[token]:
+            return Decision(403, f"may not create sandboxes/proxy of {namespace}/{name}")
+        return None
+
+
+def sdk(index: Index, api: ApiServer | None = None, **kwargs: Any) -> SdkPolicy:
+    return SdkPolicy(index=index, namespaces=(NS,), authorize=api or ApiServer({}), **kwargs)
+
+
+def decide(policy: SdkPolicy, headers: Mapping[str, str], peer: str = LOOPBACK) -> Decision:
+    return asyncio.run(policy.decide(headers, peer))
+
+
+WEB = {"X-Sandbox-ID": "web", "X-Sandbox-Namespace": NS, "X-Sandbox-Port": "8888"}
+
+
 def test_sdk_routes_with_the_runtime_token_only_on_the_runtime_port(index: Index) -> None:
-    sdk = SdkPolicy(index=index, namespaces=(NS,))
-    headers = {"X-Sandbox-ID": "web", "X-Sandbox-Namespace": NS, "X-Sandbox-Port": "8888"}
-    decision = sdk.decide(headers)
+    policy = sdk(index)
+    decision = decide(policy, WEB)
     assert (decision.status, decision.upstream, decision.runtime_token) == (
         200,
         "10.0.0.5:8888",
         "runtime-token",
     )
-    assert sdk.decide({**headers, "X-Sandbox-Port": "3000"}).runtime_token is None
+    assert decide(policy, {**WEB, "X-Sandbox-Port": "3000"}).runtime_token is None
     # A matching pod IP is used; a foreign one is never an upstream.
-    assert sdk.decide({**headers, "X-Sandbox-Pod-IP": "10.0.0.5"}).upstream == "10.0.0.5:8888"
-    assert sdk.decide({**headers, "X-Sandbox-Pod-IP": "10.0.0.8"}).status == 502
-    assert sdk.decide({**headers, "X-Sandbox-UID": "00000000-0000-0000-0000-000000000000"}).status == 404
-    assert sdk.decide({**headers, "X-Sandbox-Namespace": "team-b"}).status == 404
+    assert decide(policy, {**WEB, "X-Sandbox-Pod-IP": "10.0.0.5"}).upstream == "10.0.0.5:8888"
+    assert decide(policy, {**WEB, "X-Sandbox-Pod-IP": "10.0.0.8"}).status == 502
+    assert decide(policy, {**WEB, "X-Sandbox-UID": "00000000-0000-0000-0000-000000000000"}).status == 404
+    assert decide(policy, {**WEB, "X-Sandbox-Namespace": "team-b"}).status == 404
+
+
+@pytest.mark.parametrize("port", ["22", "8080", "9090", "65535"])
+def test_sdk_reaches_only_ports_the_pod_template_declares(index: Index, port: str) -> None:
+    decision = decide(sdk(index), {**WEB, "X-Sandbox-Port": port})
+    assert decision.status == 403 and decision.upstream is None
+    assert f"port {port} is not declared" in decision.detail and "3000, 8888" in decision.detail
+
+
+def test_sdk_loopback_peer_is_a_port_forward_and_needs_no_token(index: Index) -> None:
+    api = ApiServer({})
+    for peer in ("127.0.0.1", "127.0.0.5", "::1", "::ffff:127.0.0.1"):
+        assert decide(sdk(index, api), WEB, peer).status == 200, peer
+    assert api.asked == []
+
+
+def test_sdk_caller_from_the_network_needs_a_token_the_api_server_allows(index: Index) -> None:
+    api = ApiServer({"alice": {(NS, "web")}, "bob": {(NS, "secret")}})
+    policy = sdk(index, api)
+    anonymous = decide(policy, WEB, NETWORK)
+    assert anonymous.status == 401 and "bearer token is required" in anonymous.detail
+    assert decide(policy, {**WEB, "Authorization": "Bearer mallory"}, NETWORK).status == 401
+    refused = decide(policy, {**WEB, "Authorization": "Bearer bob"}, NETWORK)
+    assert refused.status == 403 and refused.upstream is None
+    allowed = decide(policy, {**WEB, "Authorization": "Bearer alice"}, NETWORK)
+    assert (allowed.status, allowed.upstream, allowed.runtime_token) == (
+        200,
+        "10.0.0.5:8888",
+        "runtime-token",
+    )
+    assert api.asked[-1] == ("Bearer alice", NS, "web")
+
+
+@pytest.mark.parametrize("peer", ["", "unix:", "10.0.0.1", "127.0.0.1, 10.0.0.1", "localhost", "fe80::1"])
+def test_sdk_peer_that_is_not_one_loopback_address_is_not_trusted(index: Index, peer: str) -> None:
+    assert decide(sdk(index), WEB, peer).status == 401
+
+
+def test_sdk_loopback_trust_can_be_turned_off(index: Index) -> None:
+    policy = sdk(index, ApiServer({"alice": {(NS, "web")}}), trust_loopback=False)
+    assert decide(policy, WEB, LOOPBACK).status == 401
+    assert decide(policy, {**WEB, "Authorization": "Bearer alice"}, LOOPBACK).status == 200
+
+
+def test_sdk_refuses_unauthorized_callers_before_saying_whether_a_sandbox_exists(index: Index) -> None:
+    policy = sdk(index)
+    for name in ("web", "no-such-sandbox"):
+        assert decide(policy, {**WEB, "X-Sandbox-ID": name}, NETWORK).status == 401
+    assert decide(policy, {**WEB, "X-Sandbox-ID": "no-such-sandbox"}, LOOPBACK).status == 404
+
+
+def test_sdk_insecure_mode_admits_anyone_to_public_sandboxes_only(index: Index) -> None:
+    api = ApiServer({"alice": {(NS, "secret")}})
+    policy = sdk(index, api, mode=INSECURE_ALLOW_ALL)
+    assert decide(policy, WEB, NETWORK).status == 200
+    private = {**WEB, "X-Sandbox-ID": "secret"}
+    assert decide(policy, private, NETWORK).status == 401
+    assert decide(policy, {**private, "Authorization": "Bearer alice"}, NETWORK).status == 200
+    assert decide(policy, private, LOOPBACK).status == 200
+    # Private by default: every sandbox without its own annotation needs authorization.
+    assert decide(sdk(index, mode=INSECURE_ALLOW_ALL, default_access="private"), WEB, NETWORK).status == 401
 
 
 @pytest.mark.parametrize(

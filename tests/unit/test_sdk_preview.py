@@ -26,6 +26,8 @@ pytestmark = pytest.mark.unit
 KEY = b"k" * 32
 SANDBOX_PATH = "/apis/agents.x-k8s.io/v1beta1/namespaces/ns/sandboxes/box"
 SECRET_PATH = "/api/v1/namespaces/shadow-system/secrets/shadow-operator-preview-keys"
+UID = "0b6a1c5e-8d2f-4e3a-9c7b-1f2e3d4c5b6a"
+SANDBOX = {"metadata": {"name": "box", "uid": UID}, "status": {"previewURL": "https://box.preview.example/"}}
 
 
 def status(code: int, message: str) -> httpx.Response:
@@ -35,7 +37,7 @@ def status(code: int, message: str) -> httpx.Response:
 def cluster(
     sandbox: dict[str, Any] | None = None, secret: dict[str, Any] | httpx.Response | None = None
 ) -> Callable[[httpx.Request], httpx.Response]:
-    sandbox_body = {"status": {"previewURL": "https://box.preview.example/"}} if sandbox is None else sandbox
+    sandbox_body = SANDBOX if sandbox is None else sandbox
     secret_body = {"data": {"k1": base64.b64encode(KEY).decode()}} if secret is None else secret
 
     def handle(request: httpx.Request) -> httpx.Response:
@@ -59,10 +61,11 @@ def client(handler: Callable[[httpx.Request], httpx.Response]) -> httpx.Client:
 def test_link_carries_a_token_for_that_sandbox_until_the_ttl() -> None:
     with client(cluster()) as http:
         link = kube.run(http, signed_preview("box", "ns", ttl_seconds=600, now=1_000_000))
-    assert link.url.startswith("https://box.preview.example/?shadow_token=v1.k1.")
+    assert link.url.startswith("https://box.preview.example/?shadow_token=v2.k1.")
     assert link.expires_at == 1_000_600 and (link.sandbox, link.namespace) == ("box", "ns")
     claims = KeyRing({"k1": KEY}).verify(link.url.split("shadow_token=")[1], now=1_000_599)
-    assert (claims.namespace, claims.sandbox, claims.expires) == ("ns", "box", 1_000_600)
+    # Bound to this incarnation of the sandbox: its uid, read from the API server with the previewURL.
+    assert (claims.namespace, claims.sandbox, claims.uid, claims.expires) == ("ns", "box", UID, 1_000_600)
 
 
 def test_sync_and_async_twins_agree() -> None:
@@ -82,7 +85,8 @@ def test_sync_and_async_twins_agree() -> None:
 @pytest.mark.parametrize(
     ("sandbox", "secret", "error", "needle"),
     [
-        ({"status": {}}, None, PreviewUnavailable, "no status.previewURL"),
+        ({"metadata": {"uid": UID}, "status": {}}, None, PreviewUnavailable, "no status.previewURL"),
+        ({"status": SANDBOX["status"]}, None, ShadowError, "no metadata.uid"),
         (None, status(404, 'secrets "x" not found'), PreviewKeysUnavailable, "does not exist"),
         (None, status(403, "secrets is forbidden"), PreviewKeysUnavailable, "forbidden"),
         (None, {"data": {}}, PreviewKeysUnavailable, "holds no preview key"),
@@ -103,3 +107,15 @@ def test_missing_sandbox_and_bad_ttl() -> None:
             preview_link("other", "ns", http=http)
         with pytest.raises(ShadowError, match="live a while"):
             preview_link("box", "ns", ttl_seconds=0, http=http)
+
+
+def test_links_longer_than_the_routers_maximum_are_not_signed() -> None:
+    """The router refuses links signed to live past previewRouter.maxTokenSeconds (24 h by default): the SDK
+    says so instead of handing out a link that opens nothing; a larger maximum is the caller's to give."""
+    with client(cluster()) as http:
+        with pytest.raises(ShadowError, match="at most 86400s, not 86401s") as refused:
+            preview_link("box", "ns", ttl_seconds=86401, http=http)
+        assert "maxTokenSeconds" in (refused.value.hint or "")
+        link = preview_link("box", "ns", ttl_seconds=7 * 86400, max_ttl_seconds=7 * 86400, http=http)
+    claims = KeyRing({"k1": KEY}).verify(link.split("shadow_token=")[1])
+    assert claims.expires - claims.issued == 7 * 86400

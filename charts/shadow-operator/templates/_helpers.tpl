@@ -65,3 +65,9 @@ imagePullSecrets:
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/* Capabilities a sandbox container may add without podSecurity.allowPrivileged: Pod Security Standards
+"baseline"'s set, as a CEL list (the operator's copy: resources/podsecurity.py SAFE_CAPABILITIES). */}}
+{{- define "shadow-operator.safeCapabilities" -}}
+['AUDIT_WRITE', 'CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'FSETID', 'KILL', 'MKNOD', 'NET_BIND_SERVICE', 'SETFCAP', 'SETGID', 'SETPCAP', 'SETUID', 'SYS_CHROOT']
+{{- end }}

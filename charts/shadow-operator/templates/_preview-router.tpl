@@ -151,6 +151,10 @@ server {
 {{- if $r.sdk.enabled }}
 # The k8s-agent-sandbox SDK contract (its router's): X-Sandbox-ID, -Namespace, -Port (optionally -Pod-IP, -UID)
 # name the sandbox; the caller's Authorization and Host are dropped and the runtime token is attached here.
+# Who may: router-auth decides from the caller's bearer token and from X-Shadow-Peer, the address the
+# connection came from ($remote_addr; loopback is a kubectl port-forward). proxy_set_header replaces any
+# X-Shadow-Peer the client sent, and the peer is part of the cache key: an answer allowed to a port-forward is
+# never reused for a caller from the network.
 server {
   listen {{ $r.ports.sdk }} default_server;
   server_name _;
@@ -169,8 +173,9 @@ server {
     proxy_set_header Content-Length "";
     proxy_set_header Connection "";
     proxy_set_header Upgrade "";
+    proxy_set_header X-Shadow-Peer $remote_addr;
     proxy_cache shadow_auth;
-    proxy_cache_key "sdk|$http_x_sandbox_id|$http_x_sandbox_namespace|$http_x_sandbox_port|$http_x_sandbox_pod_ip|$http_x_sandbox_uid|$http_authorization";
+    proxy_cache_key "sdk|$remote_addr|$http_x_sandbox_id|$http_x_sandbox_namespace|$http_x_sandbox_port|$http_x_sandbox_pod_ip|$http_x_sandbox_uid|$http_authorization";
     proxy_cache_valid 200 {{ $r.authCacheSeconds }}s;
     proxy_ignore_headers Cache-Control Expires Set-Cookie Vary X-Accel-Expires;
   }
@@ -203,6 +208,7 @@ server {
     proxy_set_header Content-Length "";
     proxy_set_header Connection "";
     proxy_set_header Upgrade "";
+    proxy_set_header X-Shadow-Peer $remote_addr;
     recursive_error_pages on;
     error_page 500 502 503 504 = @shadow_sdk_down;
   }

@@ -65,6 +65,8 @@ REASON_POD_SUCCEEDED: Final = "PodSucceeded"
 REASON_POD_FAILED: Final = "PodFailed"
 REASON_MULTIPLE_PODS: Final = "MultiplePods"
 REASON_RECONCILER_ERROR: Final = "ReconcilerError"
+# The pod template asks for what the chart does not allow (privileged, host namespaces, hostPath, an account).
+REASON_POD_SECURITY_REFUSED: Final = "PodSecurityRefused"
 REASON_NOT_SUSPENDED: Final = "NotSuspended"
 REASON_POD_TERMINATED: Final = "PodTerminated"
 REASON_POD_TERMINATING: Final = "PodTerminating"
@@ -117,6 +119,13 @@ LABEL_SNAPSHOT_OF: Final = f"{OPERATOR_PREFIX}/snapshot-of"
 ANNOTATION_SNAPSHOT_SOURCES: Final = f"{OPERATOR_PREFIX}/sources"
 SNAPSHOT_GROUP: Final = "snapshot.storage.k8s.io"
 GITEA_HTTP_PORT: Final = 3000
+# The ref a snapshot bundle carries the snapshot commit under (the operator pushes it to the branch it names).
+GIT_SNAPSHOT_REF: Final = "refs/shadow/snapshot"
+# A push the client asks the operator to make (JSON, api.environment.PushRequest): a promote to a branch or a
+# published directory. The operator answers in status.lastPush with the same id.
+ANNOTATION_PUSH_REQUEST: Final = f"{OPERATOR_PREFIX}/push-request"
+# Labels of the operator's own Pods (the chart's), which Gitea admits.
+OPERATOR_POD_COMPONENT: Final = "operator"
 GITEA_SECRET_USERNAME: Final = "username"
 GITEA_SECRET_PASSWORD: Final = "password"
 GITEA_SECRET_TOKEN: Final = "token"

@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, model_validator
 
 from shadow_operator.api.models import (
     CONDITIONS_FIELD,
@@ -474,6 +474,65 @@ class CloneStatus(ApiModel):
     copied_bytes: int | None = Field(default=None, description="Bytes streamed (method Copy).")
 
 
+MAX_PUSH_MESSAGE = 4096
+
+
+class PushRequest(ApiModel):
+    """A push the client asks the operator to make into the environment's Gitea (the annotation
+    shadow.dev/push-request, JSON). The operator pushes, not the workspace: the Gitea token never enters it.
+
+    With `source`, the source's working tree is committed on top of its HEAD (with `message`) and pushed to
+    `branch` of its repository (`shadowctl promote --to-branch`). With `path` (a directory the client
+    uploaded into the workspace) and `repo`, the directory is snapshotted like a source and pushed with its
+    branches and tags to `repo`, created when missing (`shadowctl publish`).
+    """
+
+    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$", description="Unique per request.")
+    source: str | None = Field(default=None, pattern=DNS_LABEL, description="A source to promote.")
+    branch: str | None = Field(
+        default=None, min_length=1, max_length=200, description="The branch to push the source to."
+    )
+    message: str = Field(
+        default="shadow promote", max_length=MAX_PUSH_MESSAGE, description="Commit message of the promote."
+    )
+    path: str | None = Field(
+        default=None,
+        pattern=RELATIVE_PATH,
+        max_length=1024,
+        description="A directory of the workspace to publish, relative to mountPath.",
+    )
+    repo: str | None = Field(
+        default=None,
+        pattern=rf"^{GITEA_NAME}/{GITEA_NAME}$",
+        description="The Gitea repository (org/name) to publish to.",
+    )
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> PushRequest:
+        if (self.source is None) == (self.path is None):
+            raise ValueError("a push request names either a source (promote) or a path (publish)")
+        if self.source is not None and not self.branch:
+            raise ValueError("a promote to a branch needs the branch")
+        if self.path is not None and not self.repo:
+            raise ValueError("a publish needs the repository (org/name)")
+        for name in (self.repo or "").split("/"):
+            if name in (".", "..") or name.endswith((".git", ".wiki")):
+                raise ValueError(f"{name!r} is not a repository or organization name Gitea accepts")
+        return self
+
+
+class PushStatus(ApiModel):
+    """The answer to the last push request (shadow.dev/push-request)."""
+
+    id: str = Field(description="The request answered.")
+    repo: str | None = Field(default=None, description="Gitea repository, org/name.")
+    branch: str | None = Field(default=None, description="The branch pushed.")
+    commit: str | None = Field(default=None, description="The commit pushed.")
+    clone_url: str | None = Field(default=None, alias="cloneURL", description="In-cluster clone URL.")
+    error: str | None = Field(default=None, description="Why the push failed (unset when it succeeded).")
+    finished_at: datetime | None = Field(default=None, description="When the push finished.")
+
+
 class ShadowEnvironmentStatus(ApiModel):
     """Observed state of a ShadowEnvironment."""
 
@@ -503,6 +562,9 @@ class ShadowEnvironmentStatus(ApiModel):
     clone: CloneStatus | None = Field(default=None, description="Details of the clone (spec.workspace.from).")
     failure: Failure | None = Field(default=None, description="Set while the environment cannot work.")
     verdict: Verdict | None = Field(default=None, description="The last verification's verdict.")
+    last_push: PushStatus | None = Field(
+        default=None, description="The answer to the last shadow.dev/push-request annotation."
+    )
 
 
 class ShadowEnvironment(Resource):

@@ -4,6 +4,8 @@
     shadowctl exec my-change -- python3 -m pytest -q
     shadowctl diff my-change
     shadowctl fork my-change --count 3   # three independent copies (copy-on-write where storage allows)
+    shadowctl race my-change --count 3 -- 'agent fix-tests'   # forks, verified and ranked; --promote the best
+    shadowctl manifest my-change -o yaml # seed 001's handoff manifest for a smoke-test agent
     shadowctl promote my-change
     shadowctl preview my-change          # a signed link to its private preview
     shadowctl destroy my-change
@@ -21,7 +23,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from shadow_operator.cli import environments, forks, maintenance, previews, sandboxes
+from shadow_operator.cli import environments, forks, maintenance, manifest, previews, race, sandboxes
 from shadow_operator.cli.common import GLOBALS, err
 from shadow_operator.sdk.errors import ShadowError
 
@@ -46,6 +48,8 @@ def options(
 
 environments.register(app)
 forks.register(app)
+race.register(app)
+manifest.register(app)
 previews.register(app, sandboxes.app)
 maintenance.register(app)
 app.add_typer(sandboxes.app, name="sandbox")

@@ -26,6 +26,7 @@ from shadow_operator.cli.common import (
     out,
     split_remote,
 )
+from shadow_operator.cli.fallback import FallbackOpt, with_fallback
 from shadow_operator.sdk import confine, download, kube, runtime
 from shadow_operator.sdk import environment as envops
 from shadow_operator.sdk.environment import EnvironmentSpec, GitSource, LocalSource
@@ -112,6 +113,7 @@ def create(
     cpu: Annotated[str | None, typer.Option(help="CPU request of the workspace, e.g. 500m.")] = None,
     memory: Annotated[str | None, typer.Option(help="Memory request of the workspace, e.g. 1Gi.")] = None,
     namespace: NamespaceOpt = "default",
+    fallback: FallbackOpt = None,
     wait: Annotated[bool, typer.Option(help="Wait for Ready and the verdict.")] = True,
     timeout: Annotated[float, typer.Option(help="Seconds to wait.")] = 600.0,
     output: OutputOpt = "text",
@@ -569,9 +571,22 @@ def verify(
     name: NameArg,
     namespace: NamespaceOpt = "default",
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the verdict.")] = 600.0,
+    fallback: FallbackOpt = None,
+    local: Annotated[
+        list[str] | None,
+        typer.Option("--local", help="With --fallback: the local directories (default: as recorded)."),
+    ] = None,
+    verify_command: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--verify",
+            help="With --fallback: a command to run on this machine (the cluster's are never run here).",
+        ),
+    ] = None,
     output: OutputOpt = "text",
 ) -> None:
-    """Run the smoke checks again; exit 1 on FAIL."""
+    """Run the smoke checks again; exit 1 on FAIL. With --fallback host-only, an environment that cannot be
+    had is checked on this machine instead, in a temporary copy of the sources (labelled, out of 50)."""
     with gateway(name, namespace) as gw, err.status(f"verifying {name}"):
         verdict = gw.verify(timeout)
     if not emit(verdict, output):
@@ -597,7 +612,7 @@ def destroy(
 
 def register(app: typer.Typer) -> None:
     for fn, verb in (
-        (create, "create"),
+        (with_fallback(create), "create"),
         (list_, "list"),
         (status, "status"),
         (exec_, "exec"),
@@ -610,7 +625,7 @@ def register(app: typer.Typer) -> None:
         (logs, "logs"),
         (journal, "journal"),
         (handoff, "handoff"),
-        (verify, "verify"),
+        (with_fallback(verify), "verify"),
         (destroy, "destroy"),
     ):
         app.command(verb)(fn)

@@ -19,7 +19,12 @@ from shadow_operator.sdk import sandbox as ops
 from shadow_operator.sdk.kube import Op
 from shadow_operator.sdk.preview import KEYS_NAMESPACE, KEYS_SECRET, PreviewLink, signed_preview
 
-TtlOpt = Annotated[int, typer.Option("--ttl", help="Seconds the link stays valid.", min=1)]
+TtlOpt = Annotated[
+    int,
+    typer.Option(
+        "--ttl", help="Seconds the link stays valid (at most 86400: the router refuses longer).", min=1
+    ),
+]
 KeysSecretOpt = Annotated[
     str, typer.Option("--keys-secret", help="The router's keys Secret (the chart's <release>-preview-keys).")
 ]

@@ -1,15 +1,42 @@
-"""The sandbox runtime's native API (sandbox-runtime `/v1/...`), as the operator uses it: exec and baseline."""
+"""The sandbox runtime's native API (sandbox-runtime `/v1/...`), as the operator uses it: exec and baseline.
+
+A runtime is the tenant's: whatever runs in the workspace can answer in its place. So no answer is ever read
+whole: each is streamed with a byte limit (`max_answer_bytes`, SHADOW_RUNTIME_MAX_ANSWER_BYTES, 4 MiB by
+default) and an answer past it fails its call with `RuntimeAnswerTooLarge` after at most that many bytes.
+Command output is asked for capped at a sixteenth of the limit per stream (even escaped control characters,
+six bytes of JSON each, then fit) and cut again here, its tail kept and `truncated` set, before it goes
+anywhere, should a runtime ignore the cap.
+"""
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
 
+DEFAULT_MAX_ANSWER_BYTES = 4 << 20
+# What an error answer may contribute to a message.
+ERROR_DETAIL_BYTES = 300
+# Objects and arrays an answer may hold. The runtime's have a handful; `[{},{},...]` would cost ~20 times its
+# size in Python objects, so a hostile answer of nothing else is refused before it is parsed.
+MAX_JSON_CONTAINERS = 1024
+_JSON_STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"')
+
 
 class RuntimeUnavailable(Exception):
     """The runtime could not be reached or refused a request."""
+
+
+class DownloadTooLarge(Exception):
+    """A file from the workspace is larger than the operator accepts."""
+
+    def __init__(self, path: str, limit: int) -> None:
+        super().__init__(f"{path} is larger than {limit} bytes, the most the operator accepts")
+        self.limit = limit
 
 
 class RuntimeRefused(RuntimeUnavailable):
@@ -21,12 +48,25 @@ class RuntimeRefused(RuntimeUnavailable):
         self.detail = detail
 
 
+class RuntimeAnswerTooLarge(RuntimeUnavailable):
+    """The runtime's answer was longer than the operator reads; it was dropped unread past the limit."""
+
+    def __init__(self, method: str, path: str, limit: int) -> None:
+        super().__init__(
+            f"the runtime's answer to {method} {path} is larger than {limit} bytes, the most the operator reads "
+            "(operator setting SHADOW_RUNTIME_MAX_ANSWER_BYTES, chart value operator.runtimeMaxAnswerBytes)"
+        )
+        self.limit = limit
+
+
 @dataclass(frozen=True)
 class ExecResult:
     exit_code: int
     stdout: str
     stderr: str
     timed_out: bool
+    # Output was cut (by the runtime or here): stdout and stderr hold only their tails.
+    truncated: bool = False
 
     @property
     def ok(self) -> bool:
@@ -37,12 +77,30 @@ class ExecResult:
         return (self.stdout + ("\n" if self.stdout and self.stderr else "") + self.stderr).strip()
 
 
+def _tail(text: str, limit: int) -> tuple[str, bool]:
+    return (text, False) if len(text) <= limit else (text[-limit:], True)
+
+
 class Runtime:
-    def __init__(self, base_url: str, token: str | None, *, timeout: float = 30.0) -> None:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None,
+        *,
+        timeout: float = 30.0,
+        max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
+    ) -> None:
+        # Answers are counted as they arrive on the wire: compressed ones (whose size says nothing about what
+        # they expand to) are not asked for, and refused.
+        headers = {"Accept-Encoding": "identity"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
         self._http = httpx.AsyncClient(
             base_url=base_url.rstrip("/"), headers=headers, timeout=timeout, trust_env=False
         )
+        self.max_answer_bytes = max_answer_bytes
+        # Per stream (stdout, stderr): JSON escapes a control character in six bytes, so both fit the limit.
+        self.max_output_bytes = max_answer_bytes // 16
         self._journal_flag = True
 
     async def __aenter__(self) -> Runtime:
@@ -53,16 +111,30 @@ class Runtime:
 
     async def _request(self, method: str, path: str, *, timeout: float | None = None, **kw: Any) -> Any:
         try:
-            resp = await self._http.request(
+            async with self._http.stream(
                 method, path, timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT, **kw
-            )
+            ) as resp:
+                if resp.status_code >= 400:
+                    detail = await _read_bounded(resp, ERROR_DETAIL_BYTES, method, path, cut=True)
+                    raise RuntimeRefused(
+                        resp.status_code,
+                        f"runtime answered {resp.status_code} to {method} {path}",
+                        detail.decode(errors="replace"),
+                    )
+                content = await _read_bounded(resp, self.max_answer_bytes, method, path)
         except httpx.HTTPError as exc:
             raise RuntimeUnavailable(f"runtime unreachable: {type(exc).__name__}: {exc}") from None
-        if resp.status_code >= 400:
+        if not content:
+            return None
+        outside_strings = _JSON_STRING.sub(b'""', content)
+        if outside_strings.count(b"{") + outside_strings.count(b"[") > MAX_JSON_CONTAINERS:
+            raise RuntimeRefused(resp.status_code, f"runtime's answer to {method} {path} is malformed", "")
+        try:
+            return json.loads(content)
+        except (ValueError, RecursionError):
             raise RuntimeRefused(
-                resp.status_code, f"runtime answered {resp.status_code} to {method} {path}", resp.text[:300]
-            )
-        return resp.json() if resp.content else None
+                resp.status_code, f"runtime answered {method} {path} with something other than JSON", ""
+            ) from None
 
     async def healthy(self) -> bool:
         try:
@@ -91,6 +163,7 @@ class Runtime:
             "env": env or {},
             "cwd": cwd,
             "timeout_seconds": timeout,
+            "max_output_bytes": self.max_output_bytes,
             "tag": tag,
         }
         if self._journal_flag:
@@ -106,12 +179,18 @@ class Runtime:
             self._journal_flag = False
             body.pop("journal")
             data = await self._request("POST", "/v1/exec", json=body, timeout=timeout + 30.0)
-        return ExecResult(
-            exit_code=int(data["exit_code"]),
-            stdout=str(data["stdout"]),
-            stderr=str(data["stderr"]),
-            timed_out=bool(data["timed_out"]),
-        )
+        try:
+            stdout, cut_out = _tail(str(data["stdout"]), self.max_output_bytes)
+            stderr, cut_err = _tail(str(data["stderr"]), self.max_output_bytes)
+            return ExecResult(
+                exit_code=int(data["exit_code"]),
+                stdout=stdout,
+                stderr=stderr,
+                timed_out=bool(data["timed_out"]),
+                truncated=bool(data.get("truncated")) or cut_out or cut_err,
+            )
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise RuntimeRefused(200, "runtime's answer to POST /v1/exec is malformed", "") from None
 
     async def capture_baseline(self, exclude: list[str] | None = None) -> dict[str, Any]:
         result: dict[str, Any] = await self._request(
@@ -134,6 +213,39 @@ class Runtime:
         if not result.ok:
             raise RuntimeRefused(500, "sync failed in the workspace", result.output[:300])
 
+    async def download(self, path: str, dest: Path, *, limit: int, timeout: float = 600.0) -> int:
+        """Stream the workspace file `path` into `dest`, refusing it past `limit` bytes (the workspace decides
+        what the file is: never trust its size). Returns the number of bytes written."""
+        written = 0
+        try:
+            async with self._http.stream("GET", f"/v1/files/{path}", timeout=timeout) as resp:
+                if resp.status_code >= 400:
+                    head = b""
+                    async for chunk in resp.aiter_raw():
+                        head += chunk
+                        if len(head) >= 300:
+                            break
+                    raise RuntimeRefused(
+                        resp.status_code, f"download of {path} refused", head[:300].decode(errors="replace")
+                    )
+                with dest.open("wb") as out:
+                    async for chunk in resp.aiter_raw():
+                        written += len(chunk)
+                        if written > limit:
+                            raise DownloadTooLarge(path, limit)
+                        out.write(chunk)
+        except httpx.HTTPError as exc:
+            raise RuntimeUnavailable(f"download interrupted: {type(exc).__name__}: {exc}") from None
+        return written
+
+    async def delete(self, path: str) -> None:
+        """Remove a file or directory tree of the workspace (gone already is fine)."""
+        try:
+            await self._request("DELETE", f"/v1/files/{path}", params={"recursive": "true"}, timeout=120.0)
+        except RuntimeRefused as exc:
+            if exc.status != 404:
+                raise
+
     async def copy_tree_to(self, target: Runtime, path: str = "", *, timeout: float = 600.0) -> int:
         """Stream the directory `path` of this workspace as tar.gz into the same directory of `target`.
 
@@ -151,7 +263,9 @@ class Runtime:
                 timeout=timeout,
             ) as resp:
                 if resp.status_code >= 400:
-                    detail = (await resp.aread()).decode(errors="replace")[:300]
+                    detail = (
+                        await _read_bounded(resp, ERROR_DETAIL_BYTES, "GET", "/v1/archive", cut=True)
+                    ).decode(errors="replace")
                     raise RuntimeRefused(
                         resp.status_code, f"export of {path or 'the workspace'} refused", detail
                     )
@@ -172,3 +286,25 @@ class Runtime:
         except httpx.HTTPError as exc:
             raise RuntimeUnavailable(f"copy interrupted: {type(exc).__name__}: {exc}") from None
         return streamed
+
+
+async def _read_bounded(
+    resp: httpx.Response, limit: int, method: str, path: str, *, cut: bool = False
+) -> bytes:
+    """At most `limit` bytes of the answer: past them, `cut` keeps the first `limit`, else the call fails."""
+    encoding = resp.headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        raise RuntimeRefused(
+            resp.status_code, f"runtime answered {method} {path} with Content-Encoding {encoding}", "not read"
+        )
+    length = resp.headers.get("content-length", "")
+    if not cut and length.isdigit() and int(length) > limit:
+        raise RuntimeAnswerTooLarge(method, path, limit)
+    content = bytearray()
+    async for chunk in resp.aiter_raw():
+        content += chunk
+        if len(content) > limit:
+            if cut:
+                return bytes(content[:limit])
+            raise RuntimeAnswerTooLarge(method, path, limit)
+    return bytes(content)

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from shadow_operator.clients.runtime import DEFAULT_MAX_ANSWER_BYTES
+from shadow_operator.resources.networkpolicy import denied_ranges
+from shadow_operator.resources.podsecurity import PodSecurity
 
 
 @dataclass(frozen=True)
@@ -14,6 +19,9 @@ class Config:
     operator_namespace: str = "shadow-system"
     # Namespaces the default NetworkPolicy lets in (the operator's plus, e.g., a separate preview router's).
     ingress_namespaces: tuple[str, ...] = ("shadow-system",)
+    # The cluster's pod and service ranges, denied to sandboxes' egress beside every non-global range (they
+    # must be named where they are globally routable addresses; RFC 1918 ranges are denied anyway).
+    cluster_cidrs: tuple[str, ...] = ()
     metrics_port: int = 8081
     json_logs: bool = False
     # ShadowEnvironment: the SandboxTemplate a workspace starts from unless it names one, and Gitea's image.
@@ -26,6 +34,15 @@ class Config:
     # Likewise for workspace runtimes (default: each workspace's status.runtimeURL): one runtime on loopback
     # answering for every workspace, for an operator outside the cluster or tests without a kubelet.
     runtime_api_url: str | None = None
+    # The most the operator reads of one answer of a workspace runtime (which the tenant's code controls).
+    runtime_max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
+    # What a sandbox's pod may ask of its node (the chart's podSecurity values; its admission policy agrees).
+    pod_security: PodSecurity = field(default_factory=PodSecurity)
+    # Pushes to Gitea (clients/gitpush.py): where the temporary repositories go (an emptyDir in the chart) and
+    # the largest snapshot bundle taken from a workspace.
+    git_work_dir: str | None = None
+    max_bundle_bytes: int = 1 << 30
+    git_push_concurrency: int = 2
 
     @classmethod
     def from_env(cls) -> Config:
@@ -34,12 +51,20 @@ class Config:
             env.get("SHADOW_OPERATOR_NAMESPACE") or env.get("POD_NAMESPACE") or "shadow-system"
         )
         extra = [ns.strip() for ns in env.get("SHADOW_INGRESS_NAMESPACES", "").split(",") if ns.strip()]
+        cluster_cidrs = tuple(
+            cidr.strip() for cidr in env.get("SHADOW_CLUSTER_CIDRS", "").split(",") if cidr.strip()
+        )
+        try:
+            denied_ranges(cluster_cidrs)
+        except ValueError as exc:
+            raise ValueError(f"SHADOW_CLUSTER_CIDRS: {exc}") from None
         return cls(
             cluster_domain=env.get("SHADOW_CLUSTER_DOMAIN", "cluster.local"),
             preview_domain=env.get("SHADOW_PREVIEW_DOMAIN") or None,
             preview_scheme=env.get("SHADOW_PREVIEW_SCHEME", "https"),
             operator_namespace=operator_namespace,
             ingress_namespaces=tuple(dict.fromkeys([operator_namespace, *extra])),
+            cluster_cidrs=cluster_cidrs,
             metrics_port=int(env.get("SHADOW_METRICS_PORT", "8081")),
             json_logs=env.get("SHADOW_LOG_FORMAT", "").lower() == "json",
             default_template=env.get("SHADOW_DEFAULT_TEMPLATE") or "workspace",
@@ -47,4 +72,23 @@ class Config:
             gitea_image_pull_policy=env.get("SHADOW_GITEA_IMAGE_PULL_POLICY") or "IfNotPresent",
             gitea_api_url=env.get("SHADOW_GITEA_API_URL") or None,
             runtime_api_url=env.get("SHADOW_RUNTIME_API_URL") or None,
+            pod_security=PodSecurity(
+                allow_privileged=_flag(env, "SHADOW_ALLOW_PRIVILEGED"),
+                allow_host_namespaces=_flag(env, "SHADOW_ALLOW_HOST_NAMESPACES"),
+                allow_host_path=_flag(env, "SHADOW_ALLOW_HOST_PATH"),
+                allow_service_account=_flag(env, "SHADOW_ALLOW_SERVICE_ACCOUNT"),
+            ),
+            runtime_max_answer_bytes=int(
+                env.get("SHADOW_RUNTIME_MAX_ANSWER_BYTES") or DEFAULT_MAX_ANSWER_BYTES
+            ),
+            git_work_dir=env.get("SHADOW_GIT_WORK_DIR") or None,
+            max_bundle_bytes=int(env.get("SHADOW_MAX_BUNDLE_BYTES") or 1 << 30),
+            git_push_concurrency=int(env.get("SHADOW_GIT_PUSH_CONCURRENCY") or 2),
         )
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    value = env.get(name, "").strip().lower()
+    if value not in ("", "true", "false"):
+        raise ValueError(f"{name}: {value!r} is neither true nor false")
+    return value == "true"

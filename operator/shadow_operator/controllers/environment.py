@@ -44,13 +44,21 @@ from shadow_operator.api.kinds import (
     VOLUME_SNAPSHOT,
     VOLUME_SNAPSHOT_CLASS,
 )
+from shadow_operator.clients import gitpush
 from shadow_operator.clients.gitea import Gitea, GiteaError
 from shadow_operator.clients.kube import ApiError
-from shadow_operator.clients.runtime import Runtime, RuntimeRefused, RuntimeUnavailable
+from shadow_operator.clients.runtime import (
+    ExecResult,
+    Runtime,
+    RuntimeAnswerTooLarge,
+    RuntimeRefused,
+    RuntimeUnavailable,
+)
+from shadow_operator.controllers import pushes
 from shadow_operator.engine import Cache, Cached, Index, NotOwned, Reconciler, Watch
 from shadow_operator.engine.cache import Body, Key
 from shadow_operator.resources import conditions as conds
-from shadow_operator.resources import copyin, snapshots
+from shadow_operator.resources import copyin, gitea_policy, snapshots
 from shadow_operator.resources import environment as res
 from shadow_operator.resources import indexes as ix
 from shadow_operator.resources.verdict import (
@@ -133,6 +141,11 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._bootstrap_failures: dict[Key, int] = {}
+        self._push_settings = gitpush.PushSettings(
+            work_dir=self.config.git_work_dir,
+            max_bundle_bytes=self.config.max_bundle_bytes,
+            slots=asyncio.Semaphore(self.config.git_push_concurrency),
+        )
 
     async def deleted(self, key: Key) -> None:
         self._bootstrap_failures.pop(key, None)
@@ -176,7 +189,7 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
         if gitea_on:
             creds = await self._ensure_gitea_secret(env)
             await self._apply(SERVICE, res.build_gitea_service(body), env)
-            for policy in res.build_gitea_network_policies(body, self.config.operator_namespace):
+            for policy in gitea_policy.build_gitea_network_policies(body, self.config.operator_namespace):
                 await self._apply(NETWORK_POLICY, policy, env)
             sts = await self._apply(
                 STATEFUL_SET,
@@ -249,6 +262,8 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
             return None  # waiting for an upload: its annotation wakes us
         if not sources_were_ready:
             return 0.0  # Ready now (written at the end of this pass); verification runs in the next one
+        if gitea_on:
+            await self._push_request(env, state, creds.get(c.GITEA_SECRET_TOKEN))
         await self._verify(env, state)
         return await self._suspend_if_idle(env, state)
 
@@ -723,7 +738,7 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
             raise StepFailed(None, "RuntimeUnknown", f"the workspace {name} has no runtime URL yet")
         secret = self.cache.store(SECRET).get(namespace, naming.token_secret_name(name))
         token = _secret_data(secret).get(c.RUNTIME_TOKEN_KEY) if secret else None
-        return Runtime(url, token)
+        return Runtime(url, token, max_answer_bytes=self.config.runtime_max_answer_bytes)
 
     def _plans(self, env: ShadowEnvironment, status: dict[str, Any]) -> list[res.SourcePlan]:
         return res.plan_sources(env.body, (status.get("clone") or {}).get("sources"))
@@ -751,28 +766,26 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
                     waiting.append(plan.name)
                     continue
                 push_url = f"{base_url}/{plan.full_repo}.git" if base_url else None
+                target = None
+                if push_url and token:
+                    push_base = self._gitea_api_url(env)
+                    target = pushes.Target(f"{push_base}/{plan.full_repo}.git", push_url, token)
                 try:
-                    result = await runtime.sh(
-                        copyin.COPY_IN,
-                        env=copyin.copy_in_env(plan, push_url=push_url, token=token),
-                        timeout=900.0,
-                        tag="shadow-operator: copy-in",
+                    commit, branch = await pushes.snapshot_and_push(
+                        runtime, plan, target, self._push_settings
                     )
                 except RuntimeUnavailable as exc:
                     raise StepFailed(None, "RuntimeUnreachable", str(exc)) from None
-                fields = copyin.parse_result(result.stdout)
-                if not result.ok or fields is None or len(fields) != 2:
-                    detail = copyin.redact(
-                        copyin.tail(result.output) or f"exit code {result.exit_code}", [token or ""]
-                    )
+                except (pushes.SnapshotFailed, gitpush.PushFailed) as exc:
                     what = f"cloning {plan.git_url}" if plan.git_url else "snapshotting the upload"
+                    if isinstance(exc, gitpush.PushFailed):
+                        what = f"pushing the snapshot to Gitea {plan.full_repo}"
                     raise StepFailed(
                         "SourceFetchFailed",
                         "SourceFetchFailed",
-                        f"source {plan.name!r}: {what} failed: {detail}",
+                        f"source {plan.name!r}: {what} failed: {copyin.redact(str(exc), [token or ''])}",
                         retry=RETRY_SECONDS,
-                    )
-                commit, branch = fields
+                    ) from None
                 if gitea is not None:
                     try:
                         await gitea.set_default_branch(plan.org, plan.repo, branch)
@@ -823,6 +836,39 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
                     f"{len(plans)} source(s) copied in; {baseline}",
                 )
 
+    async def _push_request(self, env: ShadowEnvironment, state: _Status, token: str | None) -> None:
+        """Answer the client's shadow.dev/push-request (controllers/pushes.py) in status.lastPush."""
+        request = pushes.pending_request(env.metadata.annotations, state.status.get("lastPush"))
+        if isinstance(request, dict):  # not a valid request: answered with the reason
+            state.status["lastPush"] = request
+            return
+        if request is None or not token:
+            return
+        copied = {s["name"] for s in state.status.get("sources") or ()}
+        try:
+            async with (
+                self._runtime(env, state) as runtime,
+                Gitea(self._gitea_api_url(env), username="", token=token) as gitea,
+            ):
+                state.status["lastPush"] = await pushes.perform(
+                    request,
+                    runtime,
+                    gitea,
+                    self._plans(env, state.status),
+                    copied,
+                    push_base=self._gitea_api_url(env),
+                    clone_base=str(state.status.get("giteaURL")),
+                    token=token,
+                    settings=self._push_settings,
+                )
+        except RuntimeUnavailable as exc:
+            raise StepFailed(None, "RuntimeUnreachable", str(exc)) from None
+        last = state.status["lastPush"]
+        outcome = f"failed: {last['error']}" if last.get("error") else f"{last['repo']}@{last['commit'][:12]}"
+        self.recorder.info(
+            env.body, reason="Pushed", message=f"push {request.id} ({last.get('branch')}) {outcome}"[:1000]
+        )
+
     # ------------------------------------------------------------------------------------------ verify
     async def _verify(self, env: ShadowEnvironment, state: _Status) -> None:
         verify = env.spec.verify
@@ -849,15 +895,19 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
                 if verify.install:
                     await self._check_installs(runtime, sources, checks[INSTALLATION_HEALTH])
                 for command in verify.commands or ():
-                    result = await runtime.sh(
-                        command.command,
-                        cwd=command.cwd or "",
-                        timeout=float(command.timeout_seconds),
-                        tag=f"shadow-operator: verify {command.name}",
-                    )
+                    try:
+                        result = await runtime.sh(
+                            command.command,
+                            cwd=command.cwd or "",
+                            timeout=float(command.timeout_seconds),
+                            tag=f"shadow-operator: verify {command.name}",
+                        )
+                    except RuntimeAnswerTooLarge as exc:
+                        checks[CODE_EXECUTION].append(CheckResult(command.name, False, str(exc)))
+                        continue
                     detail = f"exit code {result.exit_code}" + (" (timed out)" if result.timed_out else "")
                     if result.output:
-                        detail += ": " + copyin.tail(result.output, 400)
+                        detail += ": " + _evidence(result, 400)
                     checks[CODE_EXECUTION].append(CheckResult(command.name, result.ok, detail))
             except RuntimeUnavailable as exc:
                 raise StepFailed(None, "RuntimeUnreachable", str(exc)) from None
@@ -890,19 +940,18 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
             if env.spec.gitea.enabled:
                 gitea = await stack.enter_async_context(Gitea(self._gitea_api_url(env), username=""))
             for src in sources:
-                result = await runtime.sh(
-                    copyin.VERIFY_SOURCE,
-                    env={"SHADOW_PATH": src["path"], "SHADOW_COMMIT": src["commit"]},
-                    timeout=60.0,
-                    tag="shadow-operator: verify source",
-                )
-                out.append(
-                    CheckResult(
-                        f"{src['name']}: workspace has {src['commit'][:12]}",
-                        result.ok,
-                        "" if result.ok else copyin.tail(result.output, 300),
+                check = f"{src['name']}: workspace has {src['commit'][:12]}"
+                try:
+                    result = await runtime.sh(
+                        copyin.VERIFY_SOURCE,
+                        env={"SHADOW_PATH": src["path"], "SHADOW_COMMIT": src["commit"]},
+                        timeout=60.0,
+                        tag="shadow-operator: verify source",
                     )
-                )
+                except RuntimeAnswerTooLarge as exc:
+                    out.append(CheckResult(check, False, str(exc)))
+                else:
+                    out.append(CheckResult(check, result.ok, "" if result.ok else _evidence(result, 300)))
                 if gitea is not None:
                     out.append(await _gitea_holds_snapshot(gitea, src))
 
@@ -923,16 +972,21 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
             # about); npm turns GitHub URLs into tarball downloads that bypass git, so it uses Gitea's URL.
             url = str(src.get("publicURL") if kind == "python" and src.get("publicURL") else src["cloneURL"])
             script = copyin.INSTALL_PYTHON if kind == "python" else copyin.INSTALL_NODE
-            result = await runtime.sh(
-                script,
-                env={"SHADOW_URL": url, "SHADOW_BRANCH": src["branch"], **copyin.author_env()},
-                timeout=600.0,
-                tag="shadow-operator: verify install",
-            )
+            check = f"{src['name']}: installs from git"
+            try:
+                result = await runtime.sh(
+                    script,
+                    env={"SHADOW_URL": url, "SHADOW_BRANCH": src["branch"], **copyin.author_env()},
+                    timeout=600.0,
+                    tag="shadow-operator: verify install",
+                )
+            except RuntimeAnswerTooLarge as exc:
+                out.append(CheckResult(check, False, str(exc)))
+                continue
             detail = f"{'pip' if kind == 'python' else 'npm'} install from {url}@{src['branch']}: exit code {result.exit_code}"
             if not result.ok and result.output:
-                detail += ": " + copyin.tail(result.output, 400)
-            out.append(CheckResult(f"{src['name']}: installs from git", result.ok, detail))
+                detail += ": " + _evidence(result, 400)
+            out.append(CheckResult(check, result.ok, detail))
 
     # ------------------------------------------------------------------------------------------ status
     async def _write_status(self, env: ShadowEnvironment, state: _Status) -> None:
@@ -945,6 +999,12 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
         if failure and failure != old_failure:
             self.recorder.warn(env.body, reason=failure["code"], message=failure["message"][:1000])
         await self.client.patch_status(SHADOW_ENVIRONMENT, env.body, new)
+
+
+def _evidence(result: ExecResult, limit: int) -> str:
+    """The tail of a command's output for a verdict, saying when the output was longer than what was kept."""
+    tail = copyin.tail(result.output, limit)
+    return f"(output truncated) {tail}" if result.truncated else tail
 
 
 async def _gitea_holds_snapshot(gitea: Gitea, src: dict[str, Any]) -> CheckResult:
@@ -986,6 +1046,7 @@ class _Status:
                 "idle",
                 "clone",
                 "cloneMethod",
+                "lastPush",
             )
             if k in old
         }

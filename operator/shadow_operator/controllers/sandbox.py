@@ -14,7 +14,7 @@ from shadow_operator.api.models import Sandbox
 from shadow_operator.clients.kube import ApiError
 from shadow_operator.engine import Cached, Index, NotOwned, Reconciler
 from shadow_operator.resources import conditions as conds
-from shadow_operator.resources import indexes
+from shadow_operator.resources import indexes, podsecurity
 from shadow_operator.resources import sandbox as res
 
 RESYNC_SECONDS = 300.0
@@ -74,7 +74,7 @@ class SandboxReconciler(Reconciler[Sandbox]):
                 raise result
         pod_seen = results[0]
         assert isinstance(pod_seen, res.Observed)
-        if pod_seen.error or pod_seen.multiple_pods:
+        if pod_seen.error or pod_seen.refused or pod_seen.multiple_pods:
             return pod_seen
         service = results[1]
         if isinstance(service, ChildConflict):
@@ -113,6 +113,9 @@ class SandboxReconciler(Reconciler[Sandbox]):
                 )
         elif pod is None:
             manifest = res.build_pod(body, token_secret=naming.token_secret_name(name))
+            refused = podsecurity.violations(manifest["spec"], self.config.pod_security)
+            if refused:
+                return self._refused(body, refused)
             try:
                 pod = await self.client.apply(POD, manifest, owner=body)
             except NotOwned as taken:
@@ -134,6 +137,13 @@ class SandboxReconciler(Reconciler[Sandbox]):
         elif pod["metadata"].get("deletionTimestamp") is None:
             await self._sync_pod_metadata(body, pod)
         return res.Observed(pod=pod, pod_owned=pod_owned)
+
+    def _refused(self, sandbox: dict[str, Any], violations: list[str]) -> res.Observed:
+        """The pod template asks for more than the chart allows: no Pod; Ready says why, once as an Event."""
+        message = "Pod not created: spec.podTemplate.spec." + "; spec.podTemplate.spec.".join(violations)
+        if (_ready(sandbox) or {}).get("message") != message:
+            self.recorder.warn(sandbox, reason=c.REASON_POD_SECURITY_REFUSED, message=message[:1000])
+        return res.Observed(pod=None, refused=message)
 
     def _rejected(self, sandbox: dict[str, Any], what: str, exc: ApiError) -> res.Observed:
         """The API server refused a child built from the user's spec: say why in Ready, once as an Event."""

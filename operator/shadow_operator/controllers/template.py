@@ -28,7 +28,9 @@ class TemplateReconciler(Reconciler[SandboxTemplate]):
                     NETWORK_POLICY, template.namespace, name, uid=existing["metadata"]["uid"]
                 )
             return None
-        desired = networkpolicy.build_network_policy(template.body, self.config.ingress_namespaces)
+        desired = networkpolicy.build_network_policy(
+            template.body, self.config.ingress_namespaces, self.config.cluster_cidrs
+        )
         try:
             await self.client.apply(NETWORK_POLICY, desired, owner=template.body)
         except NotOwned:

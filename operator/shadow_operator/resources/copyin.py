@@ -8,60 +8,72 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from shadow_operator.api import constants as c
 from shadow_operator.resources.environment import SNAPSHOT_AUTHOR, SourcePlan
 
 RESULT_MARKER = "SHADOW_RESULT"
 
+# Git as the snapshot scripts run it in the workspace: the repository's own hooks and fsmonitor never run, and
+# git-lfs filters are off, so large files are committed as plain blobs (the workspace holds their content,
+# uploaded smudged; Gitea needs no LFS server and a clone from it needs no git-lfs). No credential is ever in
+# the workspace: the operator fetches the bundle these scripts write and pushes it itself (clients/gitpush.py).
+SAFE_GIT = (
+    "git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c filter.lfs.process= -c filter.lfs.clean= "
+    "-c filter.lfs.smudge= -c filter.lfs.required=false"
+)
+SNAPSHOT_REF = c.GIT_SNAPSHOT_REF
+
 # Clone (git sources), then snapshot the working tree (uncommitted and untracked-but-not-ignored files
-# included) into a commit without touching the copy's own index or HEAD, and push it with the repository's
-# branches and tags to Gitea, so that commits pinned in lockfiles resolve there too.
-COPY_IN = r"""
+# included) into a commit without touching the copy's own index or HEAD, and write a bundle of that commit
+# (as SNAPSHOT_REF) with the repository's branches, origin's branches and tags to $SHADOW_BUNDLE, so that
+# commits pinned in lockfiles resolve in Gitea too. With SHADOW_MESSAGE, the snapshot is a new commit on top
+# of HEAD with that message and the bundle carries only it (a promote to a branch).
+SNAPSHOT = rf"""
 set -eu
+g() {{ {SAFE_GIT} "$@"; }}
+bundle=${{SHADOW_BUNDLE:+$PWD/$SHADOW_BUNDLE}}
 if [ "$SHADOW_MODE" = git ] && [ ! -e "$SHADOW_PATH/.git" ]; then
   rm -rf "$SHADOW_PATH.partial"
   mkdir -p "$(dirname "$SHADOW_PATH")"
   git clone --quiet "$SHADOW_URL" "$SHADOW_PATH.partial"
-  if [ -n "${SHADOW_REF:-}" ]; then git -C "$SHADOW_PATH.partial" checkout --quiet "$SHADOW_REF"; fi
+  if [ -n "${{SHADOW_REF:-}}" ]; then git -C "$SHADOW_PATH.partial" checkout --quiet "$SHADOW_REF"; fi
   rm -rf "$SHADOW_PATH"
   mv "$SHADOW_PATH.partial" "$SHADOW_PATH"
 fi
-[ -d "$SHADOW_PATH" ] || { echo "source directory $SHADOW_PATH is missing (was it uploaded?)" >&2; exit 3; }
+[ -d "$SHADOW_PATH" ] || {{ echo "source directory $SHADOW_PATH is missing (was it uploaded?)" >&2; exit 3; }}
 cd "$SHADOW_PATH"
-[ -e .git ] || git init --quiet --initial-branch=main
-branch=$(git symbolic-ref --quiet --short HEAD || echo main)
+[ -e .git ] || g init --quiet --initial-branch=main
+branch=$(g symbolic-ref --quiet --short HEAD || echo main)
 index=$(mktemp)
 if [ -f .git/index ]; then cp .git/index "$index"; else rm -f "$index"; fi
-GIT_INDEX_FILE="$index" git add --all
-tree=$(GIT_INDEX_FILE="$index" git write-tree)
+GIT_INDEX_FILE="$index" g add --all
+tree=$(GIT_INDEX_FILE="$index" g write-tree)
 rm -f "$index"
-parent=$(git rev-parse --quiet --verify 'HEAD^{commit}' || true)
-# Dated like its parent, the snapshot of the same tree is the same commit every time (a retried copy-in
-# pushes what the first attempt pushed).
-stamp=$( [ -n "$parent" ] && git log -1 --format=%cI "$parent" || echo 1970-01-01T00:00:00Z)
-export GIT_AUTHOR_DATE="$stamp" GIT_COMMITTER_DATE="$stamp"
-if [ -n "$parent" ] && [ "$(git rev-parse "$parent^{tree}")" = "$tree" ]; then
-  commit=$parent
-elif [ -n "$parent" ]; then
-  commit=$(git commit-tree "$tree" -p "$parent" -m "shadow snapshot: uncommitted work")
+parent=$(g rev-parse --quiet --verify 'HEAD^{{commit}}' || true)
+if [ -n "${{SHADOW_MESSAGE:-}}" ]; then
+  commit=$(g commit-tree "$tree" ${{parent:+-p "$parent"}} -m "$SHADOW_MESSAGE")
 else
-  commit=$(git commit-tree "$tree" -m "shadow snapshot")
+  # Dated like its parent, the snapshot of the same tree is the same commit every time (a retried copy-in
+  # pushes what the first attempt pushed).
+  stamp=$( [ -n "$parent" ] && g log -1 --format=%cI "$parent" || echo 1970-01-01T00:00:00Z)
+  export GIT_AUTHOR_DATE="$stamp" GIT_COMMITTER_DATE="$stamp"
+  if [ -n "$parent" ] && [ "$(g rev-parse "$parent^{{tree}}")" = "$tree" ]; then
+    commit=$parent
+  elif [ -n "$parent" ]; then
+    commit=$(g commit-tree "$tree" -p "$parent" -m "shadow snapshot: uncommitted work")
+  else
+    commit=$(g commit-tree "$tree" -m "shadow snapshot")
+  fi
 fi
-seen=" $branch "
-refs="+$commit:refs/heads/$branch"
-for ref in $(git for-each-ref --format='%(refname)' refs/heads refs/remotes/origin); do
-  case $ref in
-    refs/remotes/origin/HEAD) continue ;;
-    refs/heads/*) b=${ref#refs/heads/} ;;
-    *) b=${ref#refs/remotes/origin/} ;;
-  esac
-  case $seen in *" $b "*) continue ;; esac
-  seen="$seen$b "
-  refs="$refs +$ref:refs/heads/$b"
-done
-if [ -n "${SHADOW_PUSH_URL:-}" ]; then
-  GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=http.extraHeader \
-    GIT_CONFIG_VALUE_0="Authorization: token $SHADOW_PUSH_TOKEN" \
-    git push --quiet --force "$SHADOW_PUSH_URL" $refs '+refs/tags/*:refs/tags/*'
+if [ -n "$bundle" ]; then
+  mkdir -p "$(dirname "$bundle")"
+  g update-ref {SNAPSHOT_REF} "$commit"
+  if [ -n "${{SHADOW_MESSAGE:-}}" ]; then
+    g bundle create --quiet "$bundle" {SNAPSHOT_REF}
+  else
+    g bundle create --quiet "$bundle" {SNAPSHOT_REF} --branches --tags --remotes=origin
+  fi
+  g update-ref -d {SNAPSHOT_REF}
 fi
 echo "SHADOW_RESULT $commit $branch"
 """
@@ -114,20 +126,24 @@ def author_env() -> dict[str, str]:
     }
 
 
-def copy_in_env(plan: SourcePlan, *, push_url: str | None, token: str | None) -> dict[str, str]:
-    """Inputs of COPY_IN; without a push URL (no Gitea) the snapshot is made but not pushed."""
+def snapshot_env(
+    plan: SourcePlan, *, bundle: str | None, path: str | None = None, message: str | None = None
+) -> dict[str, str]:
+    """Inputs of SNAPSHOT: the source (or `path`, e.g. a published directory) and where the bundle goes
+    (relative to the workspace root; None: nowhere, there is no Gitea to push to)."""
     env = {
         **author_env(),
         # The clone of the source itself must not be redirected by the environment's own rewrites.
         "GIT_CONFIG_COUNT": "0",
-        "SHADOW_MODE": "upload" if plan.upload else "git",
-        "SHADOW_PATH": plan.path,
-        "SHADOW_PUSH_URL": push_url or "",
-        "SHADOW_PUSH_TOKEN": token or "",
+        "SHADOW_MODE": "upload" if plan.upload or path else "git",
+        "SHADOW_PATH": path or plan.path,
+        "SHADOW_BUNDLE": bundle or "",
     }
-    if plan.git_url:
+    if message:
+        env["SHADOW_MESSAGE"] = message
+    if plan.git_url and not path:
         env["SHADOW_URL"] = plan.git_url
-    if plan.git_ref:
+    if plan.git_ref and not path:
         env["SHADOW_REF"] = plan.git_ref
     return env
 
@@ -155,54 +171,3 @@ def redact(text: str, secrets: Iterable[str]) -> str:
         if value:
             text = text.replace(value, "***")
     return text
-
-
-# Promote to a branch: snapshot the working tree of a source (as COPY_IN does, HEAD and index untouched) and
-# push that commit to one branch of its Gitea repository.
-PUSH_BRANCH = r"""
-set -eu
-cd "$SHADOW_PATH"
-index=$(mktemp)
-if [ -f .git/index ]; then cp .git/index "$index"; else rm -f "$index"; fi
-GIT_INDEX_FILE="$index" git add --all
-tree=$(GIT_INDEX_FILE="$index" git write-tree)
-rm -f "$index"
-parent=$(git rev-parse --quiet --verify 'HEAD^{commit}' || true)
-if [ -n "$parent" ]; then
-  commit=$(git commit-tree "$tree" -p "$parent" -m "$SHADOW_MESSAGE")
-else
-  commit=$(git commit-tree "$tree" -m "$SHADOW_MESSAGE")
-fi
-GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=http.extraHeader GIT_CONFIG_VALUE_0="Authorization: $SHADOW_PUSH_AUTH" \
-  git push --quiet --force "$SHADOW_PUSH_URL" "$commit:refs/heads/$SHADOW_BRANCH"
-echo "SHADOW_RESULT $commit $SHADOW_BRANCH"
-"""
-
-# Publish: make sure an organization and a repository exist in the environment's Gitea (Gitea's REST API,
-# from inside the workspace, which is the one place that reaches Gitea; python3 is there, the runtime is it).
-ENSURE_REPO = r"""
-import json, os, sys, urllib.error, urllib.request
-api = os.environ["SHADOW_GITEA_API"].rstrip("/") + "/api/v1"
-auth = os.environ["SHADOW_GITEA_AUTH"]
-org, repo = os.environ["SHADOW_ORG"], os.environ["SHADOW_REPO"]
-
-def call(method, path, body=None):
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(api + path, data=data, method=method,
-                                 headers={"Authorization": auth, "Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return resp.status
-    except urllib.error.HTTPError as err:
-        return err.code
-
-if call("GET", f"/orgs/{org}") == 404:
-    status = call("POST", "/orgs", {"username": org, "visibility": "public"})
-    if status not in (201, 422):
-        sys.exit(f"creating organization {org} in Gitea failed: HTTP {status}")
-if call("GET", f"/repos/{org}/{repo}") == 404:
-    status = call("POST", f"/orgs/{org}/repos", {"name": repo, "private": False})
-    if status not in (201, 409):
-        sys.exit(f"creating repository {org}/{repo} in Gitea failed: HTTP {status}")
-print(f"SHADOW_RESULT {org}/{repo}")
-"""

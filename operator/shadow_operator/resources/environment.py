@@ -150,7 +150,7 @@ def build_gitea_secret(env: Body, username: str, password: str) -> Manifest:
     }
 
 
-def _gitea_selector(env: Body) -> dict[str, str]:
+def gitea_selector(env: Body) -> dict[str, str]:
     return {c.LABEL_ENVIRONMENT: env["metadata"]["name"], c.LABEL_COMPONENT: c.COMPONENT_GITEA}
 
 
@@ -165,7 +165,7 @@ def build_gitea_service(env: Body) -> Manifest:
             "labels": cached_labels(env, c.COMPONENT_GITEA),
         },
         "spec": {
-            "selector": _gitea_selector(env),
+            "selector": gitea_selector(env),
             "ports": [{"name": "http", "port": c.GITEA_HTTP_PORT, "targetPort": "http", "protocol": "TCP"}],
         },
     }
@@ -201,7 +201,7 @@ def build_gitea_statefulset(
         "spec": {
             "serviceName": name,
             "replicas": 1,
-            "selector": {"matchLabels": _gitea_selector(env)},
+            "selector": {"matchLabels": gitea_selector(env)},
             # The data volume goes with the StatefulSet (and so with the environment) unless retained.
             "persistentVolumeClaimRetentionPolicy": {
                 "whenDeleted": "Retain" if persistence.get("retain") else "Delete",
@@ -441,64 +441,3 @@ def pvc_failure(pvc: Body | None, what: str) -> tuple[str, str] | None:
     if pvc is not None and (pvc.get("status") or {}).get("phase") == "Lost":
         return ("StorageUnavailable", f"{what}: volume claim {pvc['metadata']['name']} is Lost")
     return None
-
-
-# ----------------------------------------------------------------------------------------- networking
-def gitea_network_policy_name(env: str) -> str:
-    return naming.bounded(f"{env}-gitea", 253)
-
-
-def build_gitea_network_policies(env: Body, operator_namespace: str) -> list[Manifest]:
-    """Gitea takes connections only from the namespace's sandboxes and from the operator (bootstrap); the
-    workspace may reach the namespace's Gitea servers on their HTTP port, which the template's managed
-    policy (no private ranges) would otherwise refuse. NetworkPolicies add up, so these two open exactly
-    that and nothing else."""
-    meta = env["metadata"]
-    port = [{"protocol": "TCP", "port": c.GITEA_HTTP_PORT}]
-    labels = environment_labels(env, c.COMPONENT_GITEA)
-    gitea_pods = {"matchLabels": {c.LABEL_COMPONENT: c.COMPONENT_GITEA}}
-    ingress = {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": {
-            "name": gitea_network_policy_name(meta["name"]),
-            "namespace": meta["namespace"],
-            "labels": labels,
-        },
-        "spec": {
-            "podSelector": {"matchLabels": _gitea_selector(env)},
-            "policyTypes": ["Ingress"],
-            "ingress": [
-                {
-                    "from": [
-                        {
-                            "podSelector": {
-                                "matchExpressions": [{"key": c.LABEL_SANDBOX_NAME_HASH, "operator": "Exists"}]
-                            }
-                        },
-                        {
-                            "namespaceSelector": {
-                                "matchLabels": {"kubernetes.io/metadata.name": operator_namespace}
-                            }
-                        },
-                    ],
-                    "ports": port,
-                }
-            ],
-        },
-    }
-    egress = {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": {
-            "name": naming.bounded(f"{meta['name']}-workspace-to-gitea", 253),
-            "namespace": meta["namespace"],
-            "labels": environment_labels(env, c.COMPONENT_WORKSPACE),
-        },
-        "spec": {
-            "podSelector": {"matchLabels": {c.LABEL_SANDBOX_NAME_HASH: naming.name_hash(meta["name"])}},
-            "policyTypes": ["Egress"],
-            "egress": [{"to": [{"podSelector": gitea_pods}], "ports": port}],
-        },
-    }
-    return [ingress, egress]

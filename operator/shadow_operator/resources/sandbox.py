@@ -249,6 +249,8 @@ class Observed:
     pod_owned: bool = True
     service: Body | None = None
     error: str | None = None
+    # The Pod was not created: its spec asks for more than the chart allows (what and which value allows it).
+    refused: str | None = None
     multiple_pods: int = 0
     expired: bool = False
 
@@ -353,6 +355,8 @@ def _ready_condition(
             c.REASON_MULTIPLE_PODS,
             f"multiple Pods ({seen.multiple_pods}) are controlled by this Sandbox; refusing to choose or create a Pod",
         )
+    if seen.refused:
+        return not_ready(c.REASON_POD_SECURITY_REFUSED, seen.refused)
     if seen.error:
         return not_ready(c.REASON_RECONCILER_ERROR, "Error seen: " + seen.error)
     if suspended_mode:

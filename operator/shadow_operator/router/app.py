@@ -15,23 +15,30 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import html
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from shadow_operator.clients.kube import ApiError, Kube
 from shadow_operator.router.decisions import HEADER, Decision, PreviewPolicy, SdkPolicy
 from shadow_operator.router.tokens import KeyRing
 
 log = logging.getLogger(__name__)
-SDK_HEADERS = ("X-Sandbox-ID", "X-Sandbox-Namespace", "X-Sandbox-Port", "X-Sandbox-Pod-IP", "X-Sandbox-UID")
+# nginx sets this on every request it asks about, from `$remote_addr` (replacing any the client sent): the
+# address the connection came from, which decides whether it is a port-forward (loopback).
+PEER_HEADER = "X-Shadow-Peer"
+SDK_HEADERS = (
+    "X-Sandbox-ID",
+    "X-Sandbox-Namespace",
+    "X-Sandbox-Port",
+    "X-Sandbox-Pod-IP",
+    "X-Sandbox-UID",
+    "Authorization",
+    PEER_HEADER,
+)
 TITLES = {
     400: "Bad request",
     401: "This preview is private",
@@ -90,54 +97,12 @@ class KeyFiles:
         return self._ring
 
 
-@dataclass
-class TokenReviewer:
-    """Who may use the SDK path when authorization mode is `tokenreview`: a bearer token the API server
-    authenticates. Answers are remembered briefly (by the token's hash) so a session costs one review."""
-
-    kube: Kube
-    ttl: float = 30.0
-
-    def __post_init__(self) -> None:
-        self._seen: dict[str, tuple[bool, float]] = {}
-
-    async def authenticated(self, authorization: str) -> bool:
-        scheme, _, token = authorization.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            return False
-        digest = hashlib.sha256(token.strip().encode()).hexdigest()
-        now = time.monotonic()
-        cached = self._seen.get(digest)
-        if cached is not None and cached[1] > now:
-            return cached[0]
-        review = {
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenReview",
-            "spec": {"token": token.strip()},
-        }
-        try:
-            result = await self.kube.create("/apis/authentication.k8s.io/v1/tokenreviews", review)
-        except ApiError as exc:
-            log.warning("TokenReview failed: %s", exc)
-            return False
-        ok = bool((result.get("status") or {}).get("authenticated"))
-        if len(self._seen) > 10_000:
-            self._seen.clear()
-        self._seen[digest] = (ok, now + self.ttl)
-        return ok
-
-
-Authorizer = Callable[[str], Awaitable[bool]]
-
-
 def build_app(
     preview: PreviewPolicy,
     sdk: SdkPolicy,
     *,
     ready: asyncio.Event,
-    authorize: Authorizer | None = None,
 ) -> web.Application:
-    """`authorize` (the tokenreview mode) checks the SDK caller's Authorization; None lets every caller in."""
 
     def preview_decision(request: web.Request) -> Decision:
         return preview.decide(
@@ -148,13 +113,11 @@ def build_app(
         )
 
     async def sdk_decision(request: web.Request) -> Decision:
-        if authorize is not None and not await authorize(request.headers.get("Authorization", "")):
-            return Decision(401, "a valid bearer token is required")
         # nginx keys its cache on one value per header: a repeated routing header is ambiguous, so refused.
         repeated = [h for h in SDK_HEADERS if len(request.headers.getall(h, ())) > 1]
         if repeated:
             return Decision(400, f"{repeated[0]} given more than once")
-        return sdk.decide(request.headers)
+        return await sdk.decide(request.headers, peer=request.headers.get(PEER_HEADER, ""))
 
     async def auth_preview(request: web.Request) -> web.Response:
         return _auth_answer(preview_decision(request))

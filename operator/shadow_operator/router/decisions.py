@@ -1,19 +1,20 @@
 """The router's decisions, free of any web framework: what nginx should do with one request.
 
 `Decision.status` is what the caller finally sees: 200 (proxy to `upstream`), 302 (token exchanged for a
-cookie), 400, 401, 404, 502 or 503. How it travels to nginx is `app.py`'s business.
+cookie), 400, 401, 403 (authenticated but not allowed, or a port the sandbox does not declare), 404, 502 or
+503. How it travels to nginx is `app.py`'s business.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from shadow_operator.router import validation
 from shadow_operator.router.index import Index, Route
-from shadow_operator.router.tokens import KeyRing, TokenError
+from shadow_operator.router.tokens import DEFAULT_MAX_LIFETIME_SECONDS, KeyRing, TokenError
 
 QUERY_PARAMETER = "shadow_token"
 HEADER = "X-Shadow-Preview-Token"
@@ -55,6 +56,7 @@ class PreviewPolicy:
     keys: Callable[[], KeyRing]
     default_access: str = "public"
     secure: bool = True
+    max_token_seconds: int = DEFAULT_MAX_LIFETIME_SECONDS
     clock: Callable[[], float] = time.time
 
     @property
@@ -88,12 +90,12 @@ class PreviewPolicy:
         )
 
     def _verify(self, token: str, route: Route) -> int | None:
-        """The token's expiry when it is valid for this sandbox, else None."""
+        """The token's expiry when it is valid for this sandbox (this incarnation of it: its uid), else None."""
         try:
-            claims = self.keys().verify(token, now=self.clock())
+            claims = self.keys().verify(token, now=self.clock(), max_lifetime=self.max_token_seconds)
         except TokenError:
             return None
-        if (claims.namespace, claims.sandbox) != (route.namespace, route.name):
+        if (claims.namespace, claims.sandbox, claims.uid) != (route.namespace, route.name, route.uid):
             return None
         return claims.expires
 
@@ -124,14 +126,43 @@ class PreviewPolicy:
         return Decision(401, "This preview is private: open it with a signed preview link.")
 
 
+# Who may use the SDK path, asked of the API server: (the caller's Authorization header, namespace, sandbox)
+# -> None when allowed, else the refusal (401 unauthenticated, 403 not allowed, 503 could not ask).
+Authorizer = Callable[[str, str, str], Awaitable[Decision | None]]
+# The authorization modes of the SDK path. `subjectaccessreview`: every caller is authorized (a loopback peer,
+# i.e. a `kubectl port-forward` that RBAC allowed, or a bearer token the API server authenticates and
+# authorizes for the sandbox). `insecure-allow-all`: anyone who reaches the port may use public sandboxes.
+SUBJECT_ACCESS_REVIEW = "subjectaccessreview"
+INSECURE_ALLOW_ALL = "insecure-allow-all"
+
+
 @dataclass
 class SdkPolicy:
-    """The SDK contract: X-Sandbox-* headers name a managed sandbox in one of `namespaces`."""
+    """The SDK contract: X-Sandbox-* headers name a managed sandbox in one of `namespaces`, and one port its pod
+    template declares. Callers are authorized (`authorize`) unless the mode is insecure-allow-all and the
+    sandbox's preview access is public: private sandboxes need authorization on this path in every mode."""
 
     index: Index
     namespaces: tuple[str, ...]
+    authorize: Authorizer
+    mode: str = SUBJECT_ACCESS_REVIEW
+    trust_loopback: bool = True
+    default_access: str = "public"
 
-    def decide(self, headers: Mapping[str, str]) -> Decision:
+    def _needs_authorization(self, route: Route | None) -> bool:
+        if self.mode != INSECURE_ALLOW_ALL:
+            return True
+        return route is not None and (route.access or self.default_access) == "private"
+
+    async def _authorized(self, peer: str, authorization: str, namespace: str, name: str) -> Decision | None:
+        if self.trust_loopback and validation.is_loopback_peer(peer):
+            return None  # kubectl port-forward to the router: RBAC already allowed pods/portforward on it.
+        if not authorization:
+            return Decision(401, "a bearer token is required (or connect through kubectl port-forward)")
+        return await self.authorize(authorization, namespace, name)
+
+    async def decide(self, headers: Mapping[str, str], peer: str) -> Decision:
+        """`peer`: the address nginx saw the request come from (never a header the caller set)."""
         try:
             target = validation.sdk_target(
                 headers.get("X-Sandbox-ID"),
@@ -142,12 +173,24 @@ class SdkPolicy:
             )
         except validation.Invalid as exc:
             return Decision(400, str(exc))
-        unknown = Decision(404, f"sandbox {target.namespace}/{target.name} not found")
-        if target.namespace not in self.namespaces:
-            return unknown
-        route = self.index.route(target.namespace, target.name)
+        served = target.namespace in self.namespaces
+        route = self.index.route(target.namespace, target.name) if served else None
+        # Authorization comes before "not found", so an unauthorized caller cannot probe which sandboxes exist.
+        if self._needs_authorization(route):
+            refused = await self._authorized(
+                peer, headers.get("Authorization", ""), target.namespace, target.name
+            )
+            if refused is not None:
+                return refused
         if route is None or (target.uid is not None and target.uid != route.uid):
-            return unknown
+            return Decision(404, f"sandbox {target.namespace}/{target.name} not found")
+        if target.port not in route.ports:
+            declared = ", ".join(str(p) for p in sorted(route.ports)) or "none"
+            return Decision(
+                403,
+                f"port {target.port} is not declared by sandbox {target.namespace}/{target.name}'s pod "
+                f"template (declared: {declared})",
+            )
         if not route.ready or not route.ips:
             return Decision(502, f"sandbox {target.namespace}/{target.name} is not ready")
         ip = route.ips[0]

@@ -33,6 +33,7 @@ class SandboxEntry:
     ready: bool
     preview_port: int | None
     runtime_port: int
+    ports: frozenset[int]
     access: str | None
     template: str | None
 
@@ -55,6 +56,7 @@ class Route:
     ips: tuple[str, ...]
     preview_port: int | None
     runtime_port: int
+    ports: frozenset[int]  # the TCP ports its pod template declares: all the SDK path may reach
     access: str | None
 
 
@@ -71,6 +73,7 @@ def sandbox_entry(body: Body, default_preview_port: int | None) -> SandboxEntry:
         ready=conds.is_true((body.get("status") or {}).get("conditions"), c.COND_READY),
         preview_port=res.named_port(pod_spec, c.PREVIEW_PORT_NAME) or default_preview_port,
         runtime_port=res.named_port(pod_spec, c.RUNTIME_PORT_NAME) or c.RUNTIME_DEFAULT_PORT,
+        ports=frozenset(p["port"] for p in res.service_ports(pod_spec) if p["protocol"] == "TCP"),
         access=_access(meta.get("annotations")),
         template=(meta.get("annotations") or {}).get(c.ANNOTATION_TEMPLATE_REF),
     )
@@ -183,6 +186,7 @@ class Index:
             ips=pod.ips if pod is not None else (),
             preview_port=entry.preview_port,
             runtime_port=entry.runtime_port,
+            ports=entry.ports,
             access=access,
         )
 

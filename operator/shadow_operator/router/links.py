@@ -15,12 +15,13 @@ def signed_link(
     preview_url: str,
     namespace: str,
     sandbox: str,
+    uid: str,
     *,
     ttl_seconds: int = DEFAULT_TTL_SECONDS,
     now: float | None = None,
 ) -> str:
-    """`preview_url` (the Sandbox's `status.previewURL`) with a token for that sandbox appended."""
-    token = keys.sign(namespace, sandbox, ttl_seconds, now=now)
+    """`preview_url` (the Sandbox's `status.previewURL`) with a token for that sandbox (its `uid`) appended."""
+    token = keys.sign(namespace, sandbox, uid, ttl_seconds, now=now)
     parts = urlsplit(preview_url)
     query = "&".join(q for q in (parts.query, urlencode({QUERY_PARAMETER: token})) if q)
     return urlunsplit((parts.scheme, parts.netloc, parts.path or "/", query, ""))

@@ -6,7 +6,9 @@ import argparse
 from pathlib import Path
 
 ACCESS_VALUES = ("public", "private")
-AUTHZ_MODES = ("none", "tokenreview")
+# decisions.SUBJECT_ACCESS_REVIEW, decisions.INSECURE_ALLOW_ALL (named here again: --help stays light).
+AUTHZ_MODES = ("subjectaccessreview", "insecure-allow-all")
+DEFAULT_MAX_TOKEN_SECONDS = 24 * 3600  # tokens.DEFAULT_MAX_LIFETIME_SECONDS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,7 +28,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--preview-port", type=int, default=3000, help="when the template names no preview port"
     )
-    parser.add_argument("--authz-mode", choices=AUTHZ_MODES, default="none", help="who may use the SDK path")
+    parser.add_argument(
+        "--max-token-seconds",
+        type=int,
+        default=DEFAULT_MAX_TOKEN_SECONDS,
+        help="refuse preview links signed to live longer than this",
+    )
+    parser.add_argument(
+        "--authz-mode",
+        choices=AUTHZ_MODES,
+        default=AUTHZ_MODES[0],
+        help="who may use the SDK path: subjectaccessreview (a port-forward, or a bearer token allowed to "
+        "create sandboxes/proxy in the sandbox's namespace); insecure-allow-all (anyone, public sandboxes)",
+    )
+    parser.add_argument(
+        "--trust-loopback",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="SDK requests from loopback (kubectl port-forward to the router) need no token",
+    )
     parser.add_argument(
         "--sdk",
         action=argparse.BooleanOptionalAction,

@@ -13,7 +13,8 @@ from prometheus_client import CollectorRegistry
 
 from shadow_operator.clients.kube import Kube
 from shadow_operator.router import watch
-from shadow_operator.router.app import KeyFiles, TokenReviewer, build_app, build_metrics_app
+from shadow_operator.router.access import ApiServerAuthorizer
+from shadow_operator.router.app import KeyFiles, build_app, build_metrics_app
 from shadow_operator.router.decisions import PreviewPolicy, SdkPolicy
 from shadow_operator.router.index import Index
 from shadow_operator.router.metrics import LogReceiver, RouterMetrics
@@ -59,10 +60,17 @@ async def serve(args: argparse.Namespace) -> None:
         keys=KeyFiles(args.keys_dir),
         default_access=args.default_access,
         secure=args.scheme == "https",
+        max_token_seconds=args.max_token_seconds,
     )
-    sdk = SdkPolicy(index=index, namespaces=namespaces if args.sdk else ())
-    authorize = TokenReviewer(kube).authenticated if args.authz_mode == "tokenreview" else None
-    app = build_app(preview, sdk, ready=feeder.synced, authorize=authorize)
+    sdk = SdkPolicy(
+        index=index,
+        namespaces=namespaces if args.sdk else (),
+        authorize=ApiServerAuthorizer(kube),
+        mode=args.authz_mode,
+        trust_loopback=args.trust_loopback,
+        default_access=args.default_access,
+    )
+    app = build_app(preview, sdk, ready=feeder.synced)
     host, _, port = args.listen.rpartition(":")
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()

@@ -1,8 +1,12 @@
-"""Signed, expiring preview tokens: HMAC-SHA256 over (namespace, sandbox, expiry), several keys for rotation.
+"""Signed, expiring preview tokens: HMAC-SHA256 over (namespace, sandbox, sandbox uid, issued, expiry), several
+keys for rotation.
 
-Format: `v1.<key id>.<payload>.<signature>`, payload and signature base64url without padding; the payload is
-the JSON `{"ns": ..., "sb": ..., "exp": <unix seconds>}`. The key id names the key that signed, so a verifier
-holding several keys checks against exactly one. Rotation: add a key whose id sorts after the others (new
+Format: `v2.<key id>.<payload>.<signature>`, payload and signature base64url without padding; the payload is
+the JSON `{"ns": ..., "sb": ..., "uid": ..., "iat": <unix seconds>, "exp": <unix seconds>}`. The uid binds a
+token to one incarnation of the sandbox: a sandbox deleted and created again under the same name has a new
+uid, so links to the old one open nothing. `iat` lets a verifier refuse tokens signed to live longer than it
+allows (`max_lifetime`), whoever signed them. v1 tokens (bound to the name only, no issue time) are refused.
+The key id names the key that signed, so a verifier holding several keys checks against exactly one. Rotation: add a key whose id sorts after the others (new
 links are signed with the last id), keep the old one until the longest token it signed has expired, then drop
 it; live cookies keep working throughout because every key present is accepted.
 """
@@ -21,7 +25,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-VERSION = "v1"
+VERSION = "v2"
+# The longest a token may live (expiry minus issue time) unless the router is told otherwise; the chart's
+# previewRouter.maxTokenSeconds defaults to it too.
+DEFAULT_MAX_LIFETIME_SECONDS = 24 * 3600
+# Clocks of the signer (a laptop) and the router differ a little: a token issued this far ahead still counts.
+CLOCK_SKEW_SECONDS = 60
 # Key ids are Secret data keys and appear in tokens: keep them short and plain.
 KEY_ID = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
 MIN_KEY_BYTES = 32
@@ -40,6 +49,8 @@ class TokenError(ValueError):
 class Claims:
     namespace: str
     sandbox: str
+    uid: str
+    issued: int
     expires: int
 
 
@@ -85,19 +96,24 @@ class KeyRing:
                     keys[path.name] = path.read_bytes().strip()
         return cls(keys)
 
-    def sign(self, namespace: str, sandbox: str, ttl_seconds: int, *, now: float | None = None) -> str:
+    def sign(
+        self, namespace: str, sandbox: str, uid: str, ttl_seconds: int, *, now: float | None = None
+    ) -> str:
+        """A token for the sandbox `namespace/sandbox` whose metadata.uid is `uid`, valid `ttl_seconds`."""
         if ttl_seconds <= 0:
             raise ValueError("ttl_seconds must be positive")
+        if not uid:
+            raise ValueError("a preview token is bound to the sandbox's uid: give one")
         kid = self.signing_id
-        expires = int(now if now is not None else time.time()) + ttl_seconds
-        payload = _b64(
-            json.dumps({"ns": namespace, "sb": sandbox, "exp": expires}, separators=(",", ":")).encode()
-        )
+        issued = int(now if now is not None else time.time())
+        claims = {"ns": namespace, "sb": sandbox, "uid": uid, "iat": issued, "exp": issued + ttl_seconds}
+        payload = _b64(json.dumps(claims, separators=(",", ":")).encode())
         signed = f"{VERSION}.{kid}.{payload}"
         return f"{signed}.{_b64(_mac(self._keys[kid], signed))}"
 
-    def verify(self, token: str, *, now: float | None = None) -> Claims:
-        """The claims of a valid, unexpired token; TokenError otherwise (never anything else)."""
+    def verify(self, token: str, *, now: float | None = None, max_lifetime: int | None = None) -> Claims:
+        """The claims of a valid, unexpired token that was signed to live at most `max_lifetime` seconds (any
+        lifetime when None); TokenError otherwise (never anything else)."""
         if len(token) > MAX_TOKEN_LENGTH:
             raise TokenError("too-long")
         parts = token.split(".")
@@ -115,11 +131,18 @@ class KeyRing:
             raise TokenError("bad-signature")
         try:
             data = json.loads(_unb64(payload))
-            claims = Claims(str(data["ns"]), str(data["sb"]), int(data["exp"]))
-        except (binascii.Error, ValueError, KeyError, TypeError):
+            claims = Claims(
+                str(data["ns"]), str(data["sb"]), str(data["uid"]), int(data["iat"]), int(data["exp"])
+            )
+        except (binascii.Error, ValueError, KeyError, TypeError, AttributeError):
             raise TokenError("malformed") from None
-        if claims.expires <= (now if now is not None else time.time()):
+        at = now if now is not None else time.time()
+        if claims.expires <= at:
             raise TokenError("expired")
+        if claims.issued > at + CLOCK_SKEW_SECONDS:
+            raise TokenError("not-yet-valid")
+        if max_lifetime is not None and claims.expires - claims.issued > max_lifetime:
+            raise TokenError("lifetime-too-long")
         return claims
 
 

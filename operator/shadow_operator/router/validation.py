@@ -80,6 +80,19 @@ def parse_pod_ip(value: str) -> str:
     return str(address)
 
 
+def is_loopback_peer(value: str) -> bool:
+    """Whether the address nginx saw the connection come from (`$remote_addr`) is loopback: inside the router's
+    pod, which is where `kubectl port-forward` connections arrive (the kubelet dials them in the pod's network
+    namespace). Anything that is not one plain address (empty, `unix:`, a list) is not loopback."""
+    try:
+        address = ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback
+
+
 def sdk_target(
     sandbox_id: str | None,
     namespace: str | None,

@@ -29,6 +29,8 @@ from shadow_operator.sdk.errors import (
     WaitTimeout,
 )
 from shadow_operator.sdk.gateway import AsyncShadowGateway, ShadowGateway
+from shadow_operator.sdk.hostonly import FallbackNotPossible
+from shadow_operator.sdk.manifest import HandoffManifest
 from shadow_operator.sdk.preview import (
     PreviewKeysUnavailable,
     PreviewLink,
@@ -37,6 +39,7 @@ from shadow_operator.sdk.preview import (
     preview_link,
 )
 from shadow_operator.sdk.promote import PromotePlan
+from shadow_operator.sdk.race import RaceCandidate, RaceResult
 from shadow_operator.sdk.runtime import Diff, ExecutionResult, JournalEntry
 from shadow_operator.sdk.sandbox import AsyncSandbox, AsyncSandboxClient, Sandbox, SandboxClient
 from shadow_operator.sdk.upload import (
@@ -58,7 +61,9 @@ __all__ = [
     "EnvironmentNotFound",
     "EnvironmentSpec",
     "ExecutionResult",
+    "FallbackNotPossible",
     "GitSource",
+    "HandoffManifest",
     "JournalEntry",
     "KubeError",
     "LocalSource",
@@ -71,6 +76,8 @@ __all__ = [
     "PreviewUnavailable",
     "PromoteError",
     "PromotePlan",
+    "RaceCandidate",
+    "RaceResult",
     "RuntimeRefused",
     "RuntimeUnreachable",
     "Sandbox",

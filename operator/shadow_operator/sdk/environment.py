@@ -17,7 +17,13 @@ from urllib.parse import urlsplit
 
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
-from shadow_operator.api.environment import ShadowEnvironment, ShadowEnvironmentStatus, Verdict
+from shadow_operator.api.environment import (
+    PushRequest,
+    PushStatus,
+    ShadowEnvironment,
+    ShadowEnvironmentStatus,
+    Verdict,
+)
 from shadow_operator.api.kinds import LEASE, SHADOW_ENVIRONMENT
 from shadow_operator.resources.environment import SourcePlan, plan_sources
 from shadow_operator.sdk import kube, runtime
@@ -436,3 +442,29 @@ def verify(namespace: str, name: str, timeout: float) -> Op[Verdict]:
     env = yield from wait(namespace, name, answered, "a new verdict", timeout)
     assert env.status is not None and env.status.verdict is not None
     return env.status.verdict
+
+
+def push(namespace: str, name: str, request: PushRequest, timeout: float) -> Op[PushStatus]:
+    """Ask the operator to push into the environment's Gitea (the annotation shadow.dev/push-request) and
+    wait for its answer in status.lastPush. The operator pushes, so the client never needs Gitea's token (and
+    never reaches Gitea, which only its workspace and the operator can)."""
+    body = request.model_dump_json(by_alias=True, exclude_none=True)
+    patch = {"metadata": {"annotations": {c.ANNOTATION_PUSH_REQUEST: body}}}
+    try:
+        yield Call(
+            "PATCH",
+            SHADOW_ENVIRONMENT.path(namespace, name),
+            f"request a push into the Gitea of {_what(namespace, name)}",
+            body=patch,
+            content_type=kube.MERGE_PATCH,
+        )
+    except NotFound:
+        raise EnvironmentNotFound(f"{_what(namespace, name)} does not exist") from None
+
+    def answered(env: ShadowEnvironment) -> bool:
+        last = env.status.last_push if env.status else None
+        return last is not None and last.id == request.id
+
+    env = yield from wait(namespace, name, answered, "the operator's push", timeout)
+    assert env.status is not None and env.status.last_push is not None
+    return env.status.last_push

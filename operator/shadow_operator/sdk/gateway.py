@@ -12,7 +12,7 @@ Both twins run the same operations (`sdk.environment`, `sdk.runtime`, `sdk.promo
 
 from __future__ import annotations
 
-import base64
+import asyncio
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -20,19 +20,27 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
+from pydantic import ValidationError
 
-from shadow_operator.api import constants as c
-from shadow_operator.api.environment import ShadowEnvironment, Verdict
-from shadow_operator.api.kinds import SECRET
-from shadow_operator.resources import copyin
-from shadow_operator.resources.environment import SourcePlan, gitea_secret_name
-from shadow_operator.sdk import confine, kube, localdirs, promote, runtime
+from shadow_operator.api.environment import PushRequest, ShadowEnvironment, Verdict
+from shadow_operator.resources.environment import SourcePlan
+from shadow_operator.sdk import confine, hostonly, kube, localdirs, promote, runtime
 from shadow_operator.sdk import environment as envops
 from shadow_operator.sdk import fork as forkops
+from shadow_operator.sdk import manifest as manifestops
+from shadow_operator.sdk import race as raceops
 from shadow_operator.sdk.environment import ANNOTATION_LOCAL_PREFIX, EnvironmentSpec, LocalSource
-from shadow_operator.sdk.errors import PromoteError, RuntimeRefused, RuntimeUnreachable, ShadowError
+from shadow_operator.sdk.errors import (
+    ClusterUnreachable,
+    PromoteError,
+    RuntimeRefused,
+    RuntimeUnreachable,
+    ShadowError,
+)
 from shadow_operator.sdk.kube import Body, Op
+from shadow_operator.sdk.manifest import HandoffManifest
 from shadow_operator.sdk.promote import PromotePlan
+from shadow_operator.sdk.race import RaceResult
 from shadow_operator.sdk.runtime import Diff, ExecutionResult, ImportResult, JournalEntry
 from shadow_operator.sdk.upload import stream_worktree
 
@@ -40,6 +48,17 @@ T = TypeVar("T")
 
 Progress = Callable[[int, int], None]
 PUBLISH_DIR = ".sandbox-runtime/publish"
+PUSH_TIMEOUT = 900.0  # seconds the operator gets to snapshot and push (a large repository's first push)
+
+
+def _push_request(error: type[ShadowError], **fields: str) -> PushRequest:
+    """A push request with a fresh id; a field the operator would refuse is a one-line error here."""
+    try:
+        return PushRequest(id=secrets.token_hex(8), **fields)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise error(f"invalid {where or 'request'}: {first['msg']}") from None
 
 
 # ------------------------------------------------------------------------------- operations (shared)
@@ -188,20 +207,10 @@ class _Ops:
 
         return self.on_runtime(apply)
 
-    def gitea_token(self) -> Op[str]:
-        secret = gitea_secret_name(self.name)
-        body = yield from kube.get(SECRET.path(self.namespace, secret), f"Secret {self.namespace}/{secret}")
-        encoded = (body.get("data") or {}).get(c.GITEA_SECRET_TOKEN)
-        if not encoded:
-            raise ShadowError(
-                f"the Gitea of {self.name} has no API token yet", hint=f"wait: shadowctl status {self.name}"
-            )
-        return base64.b64decode(encoded).decode()
-
     def push_branch(self, source: str | None, branch: str, message: str) -> Op[dict[str, str]]:
-        """Snapshot a source's working tree in the workspace and push it to a branch of its Gitea repo."""
+        """Snapshot a source's working tree in the workspace and have the operator push it to a branch of its
+        Gitea repository (the Gitea token never leaves the operator)."""
         env = yield from envops.get(self.namespace, self.name)
-        ep = yield from self.endpoint()
         statuses = {s.name: s for s in (env.status.sources if env.status else None) or []}
         if source is None:
             if len(statuses) != 1:
@@ -209,82 +218,44 @@ class _Ops:
                     f"{self.name} has {len(statuses)} sources", hint="name one with --source NAME"
                 )
             source = next(iter(statuses))
-        plan = envops.source_plan(env, source)
-        status = statuses.get(source)
-        if status is None:
+        envops.source_plan(env, source)
+        if source not in statuses:
             raise ShadowError(f"source {source!r} is not in Gitea yet", hint=f"shadowctl status {self.name}")
-        token = yield from self.gitea_token()
-        result = yield from runtime.run_command(
-            ep,
-            ["sh", "-c", copyin.PUSH_BRANCH],
-            env={
-                **copyin.author_env(),
-                "GIT_CONFIG_COUNT": "0",
-                "SHADOW_PATH": plan.path,
-                "SHADOW_PUSH_URL": status.clone_url,
-                "SHADOW_PUSH_AUTH": f"token {token}",
-                "SHADOW_BRANCH": branch,
-                "SHADOW_MESSAGE": message,
-            },
-            journal=False,
-        )
-        fields = copyin.parse_result(result.stdout)
-        if result.exit_code != 0 or not fields:
-            raise PromoteError(
-                f"pushing {source} to branch {branch} failed: "
-                + copyin.redact(copyin.tail(result.stderr or result.stdout), [token])
-            )
-        return {"source": source, "repo": status.repo, "branch": branch, "commit": fields[0]}
+        request = _push_request(PromoteError, source=source, branch=branch, message=message)
+        done = yield from envops.push(self.namespace, self.name, request, PUSH_TIMEOUT)
+        if done.error:
+            raise PromoteError(f"pushing {source} to branch {branch} failed: {done.error}")
+        return {
+            "source": source,
+            "repo": done.repo or "",
+            "branch": done.branch or branch,
+            "commit": done.commit or "",
+        }
 
     def publish(self, path: Path, repo: str | None, progress: Progress | None) -> Op[dict[str, str]]:
-        """Push a local repository (uncommitted work included) into the environment's Gitea."""
+        """Push a local repository (uncommitted work included) into the environment's Gitea: the client
+        uploads it into the workspace, the operator snapshots and pushes it."""
         env = yield from envops.get(self.namespace, self.name)
         ep = yield from self.endpoint()
         gitea = env.status.gitea_url if env.status else None
         if not gitea:
             raise ShadowError(f"{self.name} has no Gitea", hint="spec.gitea.enabled must be true")
         org, _, name = (repo or f"shadow/{path.name}").rpartition("/")
-        org = org or "shadow"
-        token = yield from self.gitea_token()
+        full = f"{org or 'shadow'}/{name}"
         tmp = f"{PUBLISH_DIR}/{secrets.token_hex(6)}"
-        fields: list[str] = []
+        request = _push_request(ShadowError, path=tmp, repo=full)
         try:
             yield from runtime.import_archive(ep, tmp, stream_worktree(path, progress=progress))
-            steps: tuple[tuple[list[str], dict[str, str]], ...] = (
-                (["python3", "-c", copyin.ENSURE_REPO], {}),
-                (["sh", "-c", copyin.COPY_IN], {"SHADOW_MODE": "upload", "SHADOW_PATH": tmp}),
-            )
-            for argv, extra in steps:
-                result = yield from runtime.run_command(
-                    ep,
-                    argv,
-                    env={
-                        **copyin.author_env(),
-                        "GIT_CONFIG_COUNT": "0",
-                        "SHADOW_GITEA_API": gitea,
-                        "SHADOW_GITEA_AUTH": f"token {token}",
-                        "SHADOW_ORG": org,
-                        "SHADOW_REPO": name,
-                        "SHADOW_PUSH_URL": f"{gitea}/{org}/{name}.git",
-                        "SHADOW_PUSH_TOKEN": token,
-                        **extra,
-                    },
-                    journal=False,
-                )
-                parsed = copyin.parse_result(result.stdout)
-                if result.exit_code != 0 or not parsed:
-                    raise ShadowError(
-                        f"publishing {path} as {org}/{name} failed: "
-                        + copyin.redact(copyin.tail(result.stderr or result.stdout), [token])
-                    )
-                fields = parsed
+            done = yield from envops.push(self.namespace, self.name, request, PUSH_TIMEOUT)
         finally:
             yield from runtime.delete_path(ep, tmp, recursive=True)
+        if done.error:
+            raise ShadowError(f"publishing {path} as {full} failed: {done.error}")
         return {
-            "repo": f"{org}/{name}",
-            "commit": fields[0],
-            "branch": fields[1],
-            "cloneURL": f"{gitea}/{org}/{name}.git",
+            "repo": full,
+            "commit": done.commit or "",
+            "branch": done.branch or "",
+            "cloneURL": done.clone_url or f"{gitea}/{full}.git",
         }
 
     def verify(self, timeout: float) -> Op[Verdict]:
@@ -452,9 +423,56 @@ class ShadowGateway(kube.ClientHolder):
         install it from its rewritten URL."""
         return self._run(self._ops.publish(Path(module_path).expanduser().resolve(), repo, progress))  # type: ignore[no-any-return]
 
-    def verify(self, timeout: float = 600.0) -> Verdict:
-        """Run the smoke checks again and return the new verdict."""
-        return self._run(self._ops.verify(timeout))  # type: ignore[no-any-return]
+    def verify(
+        self, timeout: float = 600.0, *, fallback: str | None = None, spec: EnvironmentSpec | None = None
+    ) -> Verdict:
+        """Run the smoke checks again and return the new verdict. With fallback="host-only", an environment
+        that cannot be had is verified on the host instead (see `manifest`): the verdict says mode host-only."""
+        if not hostonly.check_fallback(fallback):
+            return self._run(self._ops.verify(timeout))  # type: ignore[no-any-return]
+        try:
+            return self._run(self._ops.verify(timeout))  # type: ignore[no-any-return]
+        except manifestops.UNAVAILABLE as exc:
+            verdict = self._host_only(exc, exc.code, spec).verdict
+            assert verdict is not None
+            return verdict
+
+    def manifest(
+        self, *, fallback: str | None = None, spec: EnvironmentSpec | None = None
+    ) -> HandoffManifest:
+        """Seed 001's handoff manifest, from the environment's status and diff. With fallback="host-only",
+        when the environment cannot be had (no cluster, no operator, a failure code) its verification runs
+        on the host in a temporary copy of the local sources (`spec`'s, or workspace_path) and the manifest
+        says so: fallback_mode true, failure_reason the code, verdict mode host-only (out of 50)."""
+        host = hostonly.check_fallback(fallback)
+        try:
+            found: HandoffManifest = self._run(manifestops.manifest(self.namespace, self.name))
+        except manifestops.UNAVAILABLE as exc:
+            if not host:
+                raise
+            return self._host_only(exc, exc.code, spec)
+        if host and found.failure_reason:
+            return self._host_only(None, found.failure_reason, spec)
+        return found
+
+    def _host_only(
+        self, exc: ShadowError | None, reason: str, spec: EnvironmentSpec | None
+    ) -> HandoffManifest:
+        return manifestops.fallback_for(
+            exc,
+            reason,
+            lambda: self._run(manifestops.known_environment(self.namespace, self.name)),
+            self._ops.workspace_path,
+            spec,
+            self.name,
+        )
+
+    def race(self, commands: str | Sequence[str], **options: Any) -> RaceResult:
+        """Fork this environment once per candidate (one shared snapshot), run each candidate's command in
+        its fork, verify each, and rank them (sdk.race); options as `race.RaceOptions`: count, promote, to,
+        to_branch, keep, prefix, method, timeout, command_timeout, verify_timeout, on_update."""
+        cmds = [commands] if isinstance(commands, str) else list(commands)
+        return raceops.race_sync(self, self._http, cmds, raceops.RaceOptions(**options))
 
     def journal(self, since: int = 0, *, significant: bool = False) -> list[JournalEntry]:
         return self._run(self._ops.journal(since, significant))  # type: ignore[no-any-return]
@@ -595,8 +613,46 @@ class AsyncShadowGateway(kube.AsyncClientHolder):
     async def publish_module(self, module_path: str | Path, repo: str | None = None) -> dict[str, str]:
         return await self._run(self._ops.publish(Path(module_path).expanduser().resolve(), repo, None))  # type: ignore[no-any-return]
 
-    async def verify(self, timeout: float = 600.0) -> Verdict:
-        return await self._run(self._ops.verify(timeout))  # type: ignore[no-any-return]
+    async def verify(
+        self, timeout: float = 600.0, *, fallback: str | None = None, spec: EnvironmentSpec | None = None
+    ) -> Verdict:
+        if not hostonly.check_fallback(fallback):
+            return await self._run(self._ops.verify(timeout))  # type: ignore[no-any-return]
+        try:
+            return await self._run(self._ops.verify(timeout))  # type: ignore[no-any-return]
+        except manifestops.UNAVAILABLE as exc:
+            verdict = (await self._host_only(exc, exc.code, spec)).verdict
+            assert verdict is not None
+            return verdict
+
+    async def manifest(
+        self, *, fallback: str | None = None, spec: EnvironmentSpec | None = None
+    ) -> HandoffManifest:
+        host = hostonly.check_fallback(fallback)
+        try:
+            found: HandoffManifest = await self._run(manifestops.manifest(self.namespace, self.name))
+        except manifestops.UNAVAILABLE as exc:
+            if not host:
+                raise
+            return await self._host_only(exc, exc.code, spec)
+        if host and found.failure_reason:
+            return await self._host_only(None, found.failure_reason, spec)
+        return found
+
+    async def _host_only(
+        self, exc: ShadowError | None, reason: str, spec: EnvironmentSpec | None
+    ) -> HandoffManifest:
+        env = None
+        if not isinstance(exc, ClusterUnreachable):
+            env = await self._run(manifestops.known_environment(self.namespace, self.name))
+        # The host-side checks block (copies, subprocesses): off the event loop.
+        return await asyncio.to_thread(
+            manifestops.fallback_for, exc, reason, lambda: env, self._ops.workspace_path, spec, self.name
+        )
+
+    async def race(self, commands: str | Sequence[str], **options: Any) -> RaceResult:
+        cmds = [commands] if isinstance(commands, str) else list(commands)
+        return await raceops.race_async(self, self._http, cmds, raceops.RaceOptions(**options))
 
     async def journal(self, since: int = 0, *, significant: bool = False) -> list[JournalEntry]:
         return await self._run(self._ops.journal(since, significant))  # type: ignore[no-any-return]

@@ -14,7 +14,7 @@ import httpx
 
 from shadow_operator.api.kinds import SANDBOX, SECRET
 from shadow_operator.router.links import DEFAULT_TTL_SECONDS, signed_link
-from shadow_operator.router.tokens import KeyRing
+from shadow_operator.router.tokens import DEFAULT_MAX_LIFETIME_SECONDS, KeyRing
 from shadow_operator.sdk import kube
 from shadow_operator.sdk.errors import Forbidden, NotFound, SandboxNotFoundError, ShadowError
 from shadow_operator.sdk.kube import Op
@@ -88,10 +88,19 @@ def signed_preview(
     ttl_seconds: int = DEFAULT_TTL_SECONDS,
     keys_secret: str = KEYS_SECRET,
     keys_namespace: str = KEYS_NAMESPACE,
+    max_ttl_seconds: int = DEFAULT_MAX_LIFETIME_SECONDS,
     now: float | None = None,
 ) -> Op[PreviewLink]:
+    """A link bound to the sandbox's uid (a sandbox created again under the name does not open with it).
+    Links longer than `max_ttl_seconds` (the router's default `previewRouter.maxTokenSeconds`) are refused
+    here rather than signed for a router that would refuse them."""
     if ttl_seconds <= 0:
         raise ShadowError(f"a link must live a while, not {ttl_seconds}s", hint="give --ttl SECONDS > 0")
+    if ttl_seconds > max_ttl_seconds:
+        raise ShadowError(
+            f"a link may live at most {max_ttl_seconds}s, not {ttl_seconds}s",
+            hint="the router refuses longer links (previewRouter.maxTokenSeconds): give a shorter --ttl",
+        )
     what = f"Sandbox {namespace}/{sandbox}"
     try:
         body = yield from kube.get(SANDBOX.path(namespace, sandbox), what)
@@ -100,9 +109,12 @@ def signed_preview(
     url = (body.get("status") or {}).get("previewURL")
     if not url:
         raise PreviewUnavailable(f"{what} has no status.previewURL (is the preview router enabled?)")
+    uid = str((body.get("metadata") or {}).get("uid") or "")
+    if not uid:
+        raise ShadowError(f"{what} has no metadata.uid", hint="read it from the API server, not from a file")
     keys = yield from read_keys(keys_namespace, keys_secret)
     issued = int(now if now is not None else time.time())
-    link = signed_link(keys, url, namespace, sandbox, ttl_seconds=ttl_seconds, now=issued)
+    link = signed_link(keys, url, namespace, sandbox, uid, ttl_seconds=ttl_seconds, now=issued)
     return PreviewLink(link, sandbox, namespace, issued + ttl_seconds)
 
 
@@ -113,12 +125,19 @@ def preview_link(
     ttl_seconds: int = DEFAULT_TTL_SECONDS,
     keys_secret: str = KEYS_SECRET,
     keys_namespace: str = KEYS_NAMESPACE,
+    max_ttl_seconds: int = DEFAULT_MAX_LIFETIME_SECONDS,
     http: httpx.Client | None = None,
 ) -> str:
-    """A link that opens the sandbox's (private) preview for `ttl_seconds`; the caller needs read access to
-    the Sandbox and to the router's keys Secret, which is what makes handing out links a privilege."""
+    """A link that opens the sandbox's (private) preview for `ttl_seconds` (at most `max_ttl_seconds`, the
+    router's `previewRouter.maxTokenSeconds`); the caller needs read access to the Sandbox and to the router's
+    keys Secret, which is what makes handing out links a privilege."""
     op = signed_preview(
-        sandbox, namespace, ttl_seconds=ttl_seconds, keys_secret=keys_secret, keys_namespace=keys_namespace
+        sandbox,
+        namespace,
+        ttl_seconds=ttl_seconds,
+        keys_secret=keys_secret,
+        keys_namespace=keys_namespace,
+        max_ttl_seconds=max_ttl_seconds,
     )
     if http is not None:
         return kube.run(http, op).url
@@ -133,11 +152,17 @@ async def apreview_link(
     ttl_seconds: int = DEFAULT_TTL_SECONDS,
     keys_secret: str = KEYS_SECRET,
     keys_namespace: str = KEYS_NAMESPACE,
+    max_ttl_seconds: int = DEFAULT_MAX_LIFETIME_SECONDS,
     http: httpx.AsyncClient | None = None,
 ) -> str:
     """The async twin of `preview_link`."""
     op = signed_preview(
-        sandbox, namespace, ttl_seconds=ttl_seconds, keys_secret=keys_secret, keys_namespace=keys_namespace
+        sandbox,
+        namespace,
+        ttl_seconds=ttl_seconds,
+        keys_secret=keys_secret,
+        keys_namespace=keys_namespace,
+        max_ttl_seconds=max_ttl_seconds,
     )
     if http is not None:
         return (await kube.arun(http, op)).url

@@ -20,6 +20,7 @@ from ..models import (
     WriteB64Request,
     WriteB64Response,
 )
+from ..transfer import check_upload_size
 from .common import ERRORS, RuntimeDep, legacy_listing, run_command_line
 
 router = APIRouter()
@@ -68,6 +69,7 @@ async def write_b64(req: WriteB64Request, rt: RuntimeDep) -> WriteB64Response:
         data = base64.b64decode(req.content_b64, validate=True)
     except (binascii.Error, ValueError):
         raise bad_request("content_b64 is not valid base64") from None
+    check_upload_size(len(data), rt.settings.max_upload)
     w = files.AtomicWriter(rt.root, req.path)
     try:
         w.write(data)

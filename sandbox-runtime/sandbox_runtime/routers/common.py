@@ -60,7 +60,7 @@ async def legacy_listing(rt: Runtime, path: str) -> list[LegacyEntry]:
 
 async def run_command_line(rt: Runtime, req: LegacyExecRequest) -> LegacyExecResponse:
     """`/execute` (legacy) and `/exec` (Amicable): one command string, counted and journaled as `execute`."""
-    res = await rt.exec.run(rt.exec.spec_from_command_line(req), "execute")
+    res = await rt.exec.run(await rt.exec.spec_from_command_line(req), "execute")
     return LegacyExecResponse(
         stdout=text(res.stdout), stderr=text(res.stderr), exit_code=res.exit_code, timed_out=res.timed_out
     )

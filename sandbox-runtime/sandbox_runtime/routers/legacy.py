@@ -42,7 +42,12 @@ async def execute(req: LegacyExecRequest, rt: RuntimeDep) -> LegacyExecResponse:
 async def upload(request: Request, rt: RuntimeDep) -> UploadResponse:
     """Legacy multipart upload; each file part's filename is its destination relative to the root."""
     stored = await receive_multipart(
-        request, rt.root, field_names=None, mode=0o644, on_bytes=rt.metrics.bytes_in.inc
+        request,
+        rt.root,
+        field_names=None,
+        mode=0o644,
+        on_bytes=rt.metrics.bytes_in.inc,
+        limit=rt.settings.max_upload,
     )
     if not stored:
         raise bad_request("no file part in the multipart body")

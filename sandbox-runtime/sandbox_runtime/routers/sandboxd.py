@@ -108,7 +108,13 @@ async def v1_put(
     if request.headers.get("content-type", "").startswith("multipart/form-data"):
         # The `file` part goes to the URL's path, not to the part's filename.
         stored = await receive_multipart(
-            request, rt.root, field_names=("file",), mode=perm, on_bytes=rt.metrics.bytes_in.inc, target=path
+            request,
+            rt.root,
+            field_names=("file",),
+            mode=perm,
+            on_bytes=rt.metrics.bytes_in.inc,
+            target=path,
+            limit=rt.settings.max_upload,
         )
         if not stored:
             raise bad_request("multipart body has no `file` part")

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 
-from ..archive import export_stream, import_stream
+from ..archive import ImportLimits, export_stream, import_stream
 from ..baseline import Manifest
 from ..errors import ApiError, bad_request
 from ..models import BaselineInfo, BaselineRequest, DiffResponse, Error, ImportResponse
@@ -102,11 +102,22 @@ async def import_(
     rt: RuntimeDep,
     exclude: Annotated[list[str] | None, Query()] = None,
 ) -> ImportResponse:
-    """Extract a tar or tar.gz body under a directory; unsafe members (escapes, devices) are refused."""
+    """Extract a tar or tar.gz body under a directory, all or nothing: unsafe members (escapes, devices,
+    links leading out) refuse the whole archive and leave the directory unchanged."""
     res = rt.root.resolve(path)
     if os.path.exists(res.path) and not os.path.isdir(res.path):
         raise bad_request(f"not a directory: {res.rel}")
+    s = rt.settings
+    limits = ImportLimits(s.max_upload, s.max_archive_members, s.max_archive_bytes)
+    # The runtime's own state is never imported into the whole workspace (as it is never exported).
+    extra = rt.baselines.always_exclude if not res.rel else []
     count, total = await import_stream(
-        rt.root, res.rel, request.stream(), exclude or [], rt.metrics.bytes_in.inc
+        rt.root,
+        res.rel,
+        request.stream(),
+        (exclude or []) + extra,
+        rt.metrics.bytes_in.inc,
+        limits=limits,
+        state_dir=s.state,
     )
     return ImportResponse(path=res.rel, files=count, bytes=total)

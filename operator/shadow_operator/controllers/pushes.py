@@ -1,0 +1,171 @@
+"""Snapshots pushed to an environment's Gitea, by the operator: copy-in, promote to a branch, publish.
+
+The workspace commits its tree and writes a bundle (no credential in it); clients/gitpush.py fetches, verifies
+and pushes that bundle. Push requests come from the client as the annotation shadow.dev/push-request and are
+answered in status.lastPush, so `shadowctl promote --to-branch` and `shadowctl publish` never need the token
+either.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from shadow_operator.api import constants as c
+from shadow_operator.api.environment import PushRequest
+from shadow_operator.clients import gitpush
+from shadow_operator.clients.gitea import Gitea, GiteaError
+from shadow_operator.clients.runtime import Runtime, RuntimeRefused
+from shadow_operator.resources import copyin
+from shadow_operator.resources.environment import SourcePlan
+
+# Where the workspace writes its bundles (the runtime's state directory, outside the diff baseline).
+BUNDLE_DIR = ".sandbox-runtime/push"
+SNAPSHOT_TIMEOUT = 900.0
+MAX_BRANCH = 255
+_COMMIT = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
+
+
+class SnapshotFailed(Exception):
+    """The workspace could not snapshot the source (its output, trimmed, is the message)."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """A Gitea repository to push to: `push_url` for the operator, `clone_url` as status shows it."""
+
+    push_url: str
+    clone_url: str
+    token: str
+
+
+async def snapshot_and_push(
+    runtime: Runtime,
+    plan: SourcePlan,
+    target: Target | None,
+    settings: gitpush.PushSettings,
+    *,
+    path: str | None = None,
+    message: str | None = None,
+    branch: str | None = None,
+) -> tuple[str, str]:
+    """Snapshot a source (or the directory `path`) in the workspace and push it to `target`.
+
+    Without `message`: the copy-in snapshot, pushed with the repository's branches and tags to its current
+    branch. With `message`: a new commit on HEAD, pushed alone to `branch`. Returns (commit, branch).
+    """
+    bundle = f"{BUNDLE_DIR}/{secrets.token_hex(8)}.bundle" if target else None
+    result = await runtime.sh(
+        copyin.SNAPSHOT,
+        env=copyin.snapshot_env(plan, bundle=bundle, path=path, message=message),
+        timeout=SNAPSHOT_TIMEOUT,
+        tag="shadow-operator: snapshot",
+    )
+    fields = copyin.parse_result(result.stdout)
+    # The workspace's output is the tenant's: a commit id and a branch name of sane length, or nothing.
+    if (
+        not result.ok
+        or fields is None
+        or len(fields) != 2
+        or not _COMMIT.match(fields[0])
+        or len(fields[1]) > MAX_BRANCH
+    ):
+        if bundle is not None:
+            await runtime.delete(bundle)
+        raise SnapshotFailed(copyin.tail(result.output) or f"exit code {result.exit_code}")
+    commit, current = fields
+    pushed = branch or current
+    if target is not None and bundle is not None:
+        await gitpush.push_snapshot(
+            runtime,
+            bundle,
+            remote_url=target.push_url,
+            token=target.token,
+            branch=pushed,
+            everything=message is None,
+            settings=settings,
+        )
+    return commit, pushed
+
+
+def pending_request(
+    annotations: dict[str, str], last: dict[str, Any] | None
+) -> PushRequest | dict[str, Any] | None:
+    """The push request to act on: None when there is none or it was answered; a ready answer (a status
+    dict with the error) when the annotation is not a valid request."""
+    raw = annotations.get(c.ANNOTATION_PUSH_REQUEST)
+    if not raw:
+        return None
+    try:
+        request = PushRequest.model_validate_json(raw)
+    except ValidationError as exc:
+        try:
+            ident = json.loads(raw).get("id")
+        except (ValueError, AttributeError):
+            ident = None
+        ident = ident if isinstance(ident, str) else ""
+        if last and last.get("id") == ident:
+            return None
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'request'}: {e['msg']}" for e in exc.errors()[:3]
+        )
+        return answer(ident, error=f"invalid {c.ANNOTATION_PUSH_REQUEST} annotation: {problems}")
+    if last and last.get("id") == request.id:
+        return None
+    return request
+
+
+def answer(ident: str, *, error: str | None = None, **fields: str) -> dict[str, Any]:
+    """status.lastPush for a request."""
+    out: dict[str, Any] = {
+        "id": ident,
+        **fields,
+        "finishedAt": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    if error is not None:
+        out["error"] = error
+    return out
+
+
+async def perform(
+    request: PushRequest,
+    runtime: Runtime,
+    gitea: Gitea,
+    plans: list[SourcePlan],
+    copied: set[str],
+    *,
+    push_base: str,
+    clone_base: str,
+    token: str,
+    settings: gitpush.PushSettings,
+) -> dict[str, Any]:
+    """Carry out a push request; its answer for status.lastPush. Raises RuntimeUnavailable when the
+    workspace cannot be reached (try again later)."""
+    try:
+        if request.source is not None:
+            plan = next((p for p in plans if p.name == request.source), None)
+            if plan is None or plan.name not in copied:
+                return answer(request.id, error=f"source {request.source!r} is not copied in (yet)")
+            path, message = None, request.message
+        else:
+            assert request.repo is not None and request.path is not None
+            org, name = request.repo.split("/")
+            await gitea.ensure_org(org)
+            await gitea.ensure_repo(org, name)
+            plan = SourcePlan(name, request.path, org, name, None, None, upload=True)
+            path, message = request.path, None
+        target = Target(f"{push_base}/{plan.full_repo}.git", f"{clone_base}/{plan.full_repo}.git", token)
+        commit, branch = await snapshot_and_push(
+            runtime, plan, target, settings, path=path, message=message, branch=request.branch
+        )
+        if request.path is not None:
+            await gitea.set_default_branch(plan.org, plan.repo, branch)
+    except (SnapshotFailed, gitpush.PushFailed, GiteaError, RuntimeRefused) as exc:
+        return answer(request.id, error=copyin.redact(str(exc), [token]))
+    return answer(request.id, repo=plan.full_repo, branch=branch, commit=commit, cloneURL=target.clone_url)

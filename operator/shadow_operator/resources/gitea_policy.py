@@ -1,0 +1,91 @@
+"""NetworkPolicies of an environment's Gitea: each workspace reaches its own Gitea and no other.
+
+Gitea's repositories are public (anonymous read): git in the workspace fetches through the `insteadOf`
+rewrites without a credential, which is what `pip install git+https://github.com/...` needs. The boundary is
+the network instead:
+
+- `<env>-gitea` selects the environment's Gitea Pod: ingress only from its own workspace Pod and from the
+  operator's Pods (bootstrap and pushes), on the HTTP port; no egress at all (Gitea serves, it never calls
+  out: no migrations, mirrors, webhooks or DNS).
+- `<env>-workspace-to-gitea` selects the environment's workspace Pod and allows egress to its own Gitea
+  Pod's HTTP port. NetworkPolicies add up: the template's managed policy refuses private ranges (so other
+  environments' Gitea), this one opens exactly the one exception.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from shadow_operator.api import constants as c
+from shadow_operator.api import naming
+from shadow_operator.resources.environment import environment_labels, gitea_selector
+
+Body = Mapping[str, Any]
+Manifest = dict[str, Any]
+
+
+def gitea_network_policy_name(env: str) -> str:
+    return naming.bounded(f"{env}-gitea", 253)
+
+
+def workspace_policy_name(env: str) -> str:
+    return naming.bounded(f"{env}-workspace-to-gitea", 253)
+
+
+def workspace_selector(env: Body) -> dict[str, str]:
+    """The environment's workspace Pod: the Sandbox named like the environment, labelled with it."""
+    name = env["metadata"]["name"]
+    return {c.LABEL_SANDBOX_NAME_HASH: naming.name_hash(name), c.LABEL_ENVIRONMENT: name}
+
+
+def operator_peer(operator_namespace: str) -> dict[str, Any]:
+    """The operator's Pods (the chart labels them `app.kubernetes.io/component: operator`), not the rest of
+    its namespace (the preview router runs there too)."""
+    return {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": operator_namespace}},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/component": c.OPERATOR_POD_COMPONENT}},
+    }
+
+
+def build_gitea_network_policies(env: Body, operator_namespace: str) -> list[Manifest]:
+    meta = env["metadata"]
+    port = [{"protocol": "TCP", "port": c.GITEA_HTTP_PORT}]
+    gitea = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": gitea_network_policy_name(meta["name"]),
+            "namespace": meta["namespace"],
+            "labels": environment_labels(env, c.COMPONENT_GITEA),
+        },
+        "spec": {
+            "podSelector": {"matchLabels": gitea_selector(env)},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [
+                {
+                    "from": [
+                        {"podSelector": {"matchLabels": workspace_selector(env)}},
+                        operator_peer(operator_namespace),
+                    ],
+                    "ports": port,
+                }
+            ],
+            "egress": [],
+        },
+    }
+    workspace = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": workspace_policy_name(meta["name"]),
+            "namespace": meta["namespace"],
+            "labels": environment_labels(env, c.COMPONENT_WORKSPACE),
+        },
+        "spec": {
+            "podSelector": {"matchLabels": workspace_selector(env)},
+            "policyTypes": ["Egress"],
+            "egress": [{"to": [{"podSelector": {"matchLabels": gitea_selector(env)}}], "ports": port}],
+        },
+    }
+    return [gitea, workspace]

@@ -1,0 +1,259 @@
+"""Hostile tenants and Gitea: copy-in, `promote --to-branch` and publish push without the token ever entering
+the workspace, on the local control plane with a real Gitea binary and a real sandbox-runtime on loopback.
+
+kwok plays the kubelet: the operator reaches "the workspace" at SHADOW_RUNTIME_API_URL (one real runtime,
+whose root the test fills as the tenant would) and "its Gitea" at SHADOW_GITEA_API_URL (the pinned Gitea
+started with the credentials the operator generated). The tenant's repository carries canaries
+(tests/support/hostile_repo.py): hooks, fsmonitor, a clean filter, credential helpers, `include.path`,
+`http.proxy` and an `insteadOf` that sends Gitea's URL to a canary server. None may ever see the token, and
+every push must land in the real Gitea. A git-lfs repository, uploaded the way `shadowctl create --local`
+streams it, copies in with its large file.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from shadow_operator.api import constants as c
+from shadow_operator.sdk import ShadowGateway
+from shadow_operator.sdk.upload import stream_worktree
+
+from tests.runtime.conftest import Server, start_server
+from tests.support.controlplane import free_port, wait_for
+from tests.support.gitea import GiteaServer, missing_tools
+from tests.support.githttp import CanaryServer
+from tests.support.hostile_repo import canary_text, git, lfs_repository, plant_canaries
+from tests.support.sandbox_operator import (
+    ENVIRONMENT,
+    TEMPLATE,
+    Objects,
+    in_process_operator,
+    install_crds,
+    template_body,
+)
+
+pytestmark = pytest.mark.integration
+V = "v1alpha1"
+GITEA_PORT = free_port()
+GITEA_URL = f"http://127.0.0.1:{GITEA_PORT}"
+
+
+@pytest.fixture(scope="module")
+def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    srv = start_server(tmp_path_factory.mktemp("workspace"))
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="module")
+def operator(k8s_api: client.ApiClient, runtime: Server) -> Iterator[Any]:
+    reason = missing_tools()
+    if reason is not None:
+        pytest.fail(reason)
+    install_crds(k8s_api)
+    with in_process_operator(
+        SHADOW_GITEA_API_URL=GITEA_URL, SHADOW_RUNTIME_API_URL=runtime.url, SHADOW_GITEA_IMAGE="gitea:test"
+    ) as runner:
+        yield runner
+
+
+def bind_volumes(objs: Objects, env: str, tmp_path: Path) -> list[str]:
+    """Static PersistentVolumes pre-bound to the environment's claims (the control plane has no provisioner)."""
+    names = []
+    for claim in (f"workspace-{env}", f"data-{env}-gitea-0"):
+        name = f"{objs.namespace}-{claim}"[:63]
+        objs.core.create_persistent_volume(
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": name},
+                "spec": {
+                    "capacity": {"storage": "10Gi"},
+                    "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": "",
+                    "hostPath": {"path": str(tmp_path / claim)},
+                    "claimRef": {"namespace": objs.namespace, "name": claim},
+                    "persistentVolumeReclaimPolicy": "Delete",
+                },
+            }
+        )
+        names.append(name)
+    return names
+
+
+def secret_data(objs: Objects, name: str) -> dict[str, str]:
+    secret = objs.core.read_namespaced_secret(name, objs.namespace)
+    return {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
+
+
+def annotate(objs: Objects, name: str, annotations: dict[str, str]) -> None:
+    objs.custom.patch_namespaced_custom_object(
+        "shadow.dev",
+        V,
+        objs.namespace,
+        "shadowenvironments",
+        name,
+        {"metadata": {"annotations": annotations}},
+    )
+
+
+def raw(path: str) -> bytes:
+    """A file of a public repository, read anonymously from Gitea's web route."""
+    with urllib.request.urlopen(f"{GITEA_URL}/{path}", timeout=30) as resp:
+        return bytes(resp.read())
+
+
+def test_pushes_never_hand_the_token_to_the_workspace_and_lfs_copies_in(
+    objs: Objects, runtime: Server, tmp_path: Path
+) -> None:
+    objs.create(TEMPLATE, template_body("workspace"))
+    volumes = bind_volumes(objs, "hostile", tmp_path)
+    canaries = tmp_path / "canaries"
+    try:
+        objs.create(
+            ENVIRONMENT,
+            {
+                "metadata": {"name": "hostile"},
+                "spec": {
+                    "sources": [
+                        {"name": "core", "repo": "shadow/core", "upload": {}},
+                        {"name": "art", "repo": "shadow/art", "upload": {}},
+                    ],
+                    "workspace": {"size": "1Gi"},
+                    "verify": {"enabled": False},
+                },
+            },
+            version=V,
+        )
+        wait_for(lambda: _exists(objs, "hostile-gitea-admin"), timeout=30, what="Gitea admin Secret")
+        creds = secret_data(objs, "hostile-gitea-admin")
+        with (
+            GiteaServer(
+                tmp_path / "gitea",
+                admin_username=creds["username"],
+                admin_password=creds["password"],
+                port=GITEA_PORT,
+            ) as gitea,
+            CanaryServer() as canary,
+        ):
+            objs.wait_condition(
+                ENVIRONMENT,
+                "hostile",
+                "False",
+                "WaitingForUpload",
+                type_="SourcesReady",
+                timeout=120,
+                version=V,
+            )
+            token = secret_data(objs, "hostile-gitea-admin")["token"]
+
+            # The tenant's repository, planted in the workspace; an lfs repository uploaded as the CLI does.
+            core = runtime.root / "core"
+            plant_canaries(core, canaries, canary_url=canary.url, redirect=f"{GITEA_URL}/")
+            head = git(core, "rev-parse", "HEAD")
+            local = tmp_path / "local" / "art"
+            weights = lfs_repository(local)
+            resp = httpx.post(
+                f"{runtime.url}/v1/archive/art", content=b"".join(stream_worktree(local)), timeout=120
+            )
+            assert resp.status_code < 300, resp.text
+            annotate(
+                objs,
+                "hostile",
+                {
+                    c.ANNOTATION_UPLOAD_PREFIX + "core": "sha256:a",
+                    c.ANNOTATION_UPLOAD_PREFIX + "art": "sha256:b",
+                },
+            )
+            env = objs.wait_condition(ENVIRONMENT, "hostile", type_="SourcesReady", timeout=120, version=V)
+
+            # Copy-in reached the real Gitea: the snapshot (uncommitted work included) is its main branch.
+            sources = {s["name"]: s for s in env["status"]["sources"]}
+            gitea.wait_pushed("shadow/core")
+            assert (
+                gitea.api("GET", "repos/shadow/core/branches/main")["commit"]["id"]
+                == sources["core"]["commit"]
+            )
+            assert raw("shadow/core/raw/branch/main/app.py") == b"print('v2, uncommitted')\n"
+            # The lfs source copied in; its large file is in the workspace and, as a plain blob, in Gitea.
+            assert (runtime.root / "art" / "model.bin").read_bytes() == weights
+            gitea.wait_pushed("shadow/art")
+            assert raw("shadow/art/raw/branch/main/model.bin") == weights
+
+            # Promote to a branch through the SDK: the operator pushes; the client never reads the token.
+            with ShadowGateway("hostile", namespace=objs.namespace) as gw:
+                promoted = gw.promote(
+                    source="core", to_branch="review/one", message="promote from the shadow"
+                )
+            assert promoted["branch"] == "review/one" and promoted["repo"] == "shadow/core"
+            branch = gitea.api("GET", "repos/shadow/core/branches/review%2Fone")
+            assert branch["commit"]["id"] == promoted["commit"]
+            assert branch["commit"]["message"].strip() == "promote from the shadow"
+            assert git(core, "rev-parse", "HEAD") == head  # the workspace's checkout is untouched
+
+            # Publish: a directory the client uploaded into the workspace becomes a new repository.
+            published = runtime.root / ".sandbox-runtime" / "publish" / "p1"
+            published.mkdir(parents=True)
+            (published / "setup.py").write_text("from setuptools import setup\nsetup(name='tool')\n")
+            request = {"id": "pub1", "path": ".sandbox-runtime/publish/p1", "repo": "team/tool"}
+            annotate(objs, "hostile", {c.ANNOTATION_PUSH_REQUEST: json.dumps(request)})
+            env = objs.wait(
+                ENVIRONMENT,
+                "hostile",
+                lambda o: ((o.get("status") or {}).get("lastPush") or {}).get("id") == "pub1",
+                timeout=120,
+                version=V,
+            )
+            last = env["status"]["lastPush"]
+            assert "error" not in last, last
+            gitea.wait_pushed("team/tool")
+            assert (
+                gitea.api("GET", f"repos/team/tool/branches/{last['branch']}")["commit"]["id"]
+                == last["commit"]
+            )
+
+            # A request the operator cannot carry out is answered, with the reason.
+            bad = {"id": "bad1", "source": "core", "branch": "no..dots"}
+            annotate(objs, "hostile", {c.ANNOTATION_PUSH_REQUEST: json.dumps(bad)})
+            env = objs.wait(
+                ENVIRONMENT,
+                "hostile",
+                lambda o: ((o.get("status") or {}).get("lastPush") or {}).get("id") == "bad1",
+                timeout=120,
+                version=V,
+            )
+            assert "not a valid branch name" in env["status"]["lastPush"]["error"]
+
+            # Nothing the tenant planted ever saw the token, and no push was redirected.
+            assert canary.requests == []
+            seen = canary_text(canaries)
+            assert "== filter" in seen  # the tenant's own filter ran in its workspace, without the token
+            assert token not in seen and creds["password"] not in seen
+            text = json.dumps(objs.get(ENVIRONMENT, "hostile", V))
+            assert token not in text and creds["password"] not in text
+    finally:
+        for name in volumes:
+            with contextlib.suppress(ApiException):
+                objs.core.delete_persistent_volume(name)
+
+
+def _exists(objs: Objects, secret: str) -> bool:
+    try:
+        objs.core.read_namespaced_secret(secret, objs.namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True

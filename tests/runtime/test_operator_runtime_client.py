@@ -1,0 +1,183 @@
+"""The operator's runtime client (shadow_operator.clients.runtime) against runtimes that answer too much.
+
+A runtime is the tenant's: the real one is asked to cap command output, and a hostile one (whatever the
+workspace code starts in its place; here a real HTTP server on loopback answering what an attacker would)
+is read with a byte limit. Either way the operator's memory stays bounded and the caller gets a clear error
+or output cut to its tail, marked truncated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import threading
+import tracemalloc
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from shadow_operator.clients.runtime import (
+    ExecResult,
+    Runtime,
+    RuntimeAnswerTooLarge,
+    RuntimeRefused,
+)
+
+from tests.runtime.conftest import Server
+
+pytestmark = pytest.mark.unit
+
+MiB = 1 << 20
+# 10 MiB of \x01: 60 MiB of JSON escapes from a runtime that does not cap it.
+CONTROL_FLOOD = "head -c 10485760 /dev/zero | tr '\\000' '\\001'; echo; echo last line"
+
+
+def peak_of(call: Callable[[], Any]) -> tuple[Any, int]:
+    """The call's result (or exception) and the peak of Python memory allocated while it ran."""
+    tracemalloc.start()
+    try:
+        try:
+            result = call()
+        except Exception as exc:  # returned to the test, which asserts on it
+            result = exc
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return result, peak
+
+
+async def _sh(url: str, token: str | None, script: str, **kw: Any) -> ExecResult:
+    async with Runtime(url, token, **kw) as runtime:
+        return await runtime.sh(script, timeout=120, tag="test")
+
+
+def test_a_control_character_flood_is_capped_with_its_tail_marked(server: Server) -> None:
+    result, peak = peak_of(lambda: asyncio.run(_sh(server.url, server.token, CONTROL_FLOOD)))
+    assert isinstance(result, ExecResult), result
+    assert result.exit_code == 0 and result.truncated
+    # The runtime keeps the head of what it was asked to cap; the client never holds more than the limit.
+    assert len(result.stdout) <= (4 * MiB) // 16 and set(result.stdout) == {"\x01"}
+    # Measured: 305 MiB of RSS growth before the cap (the whole 60 MiB answer, then its parse); now ~6 MiB.
+    assert peak < 24 * MiB, f"client peak {peak / MiB:.1f} MiB"
+
+
+def test_ordinary_output_passes_whole(server: Server) -> None:
+    result = asyncio.run(_sh(server.url, server.token, "printf 'a\\nb\\n'; echo oops >&2; exit 3"))
+    assert (result.exit_code, result.stdout, result.stderr, result.truncated) == (
+        3,
+        "a\nb\n",
+        "oops\n",
+        False,
+    )
+
+
+# ------------------------------------------------------------------------------- a runtime that lies
+class Hostile(BaseHTTPRequestHandler):
+    """Answers every POST with what `self.server.answer` says (a real HTTP server, bytes on the wire)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        kind, payload = self.server.answer  # type: ignore[attr-defined]
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        if kind == "endless":
+            self.send_header("transfer-encoding", "chunked")
+            self.end_headers()
+            chunk = b"\\u0001" * 10922
+            try:
+                for _ in range(100_000):  # ~6 GiB unless the client hangs up, which it must
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            except (BrokenPipeError, ConnectionResetError):
+                return
+            return
+        if kind == "gzip":
+            self.send_header("content-encoding", "gzip")
+            payload = gzip.compress(payload)
+        self.send_header("content-length", str(len(payload)) if kind != "claims-huge" else str(1 << 40))
+        self.end_headers()
+        try:
+            self.wfile.write(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            return
+
+    def log_message(self, *_: Any) -> None:
+        return
+
+
+@pytest.fixture
+def hostile() -> Iterator[Callable[[str, bytes], str]]:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Hostile)
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+
+    def answer(kind: str, payload: bytes = b"") -> str:
+        httpd.answer = (kind, payload)  # type: ignore[attr-defined]
+        return f"http://127.0.0.1:{httpd.server_address[1]}"
+
+    yield answer
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def exec_answer(stdout: str, **extra: Any) -> bytes:
+    body = {
+        "argv": ["sh"],
+        "exit_code": 1,
+        "signal": None,
+        "stdout": stdout,
+        "stderr": "",
+        "timed_out": False,
+    }
+    body.update(truncated=False, duration_seconds=0.1, **extra)
+    return json.dumps(body).encode()
+
+
+def test_an_endless_answer_fails_at_the_limit(hostile: Callable[..., str]) -> None:
+    url = hostile("endless")
+    error, peak = peak_of(lambda: asyncio.run(_sh(url, None, "true", max_answer_bytes=MiB)))
+    assert isinstance(error, RuntimeAnswerTooLarge)
+    assert "larger than 1048576 bytes" in str(error) and "operator.runtimeMaxAnswerBytes" in str(error)
+    assert peak < 8 * MiB, f"client peak {peak / MiB:.1f} MiB"
+
+
+def test_an_answer_announcing_too_much_is_not_read(hostile: Callable[..., str]) -> None:
+    url = hostile("claims-huge", exec_answer("x"))
+    with pytest.raises(RuntimeAnswerTooLarge):
+        asyncio.run(_sh(url, None, "true"))
+
+
+def test_output_fields_past_the_cap_keep_their_tail(hostile: Callable[..., str]) -> None:
+    # A runtime that ignores max_output_bytes but stays under the answer limit: 3 MiB of stdout.
+    url = hostile("plain", exec_answer("x" * (3 * MiB) + "the end"))
+    result = asyncio.run(_sh(url, None, "true"))
+    assert result.truncated and len(result.stdout) == (4 * MiB) // 16
+    assert result.stdout.endswith("xthe end")
+
+
+def test_compressed_answers_are_refused(hostile: Callable[..., str]) -> None:
+    # Their size on the wire says nothing about what they expand to.
+    url = hostile("gzip", exec_answer("z" * MiB))
+    with pytest.raises(RuntimeRefused, match="Content-Encoding gzip"):
+        asyncio.run(_sh(url, None, "true"))
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"[" + b"{}," * 1_000_000 + b"{}]",  # ~60 MiB of Python objects from 3 MiB of JSON
+        b"[" * 100_000,
+        b"not json",
+        json.dumps({"exit_code": "one"}).encode(),
+    ],
+    ids=["object-flood", "deep", "not-json", "wrong-shape"],
+)
+def test_malformed_answers_are_refused(hostile: Callable[..., str], payload: bytes) -> None:
+    url = hostile("plain", payload)
+    error, peak = peak_of(lambda: asyncio.run(_sh(url, None, "true")))
+    assert isinstance(error, RuntimeRefused) and not isinstance(error, RuntimeAnswerTooLarge), error
+    assert peak < 24 * MiB, f"client peak {peak / MiB:.1f} MiB"
