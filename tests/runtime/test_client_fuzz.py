@@ -89,43 +89,54 @@ OUTSIDE_FILES = {"secret.txt": b"outside\n", "dir/x": b"outside too\n"}
 
 
 class Layout:
-    """root/outside (a sentinel tree), root/t (the target): t/.git, t/link -> ../outside, t/abs -> root/outside,
-    t/file, t/sub/keep.txt."""
+    """root/outside (a sentinel tree) and the target root/t<N>: .git, link -> ../outside, abs -> root/outside,
+    file, sub/keep.txt. The target is rebuilt under a new name when a case changed its fixture, and every 100
+    cases: ntfs-3g's case folding loses track of a name deleted and created again in the same directory (a
+    symlink `abs` re-created after a promote deleted it is no longer found as `ABS`), so names are never
+    re-created in place, and every rebuild checks that the new target folds."""
+
+    REBUILD_EVERY = 100
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self.outside = root / "outside"
-        self.target = root / "t"
-        for top, files in ((self.outside, OUTSIDE_FILES), (self.target / ".git", GIT_FILES)):
-            for rel, data in files.items():
-                (top / rel).parent.mkdir(parents=True, exist_ok=True)
-                (top / rel).write_bytes(data)
+        for rel, data in OUTSIDE_FILES.items():
+            (self.outside / rel).parent.mkdir(parents=True, exist_ok=True)
+            (self.outside / rel).write_bytes(data)
+        self.generation = 0
+        self.cases = 0
+        self.target = root / "t0"
         self.fixture: dict[str, tuple[int, int, int]] = {}
-        self.reset()
+        self.sentinel: dict[str, tuple[object, ...]] = {}
+        self.rebuild()
+
+    def rebuild(self) -> None:
+        old, self.generation = self.target, self.generation + 1
+        t = self.target = self.root / f"t{self.generation}"
+        for rel, data in {**{f".git/{k}": v for k, v in GIT_FILES.items()}, **FIXTURE_FILES}.items():
+            (t / rel).parent.mkdir(parents=True, exist_ok=True)
+            (t / rel).write_bytes(data)
+        os.symlink("../outside", t / "link")
+        os.symlink(str(self.outside), t / "abs")
+        self.fixture = {rel: _identity(t / rel) for rel in FIXTURE_FILES}
+        _remove(old)
+        for spelling in (".GIT", ".Git", "LINK", "Abs", "FILE", "SUB/KEEP.TXT"):
+            assert os.path.lexists(t / spelling), f"the filesystem does not fold {spelling} in {t}"
         self.sentinel = self.snapshot()
 
     def reset(self) -> None:
-        """Back to the fixture: what a case may legitimately change inside the target (its .git never)."""
+        """Back to the fixture for the next case (the target's .git never changes: violations() checks)."""
         t = self.target
-        (t / "sub").mkdir(exist_ok=True)
-        for rel, data in FIXTURE_FILES.items():
-            try:
-                st = os.lstat(t / rel)
-                unchanged = self.fixture.get(rel) == (st.st_ino, st.st_size, st.st_mtime_ns)
-            except FileNotFoundError:
-                unchanged = False
-            if not unchanged:
-                _remove(t / rel)
-                (t / rel).write_bytes(data)
-                st = os.lstat(t / rel)
-                self.fixture[rel] = (st.st_ino, st.st_size, st.st_mtime_ns)
-        for name, dest in (("link", "../outside"), ("abs", str(self.outside))):
-            if not os.path.islink(t / name):
-                _remove(t / name)
-                os.symlink(dest, t / name)
-        keep = {".git", "link", "abs", "file", "sub"}
+        self.cases += 1
+        intact = self.cases % self.REBUILD_EVERY != 0 and all(
+            os.path.lexists(t / rel) and _identity(t / rel) == ident for rel, ident in self.fixture.items()
+        )
+        intact = intact and all(os.path.islink(t / name) for name in ("link", "abs"))
+        if not intact:
+            self.rebuild()
+            return
         for entry in os.scandir(t):
-            if entry.name not in keep:
+            if entry.name not in (".git", "link", "abs", "file", "sub"):
                 _remove(Path(entry.path))
         for entry in os.scandir(t / "sub"):
             if entry.name != "keep.txt":
@@ -176,6 +187,11 @@ def _walk(top: Path, skip: str = "") -> Iterator[Path]:
                 yield Path(entry.path)
                 if entry.is_dir(follow_symlinks=False):
                     stack.append(entry.path)
+
+
+def _identity(path: Path) -> tuple[int, int, int]:
+    st = path.lstat()
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def _describe(path: Path) -> tuple[object, ...]:
