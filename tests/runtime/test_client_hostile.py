@@ -136,8 +136,9 @@ def test_cp_writes_nothing_into_dotgit_and_no_setuid(tmp_path: Path) -> None:
     assert stat.S_IMODE((tmp_path / "copy/plain.txt").stat().st_mode) == 0o644
 
 
+# Peak RSS as VmHWM: ru_maxrss would carry the forking pytest process's size across exec.
 CP_CLIENT = """
-import resource, sys, httpx
+import re, sys, httpx
 from shadow_operator.cli.environments import copy
 from shadow_operator.sdk.errors import ShadowError
 from shadow_operator.sdk.runtime import RuntimeEndpoint
@@ -148,7 +149,8 @@ try:
     print("ok")
 except ShadowError as exc:
     print(exc.code, exc.message)
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+with open("/proc/self/status") as status:
+    print(int(re.search(r"VmHWM:\\s+(\\d+) kB", status.read()).group(1)) // 1024)
 """
 
 
