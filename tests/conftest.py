@@ -49,6 +49,19 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+@pytest.fixture(scope="session", autouse=True)
+def client_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The client records where environments came from under XDG_STATE_HOME (sdk/localdirs.py); tests, and
+    the shadowctl processes they start, keep theirs out of the user's home."""
+    before = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state"))
+    yield
+    if before is None:
+        os.environ.pop("XDG_STATE_HOME", None)
+    else:
+        os.environ["XDG_STATE_HOME"] = before
+
+
 @pytest.fixture(scope="session")
 def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Path of an admin kubeconfig for a running control plane; also exported as KUBECONFIG."""

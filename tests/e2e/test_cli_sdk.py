@@ -139,6 +139,7 @@ def test_seed_workflow_with_shadowctl(cluster: Cluster, e2e_namespace: str, tmp_
             "localDir": str(core),
             "write": ["added.txt", "core/__init__.py"],
             "delete": ["remove-me.txt"],
+            "refused": [],
         }
     ]
     assert (

@@ -109,8 +109,8 @@ def assert_isolated_clones(cluster: Cluster, ns: str, source: str, forks: list[s
     stat = ok(ctl(cluster, "diff", first, "-n", ns, "--stat"))
     assert "A core/agent.txt" in stat and "D core/notes.md" in stat, stat
     assert "core/core/__init__.py" not in stat, stat  # modes and contents survived the clone
-    # Promote from a fork goes to the source's local directory (the fork inherited its sources and the
-    # annotation saying where they were uploaded from).
+    # Promote from a fork goes to the source's local directory: `shadowctl fork` copied this machine's record
+    # of where the sources were uploaded from, and the annotation the fork inherited agrees with it.
     plan = json.loads(ok(ctl(cluster, "promote", first, "-n", ns, "--dry-run", "-o", "json")))
     assert [(p["source"], p["write"], p["delete"]) for p in plan] == [
         ("core", ["agent.txt"], ["notes.md"])

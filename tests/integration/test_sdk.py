@@ -21,6 +21,7 @@ from shadow_operator.sdk import (
     SandboxTemplateNotFoundError,
     ShadowGateway,
     kube,
+    localdirs,
 )
 from shadow_operator.sdk import sandbox as sandbox_ops
 
@@ -77,6 +78,9 @@ def test_local_directories_are_recorded_for_promote(
     spec = EnvironmentSpec(local=[LocalSource(tmp_path / "core")], template="absent")
     with ShadowGateway("recorded", namespace=objs.namespace) as gw:
         gw.create(spec)
+        # This machine's own record, which promote trusts (the annotation only where it agrees).
+        recorded = localdirs.recorded(str(gw.client.base_url), objs.namespace, "recorded")
+        assert recorded == {"core": str((tmp_path / "core").resolve())}
         with pytest.raises(SandboxNotReadyError):  # no workspace yet: a typed error, not a crash
             gw.plan_promote()
     body = objs.get(ENVIRONMENT, "recorded", "v1alpha1")

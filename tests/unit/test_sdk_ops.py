@@ -13,9 +13,10 @@ from typing import Any
 import httpx
 import pytest
 from shadow_operator.cli.common import split_remote
-from shadow_operator.cli.environments import extract, parse_git
+from shadow_operator.cli.environments import parse_git
 from shadow_operator.sdk import kube, promote
 from shadow_operator.sdk import sandbox as sandbox_ops
+from shadow_operator.sdk.download import extract
 from shadow_operator.sdk.environment import (
     ANNOTATION_LOCAL_PREFIX,
     EnvironmentSpec,
@@ -111,10 +112,10 @@ def tar_of(members: dict[str, bytes]) -> io.BytesIO:
 
 
 def test_cp_extraction_refuses_paths_outside_the_target(tmp_path: Path) -> None:
-    assert extract(tar_of({"a/b.txt": b"ok"}), tmp_path / "in") == 1
+    assert extract([tar_of({"a/b.txt": b"ok"}).getvalue()], tmp_path / "in") == 1
     assert (tmp_path / "in/a/b.txt").read_bytes() == b"ok"
-    with pytest.raises(ShadowError, match="outside"):
-        extract(tar_of({"../escape.txt": b"no"}), tmp_path / "in2")
+    with pytest.raises(ShadowError, match=r"refusing '\.\./escape\.txt'"):
+        extract([tar_of({"../escape.txt": b"no"}).getvalue()], tmp_path / "in2")
     assert not (tmp_path / "escape.txt").exists()
 
 

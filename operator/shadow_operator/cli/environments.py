@@ -4,9 +4,7 @@ logs, journal, handoff, verify, destroy. Each is a thin layer over the SDK (`Sha
 from __future__ import annotations
 
 import fnmatch
-import io
 import sys
-import tarfile
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -29,8 +27,8 @@ from shadow_operator.cli.common import (
     split_remote,
 )
 from shadow_operator.cli.fallback import FallbackOpt, with_fallback
+from shadow_operator.sdk import confine, download, kube, runtime
 from shadow_operator.sdk import environment as envops
-from shadow_operator.sdk import kube, runtime
 from shadow_operator.sdk.environment import EnvironmentSpec, GitSource, LocalSource
 from shadow_operator.sdk.gateway import ShadowGateway
 from shadow_operator.sdk.promote import PromotePlan
@@ -269,25 +267,50 @@ def shell(
     raise typer.Exit(code)
 
 
+MaxBytesOpt = Annotated[
+    int,
+    typer.Option(
+        "--max-bytes", min=1, help="Stop before writing more than this many bytes from the workspace."
+    ),
+]
+MaxMembersOpt = Annotated[
+    int, typer.Option("--max-members", min=1, help="Refuse a download of more entries than this.")
+]
+
+
 def cp(
     source: Annotated[str, typer.Argument(help="NAME:PATH or a local path.", show_default=False)],
     dest: Annotated[str, typer.Argument(help="NAME:PATH or a local path.", show_default=False)],
     namespace: NamespaceOpt = "default",
+    max_bytes: MaxBytesOpt = confine.DEFAULT_MAX_BYTES,
+    max_members: MaxMembersOpt = confine.DEFAULT_MAX_MEMBERS,
 ) -> None:
     """Copy files between this machine and a workspace.
 
-    One side is NAME:PATH, as with kubectl cp; directories travel as a tar.gz stream.
+    One side is NAME:PATH, as with kubectl cp; directories travel as a tar.gz stream. Downloads stream to
+    disk within --max-bytes and --max-members; only files and directories are written, never into a .git
+    (in any spelling) and never through a symbolic link; execute bits are kept, setuid/setgid are not.
     """
     src_env, src_path = split_remote(source)
     dst_env, dst_path = split_remote(dest)
     if (src_env is None) == (dst_env is None):
         fail("cp needs exactly one side in the environment", "e.g. shadowctl cp my-env:src/app.py ./app.py")
+    budget = confine.Budget(max_bytes, max_members)
     with gateway(str(src_env or dst_env), namespace) as gw:
-        copy(gw.client, gw.runtime_endpoint(), src_env, src_path, dst_path)
+        copy(gw.client, gw.runtime_endpoint(), src_env, src_path, dst_path, budget)
 
 
-def copy(http: Any, ep: runtime.RuntimeEndpoint, src_remote: str | None, src: str, dst: str) -> None:
-    """Shared by `cp` and `sandbox cp`: files one by one, directories as a tar.gz stream."""
+def copy(
+    http: Any,
+    ep: runtime.RuntimeEndpoint,
+    src_remote: str | None,
+    src: str,
+    dst: str,
+    budget: confine.Budget | None = None,
+) -> None:
+    """Shared by `cp` and `sandbox cp`: files one by one, directories as a tar.gz stream (downloads within
+    the budget, 1 GiB and 100,000 entries by default)."""
+    budget = budget or confine.Budget()
     if src_remote is None:
         local = Path(src).expanduser()
         if local.is_dir():
@@ -305,41 +328,13 @@ def copy(http: Any, ep: runtime.RuntimeEndpoint, src_remote: str | None, src: st
     if info is None:
         fail(f"{src}: no such file or directory in the workspace", "list it: shadowctl exec NAME -- ls")
     target = Path(dst).expanduser()
-    if info["type"] != "directory":
-        if target.is_dir():
-            target = target / Path(src).name
-        target.write_bytes(kube.run(http, runtime.read_file(ep, src)))
+    if info.get("type") == "directory":
+        count = download.download_dir(http, ep, src, target, budget)
+        err.print(f"copied {count} files into {target}")
         return
-    call = runtime.archive_call(ep, src)
-    with http.stream("GET", call.path, headers=dict(call.headers), timeout=300.0) as response:
-        if not response.is_success:
-            response.read()
-            raise kube.error_of(response, call)
-        data = io.BytesIO(b"".join(response.iter_bytes()))
-    target.mkdir(parents=True, exist_ok=True)
-    count = extract(data, target)
-    err.print(f"copied {count} files into {target}")
-
-
-def extract(data: io.BytesIO, target: Path) -> int:
-    """Regular files and directories of a tar.gz, refusing anything that would land outside the target."""
-    count = 0
-    root = target.resolve()
-    with tarfile.open(fileobj=data, mode="r:gz") as tar:
-        for member in tar:
-            dest = (root / member.name).resolve()
-            if not dest.is_relative_to(root):
-                fail(f"refusing {member.name!r}: it would be written outside {root}")
-            if member.isdir():
-                dest.mkdir(parents=True, exist_ok=True)
-            elif member.isfile():
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                fh = tar.extractfile(member)
-                assert fh is not None
-                dest.write_bytes(fh.read())
-                dest.chmod(member.mode & 0o777)
-                count += 1
-    return count
+    if target.is_dir():
+        target = target / Path(src).name
+    download.download_file(http, ep, src, target, confine.number(info.get("mode"), 8), budget)
 
 
 def diff(
@@ -396,6 +391,7 @@ def promote(
         typer.Option("--to-branch", help="Push a commit to this branch of the Gitea repository instead."),
     ] = None,
     force: Annotated[bool, typer.Option("--force", "-f", help="Do not ask for confirmation.")] = False,
+    max_bytes: MaxBytesOpt = confine.DEFAULT_MAX_BYTES,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Show what would change, change nothing.")
     ] = False,
@@ -431,7 +427,7 @@ def promote(
                     "promote would change local files", "confirm with --force (or look first with --dry-run)"
                 )
             typer.confirm("apply these changes?", abort=True, err=True)
-        gw.apply_promote(plans)
+        gw.apply_promote(plans, max_bytes=max_bytes)
     if not emit([plan_data(p) for p in plans], output):
         for p in plans:
             err.print(f"promoted {len(p.write)} written, {len(p.delete)} deleted into {p.local_dir}")
@@ -443,6 +439,7 @@ def plan_data(plan: PromotePlan) -> dict[str, Any]:
         "localDir": str(plan.local_dir),
         "write": plan.write,
         "delete": plan.delete,
+        "refused": plan.refused,
     }
 
 
@@ -454,6 +451,8 @@ def show_plans(plans: list[PromotePlan]) -> None:
             out.print(f"  [{'yellow' if mark == 'M' else 'green'}]{mark}[/] {rel}")
         for rel in plan.delete:
             out.print(f"  [red]D[/red] {rel}")
+        for rel in plan.refused:
+            out.print(f"  [red]refused[/red] {rel!r} (outside the source, '.'/'..', or a .git spelling)")
 
 
 def publish(

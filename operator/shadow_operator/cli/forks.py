@@ -14,7 +14,7 @@ from shadow_operator.api.environment import ShadowEnvironment
 from shadow_operator.cli.common import NameArg, NamespaceOpt, OutputOpt, connect, emit, err, fail, out
 from shadow_operator.sdk import environment as envops
 from shadow_operator.sdk import fork as forkops
-from shadow_operator.sdk import kube
+from shadow_operator.sdk import kube, localdirs
 from shadow_operator.sdk.errors import EnvironmentFailed
 
 
@@ -73,6 +73,7 @@ def fork(
                 verify=verify,
             ),
         )
+        localdirs.copy(str(http.base_url), namespace, source, targets)  # promote trusts only this record
         err.print(f"created {len(targets)} fork(s) of {namespace}/{source}: {', '.join(targets)}")
         if not wait:
             return

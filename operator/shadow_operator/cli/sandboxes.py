@@ -11,9 +11,9 @@ from rich.table import Table
 
 from shadow_operator.api import constants as c
 from shadow_operator.cli.common import NamespaceOpt, OutputOpt, connect, emit, err, fail, out, split_remote
-from shadow_operator.cli.environments import copy
+from shadow_operator.cli.environments import MaxBytesOpt, MaxMembersOpt, copy
+from shadow_operator.sdk import confine, kube
 from shadow_operator.sdk import fork as forkops
-from shadow_operator.sdk import kube
 from shadow_operator.sdk import sandbox as ops
 from shadow_operator.sdk.errors import ShadowError
 from shadow_operator.sdk.sandbox import SandboxClient
@@ -105,8 +105,10 @@ def cp(
     source: Annotated[str, typer.Argument(help="CLAIM:PATH or a local path.", show_default=False)],
     dest: Annotated[str, typer.Argument(help="CLAIM:PATH or a local path.", show_default=False)],
     namespace: NamespaceOpt = "default",
+    max_bytes: MaxBytesOpt = confine.DEFAULT_MAX_BYTES,
+    max_members: MaxMembersOpt = confine.DEFAULT_MAX_MEMBERS,
 ) -> None:
-    """Copy a file or directory between this machine and a sandbox."""
+    """Copy a file or directory between this machine and a sandbox (downloads: as `shadowctl cp`)."""
     src_claim, src_path = split_remote(source)
     dst_claim, dst_path = split_remote(dest)
     if (src_claim is None) == (dst_claim is None):
@@ -116,7 +118,7 @@ def cp(
     with connect() as http:
         ref = kube.run(http, ops.get(str(src_claim or dst_claim), namespace))
         ep = kube.run(http, ops.endpoint(ref))
-        copy(http, ep, src_claim, src_path, dst_path)
+        copy(http, ep, src_claim, src_path, dst_path, confine.Budget(max_bytes, max_members))
 
 
 @app.command()

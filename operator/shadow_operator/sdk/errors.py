@@ -159,3 +159,16 @@ class NotAnUploadSource(UploadError):
 
 class PromoteError(ShadowError):
     code = "PromoteFailed"
+
+
+class UnsafePath(ShadowError):
+    """A path from a sandbox that would land outside its local directory, in a `.git`, or through a link."""
+
+    code = "UnsafePath"
+    hint = "nothing was written there; look at what the workspace produced"
+
+
+class TooLarge(ShadowError):
+    """What a sandbox sends is over a size or count limit of the client."""
+
+    code = "TooLarge"

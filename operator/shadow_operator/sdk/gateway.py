@@ -24,9 +24,9 @@ from pydantic import ValidationError
 
 from shadow_operator.api.environment import PushRequest, ShadowEnvironment, Verdict
 from shadow_operator.resources.environment import SourcePlan
+from shadow_operator.sdk import confine, hostonly, kube, localdirs, promote, runtime
 from shadow_operator.sdk import environment as envops
 from shadow_operator.sdk import fork as forkops
-from shadow_operator.sdk import hostonly, kube, promote, runtime
 from shadow_operator.sdk import manifest as manifestops
 from shadow_operator.sdk import race as raceops
 from shadow_operator.sdk.environment import ANNOTATION_LOCAL_PREFIX, EnvironmentSpec, LocalSource
@@ -65,9 +65,10 @@ def _push_request(error: type[ShadowError], **fields: str) -> PushRequest:
 class _Ops:
     """Every gateway operation, written once; the twins drive them."""
 
-    def __init__(self, name: str, namespace: str, workspace_path: str | Path | None) -> None:
+    def __init__(self, name: str, namespace: str, workspace_path: str | Path | None, cluster: str) -> None:
         self.name = name
         self.namespace = namespace
+        self.cluster = cluster  # the API server's URL: the key of this machine's record of local directories
         self.workspace_path = Path(workspace_path).expanduser() if workspace_path else None
         # The runtime's endpoint (pod proxy path and token) read once, not twice per call; dropped when the
         # runtime cannot be reached or refuses the token (the workspace was suspended or recreated).
@@ -82,13 +83,20 @@ class _Ops:
 
     def create(self, spec: EnvironmentSpec) -> Op[ShadowEnvironment]:
         self._endpoint = None  # a new environment: a new runtime token
-        return envops.create(envops.build_environment(self.name, self.namespace, spec))
+        env = yield from envops.create(envops.build_environment(self.name, self.namespace, spec))
+        self.forget()
+        localdirs.record(self.cluster, self.namespace, self.name, {s.source_name: s.path for s in spec.local})
+        return env
 
     def upload(self, source: LocalSource, timeout: float, progress: Progress | None) -> Op[ImportResult]:
         result, _ = yield from envops.upload(
             self.namespace, self.name, source.source_name, source.path, timeout, progress
         )
+        localdirs.record(self.cluster, self.namespace, self.name, {source.source_name: source.path})
         return result
+
+    def forget(self) -> None:
+        localdirs.forget(self.cluster, self.namespace, self.name)
 
     def wait_ready(
         self, timeout: float, on_change: Callable[[ShadowEnvironment], None] | None = None
@@ -157,12 +165,22 @@ class _Ops:
         if source is not None:
             plans = [envops.source_plan(env, source)]
         annotations = env.metadata.annotations
+        recorded = localdirs.recorded(self.cluster, self.namespace, self.name)
         targets = []
         for plan in plans:
-            local = to or annotations.get(ANNOTATION_LOCAL_PREFIX + plan.name)
+            # The annotation is the cluster's word, which anyone who may patch the object can change: it
+            # counts only where it matches this machine's own record (localdirs).
+            annotated = annotations.get(ANNOTATION_LOCAL_PREFIX + plan.name)
+            local: str | Path | None = to or localdirs.trusted_dir(recorded.get(plan.name), annotated)
             if local is None and len(plans) == 1 and self.workspace_path is not None:
                 local = self.workspace_path
             if local is None:
+                if annotated is not None:
+                    raise PromoteError(
+                        f"source {plan.name!r} says it came from {annotated}, which this machine has no "
+                        "record of (it records the directories it creates, uploads and forks from)",
+                        hint="say where it goes: --to PATH (or to_branch=... to push it to Gitea)",
+                    )
                 if source is None and len(plans) > 1:
                     continue  # a cloned source has no local directory; promote it with --to-branch
                 raise PromoteError(
@@ -179,10 +197,12 @@ class _Ops:
             )
         return targets
 
-    def apply_promote(self, plans: Sequence[PromotePlan]) -> Op[list[PromotePlan]]:
+    def apply_promote(self, plans: Sequence[PromotePlan], max_bytes: int) -> Op[list[PromotePlan]]:
+        budget = confine.Budget(max_bytes, option="--max-bytes (max_bytes=)")
+
         def apply(ep: runtime.RuntimeEndpoint) -> Op[list[PromotePlan]]:
             for plan in plans:
-                yield from promote.apply(ep, plan)
+                yield from promote.apply(ep, plan, budget)
             return list(plans)
 
         return self.on_runtime(apply)
@@ -254,6 +274,7 @@ class _Ops:
 
     def fork(self, names: Sequence[str], wait: bool, timeout: float, **options: Any) -> Op[list[str]]:
         yield from forkops.fork(self.namespace, self.name, names, **options)
+        localdirs.copy(self.cluster, self.namespace, self.name, names)
         deadline = time.monotonic() + timeout
         for name in names if wait else ():
             left = max(1.0, deadline - time.monotonic())
@@ -274,7 +295,7 @@ class ShadowGateway(kube.ClientHolder):
         client: httpx.Client | None = None,
     ) -> None:
         super().__init__(client)
-        self._ops = _Ops(name, namespace, workspace_path)
+        self._ops = _Ops(name, namespace, workspace_path, str(self._http.base_url))
 
     name = property(lambda self: self._ops.name)
     namespace = property(lambda self: self._ops.namespace)
@@ -316,6 +337,7 @@ class ShadowGateway(kube.ClientHolder):
         """Delete the environment (workspace, Gitea, volumes); by default wait until it is gone."""
         self._ops.forget_endpoint()
         self._run(envops.delete(self.namespace, self.name, wait=wait, timeout=timeout))
+        self._ops.forget()
 
     def status(self) -> ShadowEnvironment:
         return self._run(envops.get(self.namespace, self.name))  # type: ignore[no-any-return]
@@ -380,16 +402,19 @@ class ShadowGateway(kube.ClientHolder):
         paths: Sequence[str] = (),
         to_branch: str | None = None,
         message: str = "shadow: promoted changes",
+        max_bytes: int = confine.DEFAULT_MAX_BYTES,
     ) -> list[PromotePlan] | dict[str, str]:
-        """Changed files back into the local directory (never .git), or, with to_branch, a commit pushed to
-        that branch of the source's Gitea repository."""
+        """Changed files back into the local directory (never .git, never through a link, at most `max_bytes`
+        in all), or, with to_branch, a commit pushed to that branch of the source's Gitea repository."""
         if to_branch:
             return self._run(self._ops.push_branch(source, to_branch, message))  # type: ignore[no-any-return]
         plans = self.plan_promote(source=source, to=to, paths=paths)
-        return self._run(self._ops.apply_promote(plans))  # type: ignore[no-any-return]
+        return self._run(self._ops.apply_promote(plans, max_bytes))  # type: ignore[no-any-return]
 
-    def apply_promote(self, plans: Sequence[PromotePlan]) -> list[PromotePlan]:
-        return self._run(self._ops.apply_promote(plans))  # type: ignore[no-any-return]
+    def apply_promote(
+        self, plans: Sequence[PromotePlan], *, max_bytes: int = confine.DEFAULT_MAX_BYTES
+    ) -> list[PromotePlan]:
+        return self._run(self._ops.apply_promote(plans, max_bytes))  # type: ignore[no-any-return]
 
     def publish_module(
         self, module_path: str | Path, repo: str | None = None, *, progress: Progress | None = None
@@ -500,7 +525,7 @@ class AsyncShadowGateway(kube.AsyncClientHolder):
         client: httpx.AsyncClient | None = None,
     ) -> None:
         super().__init__(client)
-        self._ops = _Ops(name, namespace, workspace_path)
+        self._ops = _Ops(name, namespace, workspace_path, str(self._http.base_url))
 
     name = property(lambda self: self._ops.name)
     namespace = property(lambda self: self._ops.namespace)
@@ -526,6 +551,7 @@ class AsyncShadowGateway(kube.AsyncClientHolder):
     async def stop(self, *, wait: bool = True, timeout: float = 120.0) -> None:
         self._ops.forget_endpoint()
         await self._run(envops.delete(self.namespace, self.name, wait=wait, timeout=timeout))
+        self._ops.forget()
 
     async def status(self) -> ShadowEnvironment:
         return await self._run(envops.get(self.namespace, self.name))  # type: ignore[no-any-return]
@@ -577,11 +603,12 @@ class AsyncShadowGateway(kube.AsyncClientHolder):
         paths: Sequence[str] = (),
         to_branch: str | None = None,
         message: str = "shadow: promoted changes",
+        max_bytes: int = confine.DEFAULT_MAX_BYTES,
     ) -> list[PromotePlan] | dict[str, str]:
         if to_branch:
             return await self._run(self._ops.push_branch(source, to_branch, message))  # type: ignore[no-any-return]
         plans = await self.plan_promote(source=source, to=to, paths=paths)
-        return await self._run(self._ops.apply_promote(plans))  # type: ignore[no-any-return]
+        return await self._run(self._ops.apply_promote(plans, max_bytes))  # type: ignore[no-any-return]
 
     async def publish_module(self, module_path: str | Path, repo: str | None = None) -> dict[str, str]:
         return await self._run(self._ops.publish(Path(module_path).expanduser().resolve(), repo, None))  # type: ignore[no-any-return]

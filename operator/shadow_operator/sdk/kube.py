@@ -172,6 +172,8 @@ class Call:
     timeout: float | None = None
     runtime: bool = False
     ok: tuple[int, ...] = ()  # error statuses the operation handles itself
+    # Where the body of a successful answer goes, piece by piece, instead of into memory (large downloads).
+    sink: Callable[[bytes], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -246,7 +248,15 @@ def _request_args(call: Call) -> dict[str, Any]:
 
 def _send(client: httpx.Client, call: Call) -> httpx.Response | ShadowError:
     try:
-        response = client.request(call.method, call.path, **_request_args(call))
+        if call.sink is None:
+            response = client.request(call.method, call.path, **_request_args(call))
+        else:
+            with client.stream(call.method, call.path, **_request_args(call)) as response:
+                if not response.is_success:
+                    response.read()
+                    return _checked(call, response)
+                for piece in response.iter_bytes():
+                    call.sink(piece)
     except httpx.TransportError as exc:
         return _transport_error(call, exc)
     return _checked(call, response)
@@ -257,7 +267,15 @@ async def _asend(client: httpx.AsyncClient, call: Call) -> httpx.Response | Shad
     if isinstance(call.content, Iterator):
         args["content"] = _async_chunks(call.content)
     try:
-        response = await client.request(call.method, call.path, **args)
+        if call.sink is None:
+            response = await client.request(call.method, call.path, **args)
+        else:
+            async with client.stream(call.method, call.path, **args) as response:
+                if not response.is_success:
+                    await response.aread()
+                    return _checked(call, response)
+                async for piece in response.aiter_bytes():
+                    call.sink(piece)
     except httpx.TransportError as exc:
         return _transport_error(call, exc)
     return _checked(call, response)

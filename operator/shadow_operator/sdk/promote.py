@@ -1,34 +1,35 @@
 """Promote: bring what changed in an environment back into the local directory a source came from.
 
 Only what changed in the workspace since its baseline is written (or deleted) locally, so local work done
-meanwhile on other files survives. `.git` is never touched, and nothing lands outside the directory.
+meanwhile on other files survives. Paths, modes and sizes come from the workspace, so they are confined
+(`sdk.confine`): nothing lands outside the directory, in any spelling of `.git`, or through a symbolic link, and
+the bytes stream to disk under a size budget.
 """
 
 from __future__ import annotations
 
 import fnmatch
-import os
-import stat as stat_mod
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
-from shadow_operator.sdk import runtime
-from shadow_operator.sdk.errors import PromoteError
+from shadow_operator.sdk import confine, runtime
+from shadow_operator.sdk.errors import PromoteError, UnsafePath
 from shadow_operator.sdk.kube import Op
 from shadow_operator.sdk.runtime import Diff, RuntimeEndpoint
 
 
 @dataclass
 class PromotePlan:
-    """What a promote of one source would do, paths relative to the source directory."""
+    """What a promote of one source would do, paths relative to the source directory. `refused` lists the
+    changed paths that will not be promoted (outside the source, `.`/`..` forms, any spelling of `.git`)."""
 
     source: str
     workspace_dir: str
     local_dir: Path
     write: list[str] = field(default_factory=list)
     delete: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -39,12 +40,6 @@ def _selected(rel: str, patterns: Sequence[str]) -> bool:
     return not patterns or any(
         fnmatch.fnmatch(rel, p) or fnmatch.fnmatch(rel, p.rstrip("/") + "/*") for p in patterns
     )
-
-
-def safe_relative(rel: str) -> bool:
-    """A relative path that stays inside its directory and does not go through any `.git`."""
-    parts = PurePosixPath(rel).parts
-    return bool(parts) and not PurePosixPath(rel).is_absolute() and ".." not in parts and ".git" not in parts
 
 
 def plan_promote(
@@ -58,58 +53,38 @@ def plan_promote(
             if not path.startswith(prefix):
                 continue
             rel = path[len(prefix) :]
-            if safe_relative(rel) and _selected(rel, patterns):
+            if not confine.is_safe(rel):
+                plan.refused.append(rel)
+            elif _selected(rel, patterns):
                 into.append(rel)
     return plan
 
 
-def apply(ep: RuntimeEndpoint, plan: PromotePlan) -> Op[PromotePlan]:
-    """Write the changed files (with their mode) and delete the deleted ones in the local directory."""
-    root = plan.local_dir.resolve()
-    if not root.is_dir():
-        raise PromoteError(
-            f"{root} is not a directory", hint="give the local directory of the source with --to PATH"
-        )
+def apply(ep: RuntimeEndpoint, plan: PromotePlan, budget: confine.Budget | None = None) -> Op[PromotePlan]:
+    """Write the changed files (their execute bits kept) and delete the deleted ones in the local directory.
+    Stops with UnsafePath at a path that would leave it, and TooLarge past the budget (1 GiB by default)."""
+    budget = budget or confine.Budget(option="max_bytes")
     prefix = plan.workspace_dir.strip("/") + "/"
-    for rel in plan.write:
-        info = yield from runtime.stat(ep, prefix + rel)
-        if info is None:
-            continue  # removed in the workspace since the diff was taken
-        target = _inside(root, rel)
-        if info["type"] == "directory":
-            target.mkdir(parents=True, exist_ok=True)
-            continue
-        if info["type"] == "symlink":
-            continue  # links are not promoted: they could point anywhere on this machine
-        data = yield from runtime.read_file(ep, prefix + rel)
-        _write_atomic(target, data, int(info["mode"], 8) & 0o777)
-    for rel in plan.delete:
-        target = _inside(root, rel)
-        if target.is_file() or target.is_symlink():
-            target.unlink()
-        elif target.is_dir() and not any(target.iterdir()):
-            target.rmdir()
-    return plan
-
-
-def _inside(root: Path, rel: str) -> Path:
-    target = root / rel
-    # A symlinked parent directory could lead the write elsewhere: resolve and check.
-    if not target.parent.resolve().is_relative_to(root) and target.parent.exists():
-        raise PromoteError(f"{rel} would be written outside {root} (through a symbolic link)")
-    return target
-
-
-def _write_atomic(target: Path, data: bytes, mode: int) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    if target.is_symlink() or (target.exists() and not stat_mod.S_ISREG(target.lstat().st_mode)):
-        raise PromoteError(f"{target} exists and is not a regular file; move it away and promote again")
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, mode or 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        dest = confine.Confined(plan.local_dir)
+    except UnsafePath as exc:
+        raise PromoteError(
+            exc.message, hint="give the local directory of the source with --to PATH"
+        ) from None
+    with dest:
+        for rel in plan.write:
+            confine.check(rel)  # a plan may have been built by hand
+            info = yield from runtime.stat(ep, prefix + rel)
+            if info is None:
+                continue  # removed in the workspace since the diff was taken
+            if info.get("type") == "directory":
+                dest.mkdir(rel)
+                continue
+            if info.get("type") != "file":
+                continue  # links are not promoted: they could point anywhere on this machine
+            budget.member(rel, confine.number(info.get("size"), 10))
+            with dest.writer(rel, confine.number(info.get("mode"), 8), budget) as out:
+                yield from runtime.read_into(ep, prefix + rel, out.write)
+        for rel in plan.delete:
+            dest.delete(rel)
+    return plan

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import quote
@@ -166,6 +166,11 @@ def _file_path(path: str) -> str:
 def read_file(ep: RuntimeEndpoint, path: str) -> Op[bytes]:
     response = yield ep.call("GET", _file_path(path), f"read {path}", timeout=300.0)
     return bytes(response.content)
+
+
+def read_into(ep: RuntimeEndpoint, path: str, sink: Callable[[bytes], None]) -> Op[None]:
+    """GET a file and hand its bytes to `sink` as they arrive (never whole in memory)."""
+    yield ep.call("GET", _file_path(path), f"read {path}", timeout=300.0, sink=sink)
 
 
 def write_file(ep: RuntimeEndpoint, path: str, data: bytes) -> Op[None]:

@@ -2,8 +2,12 @@
 
 Nothing of the user's machine is mounted into an environment, so the tree travels as one gzip'd tar, streamed
 with constant memory. It carries what `git add --all` would snapshot (uncommitted and untracked-but-not-ignored
-files included) and the whole `.git`, so that commits pinned in lockfiles resolve in the environment's Gitea
-too. The operator waits for the annotation `uploads.shadow.dev/<source>` before it snapshots the directory.
+files included) and the history in `.git`, so that commits pinned in lockfiles resolve in the environment's
+Gitea too. The operator waits for the annotation `uploads.shadow.dev/<source>` before it snapshots the directory.
+
+The workspace is not the user's machine, so nothing that configures or authenticates git here goes there:
+`.git/config` (and submodules' and worktrees' configs) travel rewritten from an allowlist (`GIT_CONFIG_KEPT`,
+remote URLs without their user:password), and `.git/hooks` only as its `*.sample` files.
 
 The runtime is reached through the API server's pod proxy, so nothing but the API server has to be exposed.
 The proxy consumes `Authorization` (the caller's credentials for the API server), which is why the runtime's
@@ -23,11 +27,11 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypedDict
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
 
-from shadow_operator.sdk import kube
+from shadow_operator.sdk import confine, kube, localdirs
 from shadow_operator.sdk.errors import RuntimeRefused, RuntimeUnreachable, UploadError
 
 CHUNK = 256 * 1024
@@ -82,7 +86,11 @@ def _repo_files(root: Path, rel: str) -> Iterator[str]:
         yield rel + name
     git = here / ".git"
     if git.is_dir():
-        yield from (f"{rel}.git/{f}" for f in _all_files(git) if not f.endswith(".lock"))
+        yield from (
+            f"{rel}.git/{f}"
+            for f in _all_files(git)
+            if not f.endswith(".lock") and not _is_hook(f"{rel}.git/{f}")
+        )
     elif git.is_file() and rel:
         yield f"{rel}.git"  # a submodule's pointer into the parent's .git/modules, which is carried too
 
@@ -131,6 +139,116 @@ def _run_git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+# -------------------------------------------------------------------------------------- what git keeps
+# Keys of a repository's config that travel (section.name, or section.*.name with any subsection). Everything
+# else stays here: credentials (credential.*, http.*.extraHeader, user:password in URLs), commands git would run
+# (core.fsmonitor, core.sshCommand, core.hooksPath, *.textconv, filter.*, alias.*, remote.*.uploadpack),
+# includes of local files, url.*.insteadOf rewrites, proxies.
+GIT_CONFIG_KEPT = frozenset(
+    {
+        *(
+            f"core.{k}"
+            for k in (
+                "repositoryformatversion",
+                "filemode",
+                "bare",
+                "logallrefupdates",
+                "ignorecase",
+                "precomposeunicode",
+                "symlinks",
+                "autocrlf",
+                "eol",
+                "safecrlf",
+                "sparsecheckout",
+                "sparsecheckoutcone",
+                "quotepath",
+            )
+        ),
+        *(
+            f"remote.*.{k}"
+            for k in ("url", "pushurl", "fetch", "push", "mirror", "tagopt", "prune", "prunetags")
+        ),
+        *(f"branch.*.{k}" for k in ("remote", "pushremote", "merge", "rebase", "description")),
+        *(f"submodule.*.{k}" for k in ("url", "active", "branch")),
+        "lfs.repositoryformatversion",
+    }
+)
+_URL_KEYS = frozenset({"url", "pushurl"})
+
+
+def _git_dir_parts(name: str) -> list[str] | None:
+    """The folded components of `name` inside a `.git` (in any spelling), or None when it is not inside one:
+    on a case-insensitive disk `.git/Hooks/x` is a hook and `.GIT/CONFIG` the config."""
+    parts = name.split("/")
+    for i, part in enumerate(parts[:-1]):
+        if confine.is_dotgit(part):
+            return [confine.fold(p) for p in parts[i + 1 :]]
+    return None
+
+
+def _is_hook(name: str) -> bool:
+    """A hook of a repository or of a submodule's repository (`.git/hooks/`, `.git/modules/*/hooks/`) that is
+    not one of git's samples: a script the workspace would run."""
+    inside = _git_dir_parts(name)
+    if inside is None or name.endswith(".sample") or "hooks" not in inside[:-1]:
+        return False
+    return inside[0] == "hooks" or inside[0] == "modules"
+
+
+def _is_git_config(name: str) -> bool:
+    inside = _git_dir_parts(name)
+    if inside is None or inside[-1] not in ("config", "config.worktree"):
+        return False
+    return len(inside) == 1 or inside[0] in ("modules", "worktrees")
+
+
+def _without_userinfo(url: str) -> str:
+    """A remote URL without credentials: http(s) loses user and password (a user name can be a token), other
+    schemes their password; scp-like `user@host:path` and local paths stay as they are."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    if not parts.scheme or "@" not in parts.netloc:
+        return url
+    user, _, host = parts.netloc.rpartition("@")
+    keep = "" if parts.scheme.lower() in ("http", "https", "ftp", "ftps") else user.partition(":")[0]
+    return urlunsplit(parts._replace(netloc=f"{keep}@{host}" if keep else host))
+
+
+def _quote(value: str) -> str:
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
+    return f'"{escaped}"'
+
+
+def sanitized_git_config(path: Path) -> bytes:
+    """A repository config rewritten to the keys of GIT_CONFIG_KEPT, read by git itself (its own parser, no
+    includes followed), remote URLs without user:password."""
+    try:
+        done = _run_git(path.parent, "config", "--file", str(path), "--no-includes", "--list", "-z")
+    except FileNotFoundError:
+        raise UploadError(f"{path} needs git to be read, and git is not installed") from None
+    if done.returncode != 0:
+        raise UploadError(f"cannot read {path}: {done.stderr.strip()}", hint="fix it with git config --edit")
+    sections: dict[tuple[str, str | None], list[str]] = {}
+    for entry in filter(None, done.stdout.split("\0")):
+        key, has_value, value = entry.partition("\n")
+        section, _, rest = key.partition(".")
+        sub, _, name = rest.rpartition(".")
+        wanted = f"{section}.*.{name}" if sub else f"{section}.{name}"
+        if wanted not in GIT_CONFIG_KEPT:
+            continue
+        if name in _URL_KEYS:
+            value = _without_userinfo(value)
+        line = f"\t{name} = {_quote(value)}\n" if has_value else f"\t{name}\n"  # a bare name is true
+        sections.setdefault((section, sub or None), []).append(line)
+    lines = []
+    for (section, subsection), entries in sections.items():
+        lines.append(f"[{section}]\n" if subsection is None else f"[{section} {_quote(subsection)}]\n")
+        lines.extend(entries)
+    return "".join(lines).encode("utf-8", "surrogateescape")
+
+
 # -------------------------------------------------------------------------------------------- the archive
 def stream_worktree(
     path: str | os.PathLike[str],
@@ -148,10 +266,18 @@ def stream_worktree(
     """
     root = Path(path)
     entries: list[tuple[str, os.stat_result]] = []
+    rewritten: dict[str, bytes] = {}
     for name in worktree_files(root) if files is None else files:
+        if _is_hook(name):
+            continue
         with contextlib.suppress(FileNotFoundError):  # gone since it was listed, as `git add` would see it
-            entries.append((name, os.lstat(root / name)))
-    total = sum(st.st_size for _, st in entries if stat.S_ISREG(st.st_mode))
+            st = os.lstat(root / name)
+            if stat.S_ISREG(st.st_mode) and _is_git_config(name):
+                rewritten[name] = sanitized_git_config(root / name)
+            entries.append((name, st))
+    total = sum(
+        len(rewritten[n]) if n in rewritten else st.st_size for n, st in entries if stat.S_ISREG(st.st_mode)
+    )
     done = 0
     written = 0  # uncommitted tar bytes, for the end-of-archive padding
     gz = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)  # gzip framing, mtime 0
@@ -165,6 +291,14 @@ def stream_worktree(
     for name, st in entries:
         info = _tar_info(root, name, st)
         if info is None:
+            continue
+        if name in rewritten:
+            info.size = len(rewritten[name])
+            emit(info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape"))
+            emit(rewritten[name] + bytes(-info.size % tarfile.BLOCKSIZE))
+            done += info.size
+            if progress is not None:
+                progress(done, total)
             continue
         emit(info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape"))
         if info.isreg():
@@ -281,4 +415,5 @@ def upload_source(
         result, digest = kube.run(
             http, envops.upload(namespace, environment, source, path, timeout, progress)
         )
+        localdirs.record(str(http.base_url), namespace, environment, {source: path})
     return UploadResult(path=result.path, files=result.files, bytes=result.bytes, sha256=digest)
