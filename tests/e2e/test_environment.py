@@ -228,8 +228,9 @@ def test_shadow_environments_end_to_end(
         f"{cloned} Ready again after resume",
         ENV_TIMEOUT,
     )
-    out = sh(cluster, ns, cloned, "git -C pkg rev-parse HEAD")
-    assert out["stdout"].strip() == source["commit"]
+    # The workspace survived: the copy's HEAD is the local repository's, its snapshot commit is there.
+    out = sh(cluster, ns, cloned, f"git -C pkg rev-parse HEAD && git -C pkg cat-file -t {source['commit']}")
+    assert out["stdout"].split() == [git(tmp_path / "good", "rev-parse", "HEAD"), "commit"], out
 
     # Deleting the environments removes everything they created.
     for name in (good, cloned, broken):

@@ -200,7 +200,7 @@ def test_eight_hostile_and_ordinary_tenants_at_once(
     flooded = json.loads(ok(ctl(cluster, "status", noisy, "-n", ns, "-o", "json")))
     detail = flooded["verdict"]["evidence"]["codeExecution"]["checks"][0]["detail"]
     assert len(detail) < 8192, len(detail)
-    assert detail.startswith("(output truncated)"), detail[:200]
+    assert "(output truncated)" in detail[:200], detail[:200]
 
     # Canaries: none saw either token; each push landed in the environment's own Gitea.
     for env in (canary, fork):

@@ -76,7 +76,8 @@ def test_manifest_from_status_and_diff() -> None:
     env = environment(conditions=READY, sources=SOURCES, verdict=VERDICT)
     diff = Diff(
         added=["core/src/core/new.py"],
-        modified=["core/core/__init__.py", "tool/cmd/main.go"],
+        # HANDOFF.md is the runtime's, at the workspace root: no source's change.
+        modified=["core/core/__init__.py", "tool/cmd/main.go", "HANDOFF.md"],
         deleted=["core/README.md"],
     )
     built = m.build_manifest(env, diff, {"core": "python", "tool": "go"})

@@ -166,7 +166,7 @@ def build_manifest(
                 project_type=kinds.get(s.path),
             )
         )
-    changed = sorted({*diff.added, *diff.modified, *diff.deleted}) if diff else []
+    changed = diff.changed_in([s.path for s in (status.sources if status else None) or []]) if diff else []
     return HandoffManifest(
         shadow_id=env.metadata.name,
         shadow_available=ready and failure is None,

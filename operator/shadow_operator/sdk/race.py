@@ -36,7 +36,7 @@ from shadow_operator.sdk import kube, runtime
 from shadow_operator.sdk.errors import NotFound, ShadowError
 from shadow_operator.sdk.kube import Op
 from shadow_operator.sdk.promote import PromotePlan
-from shadow_operator.sdk.runtime import Diff
+from shadow_operator.sdk.runtime import Diff, in_sources
 
 if TYPE_CHECKING:
     from shadow_operator.sdk.gateway import AsyncShadowGateway, ShadowGateway
@@ -119,11 +119,6 @@ def plan_commands(commands: Sequence[str], count: int | None) -> list[str]:
     return cmds
 
 
-def in_sources(path: str, sources: Sequence[str]) -> bool:
-    """Whether a workspace-relative path lies in one of the source directories (what promote carries)."""
-    return any(path.startswith(s.strip("/") + "/") for s in sources)
-
-
 def changed_lines(patch: str | None, sources: Sequence[str] | None = None) -> int:
     """Lines added plus lines removed in a unified diff (only in files under `sources`, when given)."""
     if not patch:
@@ -144,8 +139,7 @@ def changed_lines(patch: str | None, sources: Sequence[str] | None = None) -> in
 def measure(candidate: RaceCandidate, diff: Diff, sources: Sequence[str]) -> None:
     """The candidate's change inside its sources; the rest of the workspace (the runtime's HANDOFF.md, caches,
     tools a command installed) is neither ranked nor promoted."""
-    changed = {*diff.added, *diff.modified, *diff.deleted}
-    candidate.files = sorted(p for p in changed if in_sources(p, sources))
+    candidate.files = diff.changed_in(sources)
     candidate.changed_files = len(candidate.files)
     candidate.changed_lines = changed_lines(diff.patch, sources)
 

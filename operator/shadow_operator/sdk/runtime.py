@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import quote
@@ -61,6 +61,16 @@ class Diff(BaseModel):
     @property
     def empty(self) -> bool:
         return not (self.added or self.modified or self.deleted)
+
+    def changed_in(self, sources: Sequence[str]) -> list[str]:
+        """The changed paths inside the source directories (workspace-relative), sorted: what a source's
+        promote would carry, without the rest of the workspace (the runtime's HANDOFF.md, caches, tools)."""
+        return sorted(p for p in {*self.added, *self.modified, *self.deleted} if in_sources(p, sources))
+
+
+def in_sources(path: str, sources: Sequence[str]) -> bool:
+    """Whether a workspace-relative path lies in one of the source directories."""
+    return any(path.startswith(s.strip("/") + "/") for s in sources)
 
 
 class JournalEntry(BaseModel):
