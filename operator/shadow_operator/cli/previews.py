@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from shadow_operator.cli.common import NameArg, NamespaceOpt, OutputOpt, connect, emit, err, out
-from shadow_operator.router.links import DEFAULT_TTL_SECONDS
+from shadow_operator.common.links import DEFAULT_TTL_SECONDS
 from shadow_operator.sdk import environment as envops
 from shadow_operator.sdk import kube
 from shadow_operator.sdk import sandbox as ops

@@ -4,7 +4,7 @@ Light to import: kopf is loaded only to read credentials, when a cluster is cont
 written once (sans-I/O, `kube.run` / `kube.arun`); errors are typed (`errors`) and carry a code and a hint.
 """
 
-from shadow_operator.sdk.environment import EnvironmentSpec, GitSource, LocalSource
+from shadow_operator.sdk.environment import EnvironmentSpec, GitSource, LocalSource, upload_source
 from shadow_operator.sdk.errors import (
     ApiNotInstalled,
     ClusterUnreachable,
@@ -45,7 +45,6 @@ from shadow_operator.sdk.sandbox import AsyncSandbox, AsyncSandboxClient, Sandbo
 from shadow_operator.sdk.upload import (
     UploadResult,
     stream_worktree,
-    upload_source,
     upload_to_runtime,
     worktree_files,
 )

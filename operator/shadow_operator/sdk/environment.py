@@ -25,8 +25,8 @@ from shadow_operator.api.environment import (
     Verdict,
 )
 from shadow_operator.api.kinds import LEASE, SHADOW_ENVIRONMENT
-from shadow_operator.resources.environment import SourcePlan, plan_sources
-from shadow_operator.sdk import kube, runtime
+from shadow_operator.common.sources import SourcePlan, plan_sources
+from shadow_operator.sdk import kube, localdirs, runtime
 from shadow_operator.sdk.errors import (
     EnvironmentFailed,
     EnvironmentNotFound,
@@ -41,7 +41,7 @@ from shadow_operator.sdk.errors import (
 )
 from shadow_operator.sdk.kube import Body, Call, Op
 from shadow_operator.sdk.runtime import ImportResult, RuntimeEndpoint
-from shadow_operator.sdk.upload import stream_worktree
+from shadow_operator.sdk.upload import UploadResult, stream_worktree
 
 # Where shadowctl records the local directory a source was uploaded from, so `promote` knows where to go.
 ANNOTATION_LOCAL_PREFIX = f"local.{c.OPERATOR_PREFIX}/"
@@ -480,3 +480,25 @@ def push(namespace: str, name: str, request: PushRequest, timeout: float) -> Op[
     env = yield from wait(namespace, name, answered, "the operator's push", timeout)
     assert env.status is not None and env.status.last_push is not None
     return env.status.last_push
+
+
+def upload_source(
+    environment: str,
+    source: str,
+    path: str | PathLike[str],
+    *,
+    namespace: str = "default",
+    timeout: float = 300.0,
+    progress: Progress | None = None,
+) -> UploadResult:
+    """Upload the working tree at `path` as source `source` of a ShadowEnvironment, and tell the operator.
+
+    Waits (watching, up to `timeout` seconds) for the workspace to be Ready, streams the tree through the API
+    server's pod proxy into the source's directory, then sets `uploads.shadow.dev/<source>` to the archive's
+    sha256: the operator snapshots the directory once that annotation is there. Uploading again overwrites
+    files but removes none, and the operator snapshots a source only once.
+    """
+    with kube.connect() as http:
+        result, digest = kube.run(http, upload(namespace, environment, source, path, timeout, progress))
+        localdirs.record(str(http.base_url), namespace, environment, {source: path})
+    return UploadResult(path=result.path, files=result.files, bytes=result.bytes, sha256=digest)

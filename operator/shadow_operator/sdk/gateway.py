@@ -23,7 +23,7 @@ import httpx
 from pydantic import ValidationError
 
 from shadow_operator.api.environment import PushRequest, ShadowEnvironment, Verdict
-from shadow_operator.resources.environment import SourcePlan
+from shadow_operator.common.sources import SourcePlan
 from shadow_operator.sdk import confine, hostonly, kube, localdirs, promote, runtime
 from shadow_operator.sdk import environment as envops
 from shadow_operator.sdk import fork as forkops

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import httpx
 
 from shadow_operator.api.kinds import SANDBOX, SECRET
-from shadow_operator.router.links import DEFAULT_TTL_SECONDS, signed_link
-from shadow_operator.router.tokens import DEFAULT_MAX_LIFETIME_SECONDS, KeyRing
+from shadow_operator.common.links import DEFAULT_TTL_SECONDS, signed_link
+from shadow_operator.common.tokens import DEFAULT_MAX_LIFETIME_SECONDS, KeyRing
 from shadow_operator.sdk import kube
 from shadow_operator.sdk.errors import Forbidden, NotFound, SandboxNotFoundError, ShadowError
 from shadow_operator.sdk.kube import Op
