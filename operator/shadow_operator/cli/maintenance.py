@@ -14,7 +14,7 @@ from shadow_operator.api.kinds import (
     SHADOW_ENVIRONMENT,
     STORAGE_CLASS,
 )
-from shadow_operator.cli.common import GLOBALS, OutputOpt, connect, emit, err, out
+from shadow_operator.cli.common import GLOBALS, NamespaceOpt, OutputOpt, connect, emit, err, out
 from shadow_operator.sdk import cleanup as cleanup_ops
 from shadow_operator.sdk import environment as envops
 from shadow_operator.sdk import kube
@@ -153,12 +153,7 @@ def _checks(http: httpx.Client, namespace: str) -> list[Check]:
     return checks
 
 
-def doctor(
-    namespace: Annotated[
-        str, typer.Option("--namespace", "-n", help="Namespace to check templates in.")
-    ] = "default",
-    output: OutputOpt = "text",
-) -> None:
+def doctor(namespace: NamespaceOpt = "", output: OutputOpt = "text") -> None:
     """Check the cluster, each failure with its fix.
 
     kubeconfig, CRDs, the operator (its leader Lease), storage and snapshot classes, templates.
@@ -199,6 +194,7 @@ def cleanup(
     Volumes, VolumeSnapshots and Secrets labelled with an environment that no longer exists. A dry run unless
     --yes.
     """
+    namespace = namespace or GLOBALS.namespace  # -n anywhere on the command line
     with connect() as http:
         orphans = kube.run(http, cleanup_ops.find(namespace))
         if yes:

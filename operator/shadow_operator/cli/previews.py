@@ -78,7 +78,7 @@ def show(link: PreviewLink, output: str) -> None:
 
 def preview(
     name: NameArg,
-    namespace: NamespaceOpt = "default",
+    namespace: NamespaceOpt = "",
     ttl: TtlOpt = DEFAULT_TTL_SECONDS,
     keys_secret: KeysSecretOpt = KEYS_SECRET,
     keys_namespace: KeysNamespaceOpt = KEYS_NAMESPACE,
@@ -91,7 +91,7 @@ def preview(
 
 def sandbox_preview(
     name: ClaimArg,
-    namespace: NamespaceOpt = "default",
+    namespace: NamespaceOpt = "",
     ttl: TtlOpt = DEFAULT_TTL_SECONDS,
     keys_secret: KeysSecretOpt = KEYS_SECRET,
     keys_namespace: KeysNamespaceOpt = KEYS_NAMESPACE,

@@ -164,8 +164,10 @@ def get(namespace: str, name: str) -> Op[ShadowEnvironment]:
     return ShadowEnvironment.from_body(body)
 
 
-def list_(namespace: str) -> Op[list[ShadowEnvironment]]:
-    body = yield from kube.get(SHADOW_ENVIRONMENT.path(namespace), f"list ShadowEnvironments in {namespace}")
+def list_(namespace: str | None) -> Op[list[ShadowEnvironment]]:
+    """The environments of `namespace`, or of every namespace (None)."""
+    where = f"in {namespace}" if namespace else "in all namespaces"
+    body = yield from kube.get(SHADOW_ENVIRONMENT.path(namespace), f"list ShadowEnvironments {where}")
     return [ShadowEnvironment.from_body({**item, "kind": SHADOW_ENVIRONMENT.kind}) for item in body["items"]]
 
 

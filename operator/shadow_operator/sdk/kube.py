@@ -34,6 +34,7 @@ from shadow_operator.sdk.errors import (
     KubeError,
     NoCredentials,
     NotFound,
+    NotKubernetes,
     RuntimeRefused,
     RuntimeUnreachable,
     ShadowError,
@@ -110,7 +111,9 @@ def login(context: str | None = None, kubeconfig: str | None = None) -> Login:
     try:
         config, namespace = load()
     except ConfigException as exc:
-        where = f"the kubeconfig ({paths})" if in_file else f"sight: no kubeconfig at {paths}, and not in a Pod"
+        where = (
+            f"the kubeconfig ({paths})" if in_file else f"sight: no kubeconfig at {paths}, and not in a Pod"
+        )
         hint = (
             "list the contexts: kubectl config get-contexts"
             if in_file
@@ -379,9 +382,23 @@ async def _async_chunks(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
 
 
 def _checked(call: Call, response: httpx.Response) -> httpx.Response | ShadowError:
+    if not call.runtime and _is_html(response):
+        return _not_kubernetes(call.what, response)
     if response.is_success or response.status_code in call.ok:
         return response
     return error_of(response, call)
+
+
+def _is_html(response: httpx.Response) -> bool:
+    """The API server never answers HTML; a proxy, a login page or a load balancer's error page does."""
+    return str(response.headers.get("content-type", "")).split(";")[0].strip().lower() == "text/html"
+
+
+def _not_kubernetes(what: str, response: httpx.Response) -> ShadowError:
+    return NotKubernetes(
+        f"{what}: {response.url.host} answered {response.status_code} {response.reason_phrase} with an HTML "
+        "page, not the Kubernetes API"
+    )
 
 
 def _transport_error(call: Call, exc: Exception) -> ShadowError:
@@ -396,7 +413,7 @@ def _watch(client: httpx.Client, op: Op[Any], watch: Watch) -> Step | Finished:
     call = Call("GET", watch.path, watch.what)
     try:
         with client.stream("GET", watch.path, params=query, timeout=timeout) as response:
-            if not response.is_success:
+            if not response.is_success or _is_html(response):
                 response.read()
                 return _resume(op, error_of(response, call))
             for line in response.iter_lines():
@@ -413,7 +430,7 @@ async def _awatch(client: httpx.AsyncClient, op: Op[Any], watch: Watch) -> Step 
     call = Call("GET", watch.path, watch.what)
     try:
         async with client.stream("GET", watch.path, params=query, timeout=timeout) as response:
-            if not response.is_success:
+            if not response.is_success or _is_html(response):
                 await response.aread()
                 return _resume(op, error_of(response, call))
             async for line in response.aiter_lines():
@@ -447,13 +464,15 @@ def _event(op: Op[Any], line: str, watch: Watch) -> Step | Finished:
 # ------------------------------------------------------------------------------------------- errors
 def error_of(response: httpx.Response, call: Call | None = None) -> ShadowError:
     """The typed error of a non-2xx answer, with the Status's reason and message when there is one."""
-    reason, message = response.reason_phrase, response.text[:1000]
+    what = call.what if call else f"{response.request.method} {response.request.url.path}"
+    if not (call is not None and call.runtime) and _is_html(response):
+        return _not_kubernetes(what, response)
+    reason, message = response.reason_phrase, " ".join(response.text[:1000].split())
     with contextlib.suppress(ValueError):
         decoded = response.json()
         if isinstance(decoded, dict):
             reason = str(decoded.get("reason") or decoded.get("code") or reason)
             message = str(decoded.get("message") or decoded.get("detail") or message)
-    what = call.what if call else f"{response.request.method} {response.request.url.path}"
     status = response.status_code
     if call is not None and call.runtime:
         if not _from_api_server(response):
@@ -480,15 +499,27 @@ def _from_api_server(response: httpx.Response) -> bool:
 # -------------------------------------------------------------------------------- operations, reused
 def get(path: str, what: str) -> Op[Body]:
     response = yield Call("GET", path, what)
-    body: Body = response.json()
-    return body
+    return decoded(response, what)
 
 
 def send(call: Call) -> Op[Body]:
     """One JSON call, its decoded answer ({} for an empty body)."""
     response = yield call
-    decoded: Body = response.json() if response.content else {}
-    return decoded
+    return decoded(response, call.what) if response.content else {}
+
+
+def decoded(response: httpx.Response, what: str) -> Body:
+    """The JSON object of an answer; anything else means something other than the API server answered."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        kind = str(response.headers.get("content-type") or "no content type")
+        raise NotKubernetes(
+            f"{what}: {response.url.host} answered {response.status_code} ({kind}), not a Kubernetes object"
+        )
+    return body
 
 
 def wait_for(
