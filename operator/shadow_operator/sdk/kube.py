@@ -16,6 +16,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import logging
 import os
 import ssl
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping
@@ -101,9 +102,22 @@ def login(context: str | None = None, kubeconfig: str | None = None) -> Login:
     def load() -> tuple[Any, str]:
         config = Configuration()
         if in_file:
-            kube_config.load_kube_config(
-                config_file=paths, context=context, client_configuration=config, persist_config=False
-            )
+            # The loader logs a failing credential plugin and goes on without credentials (a bare 401 later):
+            # its complaint is caught here and becomes the error.
+            complaints = _Complaints()
+            root = logging.getLogger()
+            root.addHandler(complaints)
+            try:
+                kube_config.load_kube_config(
+                    config_file=paths, context=context, client_configuration=config, persist_config=False
+                )
+            finally:
+                root.removeHandler(complaints)
+            if complaints.messages:
+                raise NoCredentials(
+                    f"the kubeconfig's credential plugin failed: {complaints.messages[0]}",
+                    hint="run the user's exec command from `kubectl config view --minify` to see why",
+                )
         else:
             load_incluster_config(client_configuration=config)
         return config, context_namespace(context, kubeconfig)
@@ -141,6 +155,17 @@ def login(context: str | None = None, kubeconfig: str | None = None) -> Login:
         namespace=namespace,
         refresh=refresh,
     )
+
+
+class _Complaints(logging.Handler):
+    """Error records logged while the kubeconfig loads, one line each."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(" ".join(record.getMessage().split())[:500])
 
 
 def _auth_headers(config: Any) -> dict[str, str]:
