@@ -16,8 +16,7 @@ from shadow_operator.api.kinds import (
 )
 from shadow_operator.cli.common import GLOBALS, NamespaceOpt, OutputOpt, connect, emit, err, out
 from shadow_operator.sdk import cleanup as cleanup_ops
-from shadow_operator.sdk import environment as envops
-from shadow_operator.sdk import kube
+from shadow_operator.sdk import discovery, kube
 from shadow_operator.sdk.errors import ApiNotInstalled, NotFound, ShadowError
 
 DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
@@ -65,20 +64,24 @@ def _checks(http: httpx.Client, namespace: str) -> list[Check]:
         )
     )
 
-    alive = kube.run(http, envops.operator_alive()) if not missing else False
-    checks.append(
-        Check(
-            "operator",
-            alive is not False,
-            {
-                True: "running (its leader Lease is fresh)",
-                None: "unknown: you may not read Leases",
-                False: "not running: no fresh shadow-operator Lease",
-            }[alive],
-            "kubectl -n shadow-system get pods; kubectl -n shadow-system logs deploy/shadow-operator",
-            warning=alive is None,
+    if missing:
+        checks.append(Check("operator", False, "not running: its CRDs are missing"))
+    else:
+        state = kube.run(http, discovery.operator_state(namespace))
+        where = state.location
+        found = f" (found by {where.source})" if where.source else ""
+        checks.append(
+            Check(
+                "operator",
+                state.alive is not False,
+                state.detail + found,
+                f"kubectl -n {where.namespace} get pods; kubectl -n {where.namespace} logs deploy/{where.deployment}"
+                if where.source or state.alive is False
+                else "install the chart (it writes ConfigMap shadow-operator-discovery into tenant namespaces), "
+                "or ask who runs the cluster",
+                warning=state.alive is None,
+            )
         )
-    )
 
     try:
         classes = kube.request(http, "GET", STORAGE_CLASS.path(), what="list StorageClasses")["items"]

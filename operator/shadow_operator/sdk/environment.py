@@ -24,13 +24,12 @@ from shadow_operator.api.environment import (
     ShadowEnvironmentStatus,
     Verdict,
 )
-from shadow_operator.api.kinds import LEASE, SHADOW_ENVIRONMENT
+from shadow_operator.api.kinds import SHADOW_ENVIRONMENT
 from shadow_operator.common.sources import SourcePlan, plan_sources
-from shadow_operator.sdk import kube, localdirs, runtime
+from shadow_operator.sdk import discovery, kube, localdirs, runtime
 from shadow_operator.sdk.errors import (
     EnvironmentFailed,
     EnvironmentNotFound,
-    Forbidden,
     NotAnUploadSource,
     NotFound,
     OperatorNotRunning,
@@ -232,25 +231,6 @@ def is_true(env: ShadowEnvironment, type_: str) -> bool:
 
 
 # --------------------------------------------------------------------------------------------- waits
-def operator_alive() -> Op[bool | None]:
-    """Whether some operator holds a fresh leader Lease; None when the caller may not read Leases."""
-    params = {"fieldSelector": f"metadata.name={c.LEADER_LEASE_NAME}"}
-    try:
-        response = yield Call("GET", LEASE.path(), "list Leases", params=params)
-    except Forbidden:
-        return None
-    now = dt.datetime.now(dt.UTC)
-    for lease in response.json()["items"]:
-        spec = lease.get("spec") or {}
-        renewed = spec.get("renewTime")
-        if not renewed:
-            continue
-        age = (now - dt.datetime.fromisoformat(renewed.replace("Z", "+00:00"))).total_seconds()
-        if age <= 3 * int(spec.get("leaseDurationSeconds") or 15):
-            return True
-    return False
-
-
 class _NoStatusYet(ShadowError):
     pass
 
@@ -295,9 +275,13 @@ def wait(
                 deleted,
             )
         except _NoStatusYet:
-            if (yield from operator_alive()) is False:
+            state = yield from discovery.operator_state(namespace)
+            if state.alive is False:
+                where = state.location
                 raise OperatorNotRunning(
-                    f"{what} has no status after {status_grace:g}s and no shadow-operator holds its leader Lease"
+                    f"{what} has no status after {status_grace:g}s and the operator is {state.detail}",
+                    hint=f"start the operator (kubectl -n {where.namespace} get deploy/{where.deployment}), "
+                    "then `shadowctl doctor`",
                 ) from None
             current = yield from kube.get(SHADOW_ENVIRONMENT.path(namespace, name), what)
 
