@@ -291,10 +291,12 @@ class ShadowGateway(kube.ClientHolder):
         name: str,
         workspace_path: str | Path | None = None,
         *,
-        namespace: str = "default",
+        namespace: str | None = None,
         client: httpx.Client | None = None,
     ) -> None:
         super().__init__(client)
+        # As kubectl: the kubeconfig context's namespace unless one is named.
+        namespace = namespace or kube.context_namespace()
         self._ops = _Ops(name, namespace, workspace_path, str(self._http.base_url))
 
     name = property(lambda self: self._ops.name)
@@ -521,10 +523,12 @@ class AsyncShadowGateway(kube.AsyncClientHolder):
         name: str,
         workspace_path: str | Path | None = None,
         *,
-        namespace: str = "default",
+        namespace: str | None = None,
         client: httpx.AsyncClient | None = None,
     ) -> None:
         super().__init__(client)
+        # As kubectl: the kubeconfig context's namespace unless one is named.
+        namespace = namespace or kube.context_namespace()
         self._ops = _Ops(name, namespace, workspace_path, str(self._http.base_url))
 
     name = property(lambda self: self._ops.name)
