@@ -316,9 +316,36 @@ def test_completion_lists_names_from_the_cluster(
     assert complete("shadowctl diff al") == ["alpha"]
     assert complete("shadowctl diff b") == []
     assert complete("shadowctl sandbox delete ") == ["first"]
+    # Global options before the verb count: another kubeconfig, another namespace.
+    assert complete(f"shadowctl --kubeconfig {config} -n {namespaces[1]} status ") == ["beta"]
     # No cluster: nothing, silently.
     with_nothing = run(
         kubeconfig=str(tmp_path / "missing"),
         env={"_SHADOWCTL_COMPLETE": "complete_bash", "COMP_WORDS": "shadowctl status ", "COMP_CWORD": "2"},
     )
     assert with_nothing.returncode == 0 and with_nothing.stdout.strip() == "" and not with_nothing.stderr
+
+
+def test_a_rotated_token_file_is_read_again(
+    k8s_api: client.ApiClient,
+    kubeconfig: str,
+    namespaces: tuple[str, str],
+    service_account: str,
+    tmp_path: Path,
+) -> None:
+    """A client made while the file held a stale token reads the file again on 401 (the kubelet rotates
+    projected tokens in place), and the request succeeds."""
+    from shadow_operator.sdk import kube
+
+    ns = namespaces[0]
+    token = tmp_path / "token"
+    token.write_text("stale")
+    config = write_kubeconfig(
+        tmp_path / "config", kubeconfig, {"sa": {"tokenFile": str(token)}}, {"c": ("sa", ns)}
+    )
+    with kube.connect(kubeconfig=config) as http:
+        token.write_text(service_account_token(k8s_api, ns, service_account))
+        listed = kube.request(
+            http, "GET", f"/apis/{ENVIRONMENT[0]}/v1alpha1/namespaces/{ns}/{ENVIRONMENT[1]}"
+        )
+    assert [item["metadata"]["name"] for item in listed["items"]] == ["alpha"]

@@ -92,7 +92,11 @@ def complete_names(kind: ResourceKind) -> Callable[[typer.Context, str], list[st
 
     def complete(ctx: typer.Context, incomplete: str) -> list[str]:
         try:
-            namespace = ctx.params.get("namespace") or default_namespace()
+            # While completing, main() has not run: the global options given before the verb are the root's.
+            given = ctx.find_root().params
+            GLOBALS.context = given.get("context") or GLOBALS.context
+            GLOBALS.kubeconfig = given.get("kubeconfig") or GLOBALS.kubeconfig
+            namespace = given.get("namespace") or ctx.params.get("namespace") or default_namespace()
             with kube.connect(timeout=3.0, context=GLOBALS.context, kubeconfig=GLOBALS.kubeconfig) as http:
                 body = kube.request(http, "GET", kind.path(namespace), what=f"list {kind.kind}s")
             names = [str(item["metadata"]["name"]) for item in body.get("items") or ()]
