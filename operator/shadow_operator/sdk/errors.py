@@ -116,7 +116,7 @@ class SourceNotFound(NotFound):
 # ----------------------------------------------------------------------------------- waits and failures
 class OperatorNotRunning(ShadowError):
     code = "OperatorNotRunning"
-    hint = "start the operator (kubectl -n shadow-system get pods), then `shadowctl doctor`"
+    hint = "`shadowctl doctor` says which release should run it and where"
 
 
 class EnvironmentFailed(ShadowError):
