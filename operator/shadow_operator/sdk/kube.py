@@ -122,6 +122,16 @@ def login(context: str | None = None, kubeconfig: str | None = None) -> Login:
             load_incluster_config(client_configuration=config)
         return config, context_namespace(context, kubeconfig)
 
+    if context and in_file:
+        try:
+            known = [c["name"] for c in kube_config.list_kube_config_contexts(config_file=paths)[0]]
+        except (ConfigException, OSError, KeyError, ValueError, TypeError):
+            known = [context]  # an unreadable file: the load below says what is wrong with it
+        if context not in known:
+            raise NoCredentials(
+                f"the kubeconfig ({paths}) has no context named {context!r}",
+                hint="list the contexts: kubectl config get-contexts",
+            )
     try:
         config, namespace = load()
     except ConfigException as exc:
