@@ -50,3 +50,18 @@ def test_the_client_runs_without_the_operators_dependencies(tmp_path: Path) -> N
 @pytest.mark.unit
 def test_the_package_is_typed() -> None:
     assert files(shadow_operator).joinpath("py.typed").is_file()
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("command", [["run"], ["router-auth", "-n", "ns", "--domain", "preview.example"]])
+def test_the_operator_without_its_extra_says_what_to_install(command: list[str]) -> None:
+    """As after `pip install shadow-operator` (no extra): kopf and aiohttp cannot be imported."""
+    script = (
+        "import sys\n"
+        "sys.modules.update(kopf=None, aiohttp=None)\n"
+        "from shadow_operator.__main__ import main\n"
+        f"sys.exit(main({command!r}))"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "pip install 'shadow-operator[operator]'" in done.stderr and "Traceback" not in done.stderr
