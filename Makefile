@@ -18,7 +18,7 @@ help: ## list targets
 $(VENV)/.installed: pyproject.toml sandbox-runtime/pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q -U pip
-	$(PY) -m pip install -q -e '.[dev]' -e './sandbox-runtime[dev]'
+	$(PY) -m pip install -q -e '.[operator,dev]' -e './sandbox-runtime[dev]'
 	@touch $@
 
 dev: $(VENV)/.installed ## create .venv with the operator, the runtime and dev tools

@@ -124,7 +124,7 @@ build_apps() {
   ref=$(operator_ref)
   if ! image_exists "$ref"; then
     ctx=$(stage operator)
-    wheels "$ctx/wheels" "${REPO_ROOT}"
+    wheels "$ctx/wheels" "${REPO_ROOT}[operator]"
     docker_build "$ref" "$ctx"
   else info "$ref: cached"; fi
   ref=$(workspace_ref)

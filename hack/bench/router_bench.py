@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from aiohttp import web  # noqa: E402
 from kubernetes import client, config  # noqa: E402
-from shadow_operator.router.tokens import KeyRing  # noqa: E402
+from shadow_operator.common.tokens import KeyRing  # noqa: E402
 
 from tests.support.controlplane import ControlPlane, free_port  # noqa: E402
 from tests.support.router import Box, managed_sandbox, running_router, upstream_app  # noqa: E402

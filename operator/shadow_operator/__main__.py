@@ -72,7 +72,25 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+OPERATOR_EXTRA = ("kopf", "aiohttp", "prometheus_client")
+
+
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except ModuleNotFoundError as exc:
+        if exc.name not in OPERATOR_EXTRA:
+            raise
+        # `pip install shadow-operator` is the client alone: say what is missing instead of a traceback.
+        print(
+            f"shadow-operator: the operator needs the `operator` extra ({exc.name} is not installed): "
+            "pip install 'shadow-operator[operator]'",
+            file=sys.stderr,
+        )
+        return 2
+
+
+def _main(argv: list[str] | None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command == "router-auth":

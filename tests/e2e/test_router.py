@@ -18,7 +18,7 @@ import httpx
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from shadow_operator.router.tokens import generate_key
+from shadow_operator.common.tokens import generate_key
 from shadow_operator.sdk import preview_link
 from shadow_operator.sdk.kube import connect
 

@@ -48,7 +48,7 @@ def test_operator_not_running(objs: Objects, kubeconfig: str, tmp_path: Path) ->
     (tmp_path / "repo").mkdir()
     stderr = one_error(
         run(kubeconfig, "create", "lonely", "-n", objs.namespace, "--git", "https://example.com/o/r.git"),
-        "no shadow-operator holds its leader Lease",
+        "the operator is not running: no fresh shadow-operator Lease",
         "start the operator",
     )
     assert "created ShadowEnvironment" in stderr  # the object was made; nothing acts on it

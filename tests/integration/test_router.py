@@ -32,7 +32,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 from shadow_operator.api import naming
-from shadow_operator.router.tokens import KeyRing
+from shadow_operator.common.tokens import KeyRing
 
 from tests.support.controlplane import wait_for
 from tests.support.router import (

@@ -15,8 +15,8 @@ import httpx
 import pytest
 from shadow_operator.clients import gitpush
 from shadow_operator.clients.runtime import Runtime
+from shadow_operator.common.sources import SourcePlan
 from shadow_operator.controllers.environment import pushes
-from shadow_operator.resources.environment import SourcePlan
 from shadow_operator.sdk.upload import stream_worktree
 
 from tests.runtime.conftest import Server, start_server

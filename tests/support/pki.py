@@ -86,6 +86,19 @@ class CertificateAuthority:
         )
         self.pair = _write(directory / "ca", self._key, cert)
 
+    @classmethod
+    def load(cls, directory: Path) -> CertificateAuthority:
+        """The CA a running control plane wrote to `directory` (ca.key, ca.crt), to sign more client certs."""
+        ca = cls.__new__(cls)
+        ca._dir = directory
+        key = serialization.load_pem_private_key((directory / "ca.key").read_bytes(), password=None)
+        assert isinstance(key, ec.EllipticCurvePrivateKey)
+        ca._key = key
+        cert = x509.load_pem_x509_certificate((directory / "ca.crt").read_bytes())
+        ca._name = cert.subject
+        ca.pair = KeyPair(cert=directory / "ca.crt", key=directory / "ca.key")
+        return ca
+
     def issue(
         self,
         name: str,

@@ -218,12 +218,12 @@ def test_operator_deployment_contract(helm: str) -> None:
 
 def test_leader_election_may_act_on_its_lease_only(helm: str) -> None:
     docs = documents(render(helm, include_crds=False))
-    (role,) = by_kind(docs, "Role")
+    (role,) = operator_rbac(docs, "Role")
     assert role["metadata"]["namespace"] == "shadow-system"
     assert role["rules"] == [
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}
     ]
-    (binding,) = by_kind(docs, "RoleBinding")
+    (binding,) = operator_rbac(docs, "RoleBinding")
     assert binding["metadata"]["namespace"] == "shadow-system"
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
@@ -246,7 +246,7 @@ def test_without_leader_election_one_standalone_replica_is_replaced(helm: str) -
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     assert container["args"][:2] == ["run", "--standalone"]
     assert not any(arg.startswith("--lea") for arg in container["args"])
-    assert not by_kind(docs, "Role") and not by_kind(docs, "RoleBinding")
+    assert not operator_rbac(docs, "Role") and not operator_rbac(docs, "RoleBinding")
 
 
 @pytest.mark.parametrize(
@@ -441,14 +441,16 @@ def test_watch_namespaces_grant_namespaced_rights_only_there(helm: str) -> None:
     assert cluster_binding["subjects"] == [subject]
     # Per served namespace: a Role with the namespaced rights, bound to the operator's account.
     roles = {
-        r["metadata"]["namespace"]: r for r in by_kind(docs, "Role") if "leader" not in r["metadata"]["name"]
+        r["metadata"]["namespace"]: r
+        for r in operator_rbac(docs, "Role")
+        if "leader" not in r["metadata"]["name"]
     }
     assert sorted(roles) == ["team-a", "team-b"]
     for role in roles.values():
         assert_namespaced_rights(granted_by(role["rules"]))
     bindings = {
         b["metadata"]["namespace"]: b
-        for b in by_kind(docs, "RoleBinding")
+        for b in operator_rbac(docs, "RoleBinding")
         if "leader" not in b["metadata"]["name"]
     }
     assert sorted(bindings) == ["team-a", "team-b"]
@@ -798,3 +800,35 @@ def test_the_operator_reads_every_setting_the_chart_renders(
             monkeypatch.setenv(entry["name"], entry["value"])
     config = Config.from_env()
     assert config.runtime_max_answer_bytes == 4 * 1024 * 1024
+
+
+def test_clients_find_the_release_wherever_it_is(helm: str) -> None:
+    """The discovery ConfigMap in the release namespace and each tenant namespace names the release, its Lease,
+    Deployment and preview keys; tenants may get the Lease and Deployment by name, nothing else there."""
+    from shadow_operator.sdk.discovery import OperatorLocation
+
+    docs = documents(render(helm, "--set=tenants.namespaces={team-a}", include_crds=False))
+    maps = {
+        d["metadata"]["namespace"]: d
+        for d in by_kind(docs, "ConfigMap")
+        if d["metadata"]["name"] == "shadow-operator-discovery"
+    }
+    assert sorted(maps) == ["shadow-system", "team-a"]
+    (deployment,) = by_kind(docs, "Deployment")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    where = OperatorLocation.from_config_map(maps["team-a"])
+    assert (where.release, where.namespace, where.leader_election) == ("shadow", "shadow-system", True)
+    assert where.deployment == deployment["metadata"]["name"]
+    assert where.lease == args[args.index("--leader-election-id") + 1]
+    assert (
+        where.keys_secret == "shadow-shadow-operator-preview-keys" and where.keys_namespace == "shadow-system"
+    )
+    (status,) = [r for r in by_kind(docs, "Role") if r["metadata"]["name"].endswith("-status-read")]
+    assert all(
+        rule["verbs"] == ["get"] and rule["resourceNames"] == [where.lease] for rule in status["rules"]
+    )
+    standalone = documents(render(helm, *VALUE_SETS["standalone"], include_crds=False))
+    (cm,) = [
+        d for d in by_kind(standalone, "ConfigMap") if d["metadata"]["name"] == "shadow-operator-discovery"
+    ]
+    assert OperatorLocation.from_config_map(cm).leader_election is False

@@ -12,6 +12,7 @@ import pytest
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
 from shadow_operator.api.environment import ShadowEnvironment, ShadowEnvironmentStatus
+from shadow_operator.common.sources import SourcePlan, plan_sources
 from shadow_operator.resources import copyin
 from shadow_operator.resources import environment as res
 from shadow_operator.resources.verdict import (
@@ -188,7 +189,7 @@ def test_gitea_statefulset_keeps_or_drops_its_volume() -> None:
 
 
 def test_sources_are_planned_with_default_organization_and_public_url() -> None:
-    plans = res.plan_sources(environment(gitea={"organization": "team"}))
+    plans = plan_sources(environment(gitea={"organization": "team"}))
     assert [(p.name, p.path, p.full_repo, p.upload) for p in plans] == [
         ("core", "core", "microsoft/amplifier-core", True),
         ("lib", "libs/lib", "team/lib", False),
@@ -255,7 +256,7 @@ def clean_env() -> dict[str, str]:
     }
 
 
-def run_copy_in(root: Path, plan: res.SourcePlan, remote: Path) -> list[str]:
+def run_copy_in(root: Path, plan: SourcePlan, remote: Path) -> list[str]:
     """SNAPSHOT in `root`, then its bundle's refs fetched into the bare repository `remote` as they are."""
     env = {**clean_env(), **copyin.snapshot_env(plan, bundle="out/snapshot.bundle")}
     out = subprocess.run(["sh", "-c", copyin.SNAPSHOT], cwd=root, env=env, capture_output=True, text=True)
@@ -282,7 +283,7 @@ def test_copy_in_snapshots_uncommitted_work_without_touching_the_copy(tmp_path: 
     remote = tmp_path / "gitea.git"
     subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
 
-    plan = res.SourcePlan("core", "core", "org", "core", None, None, upload=True)
+    plan = SourcePlan("core", "core", "org", "core", None, None, upload=True)
     commit, branch = run_copy_in(root, plan, remote)
 
     assert branch == "main" and commit != committed
@@ -314,7 +315,7 @@ def test_copy_in_clones_a_git_source_at_a_ref(tmp_path: Path) -> None:
     root = tmp_path / "workspace"
     root.mkdir()
 
-    plan = res.SourcePlan("up", "deps/up", "org", "up", upstream.as_uri(), first, upload=False)
+    plan = SourcePlan("up", "deps/up", "org", "up", upstream.as_uri(), first, upload=False)
     commit, _ = run_copy_in(root, plan, remote)
     assert commit == first
     assert (root / "deps/up/a.txt").read_text() == "one\n"
@@ -322,7 +323,7 @@ def test_copy_in_clones_a_git_source_at_a_ref(tmp_path: Path) -> None:
 
 
 def test_copy_in_reports_a_missing_upload(tmp_path: Path) -> None:
-    plan = res.SourcePlan("core", "core", "org", "core", None, None, upload=True)
+    plan = SourcePlan("core", "core", "org", "core", None, None, upload=True)
     env = {**clean_env(), **copyin.snapshot_env(plan, bundle=None)}
     out = subprocess.run(["sh", "-c", copyin.SNAPSHOT], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert out.returncode == 3 and "missing" in out.stderr

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 from shadow_operator.api import constants as c
+from shadow_operator.common import snapshots
+from shadow_operator.common.sources import plan_sources
 from shadow_operator.resources import environment as res
-from shadow_operator.resources import snapshots
 from shadow_operator.sdk import fork as forkops
 
 from tests.unit.test_resources_environment import environment, template
@@ -160,7 +161,7 @@ def test_parse_quantity(quantity: str, size: float) -> None:
 def test_inherited_sources_are_planned_like_uploads() -> None:
     env = environment()
     del env["spec"]["sources"]
-    plans = res.plan_sources(env, [{"name": "core", "repo": "microsoft/core", "path": "src/core"}])
+    plans = plan_sources(env, [{"name": "core", "repo": "microsoft/core", "path": "src/core"}])
     assert [(p.name, p.org, p.repo, p.path, p.upload) for p in plans] == [
         ("core", "microsoft", "core", "src/core", True)
     ]

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from shadow_operator.api import naming
+from shadow_operator.common.tokens import KeyRing
 from shadow_operator.router import validation
 from shadow_operator.router.decisions import (
     INSECURE_ALLOW_ALL,
@@ -16,7 +17,6 @@ from shadow_operator.router.decisions import (
     SdkPolicy,
 )
 from shadow_operator.router.index import Index
-from shadow_operator.router.tokens import KeyRing
 
 pytestmark = pytest.mark.unit
 

@@ -9,8 +9,8 @@ import hmac
 import json
 
 import pytest
-from shadow_operator.router.links import signed_link
-from shadow_operator.router.tokens import KeyRing, TokenError, generate_key
+from shadow_operator.common.links import signed_link
+from shadow_operator.common.tokens import KeyRing, TokenError, generate_key
 
 pytestmark = pytest.mark.unit
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from shadow_operator.router.tokens import KeyRing
+from shadow_operator.common.tokens import KeyRing
 from shadow_operator.sdk import kube
 from shadow_operator.sdk.errors import SandboxNotFoundError, ShadowError
 from shadow_operator.sdk.preview import (

@@ -139,6 +139,10 @@ WORKSPACE_VOLUME: Final = "workspace"
 
 # The operator's leader-election Lease (clients read its renewTime to tell whether an operator is running).
 LEADER_LEASE_NAME: Final = "shadow-operator"
+# The ConfigMap the chart writes into the release, template and tenant namespaces, saying where the operator
+# is (release, namespace, Lease, Deployment, preview keys): how clients find any release (sdk/discovery.py).
+DISCOVERY_CONFIGMAP: Final = "shadow-operator-discovery"
+DISCOVERY_SELECTOR: Final = "app.kubernetes.io/name=shadow-operator,app.kubernetes.io/component=discovery"
 
 # Whether a Sandbox's preview needs a signed link (public|private); set on a SandboxTemplate, a Sandbox, or
 # on a SandboxClaim / ShadowEnvironment, whose sandbox gets it.

@@ -208,11 +208,13 @@ SHADOW_ENVIRONMENT = ResourceKind(
 POD = ResourceKind("", "v1", "pods", "Pod")
 SERVICE = ResourceKind("", "v1", "services", "Service")
 SECRET = ResourceKind("", "v1", "secrets", "Secret")
+CONFIG_MAP = ResourceKind("", "v1", "configmaps", "ConfigMap")
 PVC = ResourceKind("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim")
 EVENT = ResourceKind("", "v1", "events", "Event")
 NETWORK_POLICY = ResourceKind("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy")
 LEASE = ResourceKind("coordination.k8s.io", "v1", "leases", "Lease")
 STATEFUL_SET = ResourceKind("apps", "v1", "statefulsets", "StatefulSet")
+DEPLOYMENT = ResourceKind("apps", "v1", "deployments", "Deployment")
 STORAGE_CLASS = ResourceKind("storage.k8s.io", "v1", "storageclasses", "StorageClass")
 # CSI snapshots (external-snapshotter's CRDs; absent on clusters without snapshot support).
 VOLUME_SNAPSHOT = ResourceKind(c.SNAPSHOT_GROUP, "v1", "volumesnapshots", "VolumeSnapshot")

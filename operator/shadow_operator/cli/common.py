@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
+from shadow_operator.api.kinds import SHADOW_ENVIRONMENT, ResourceKind
 from shadow_operator.sdk import kube
 from shadow_operator.sdk.errors import ShadowError
 
@@ -22,16 +24,19 @@ out = Console(highlight=False)
 # Errors stay on one line however narrow the terminal (scripts grep them).
 err = Console(stderr=True, soft_wrap=True, highlight=False)
 
-NamespaceOpt = Annotated[
-    str, typer.Option("--namespace", "-n", help="Namespace.", envvar="SHADOW_NAMESPACE", show_envvar=False)
-]
-OutputOpt = Annotated[str, typer.Option("--output", "-o", help="text, json or yaml.")]
-NameArg = Annotated[str, typer.Argument(help="Name of the environment.", show_default=False)]
+OUTPUTS = ("text", "json", "yaml")
 
 
 @dataclass
 class Globals:
+    """Options kubectl takes anywhere on the command line: `main()` lifts them out of argv before click
+    parses it, so they work before or after the verb."""
+
     context: str | None = None
+    kubeconfig: str | None = None
+    namespace: str | None = None
+    all_namespaces: bool = False
+    output: str | None = None
 
 
 GLOBALS = Globals()
@@ -41,12 +46,81 @@ def fail(message: str, hint: str = "") -> NoReturn:
     raise ShadowError(message, hint=hint)
 
 
+def default_namespace() -> str:
+    """-n if given (anywhere), else $SHADOW_NAMESPACE, else the context's namespace, as kubectl does."""
+    if GLOBALS.namespace:
+        return GLOBALS.namespace
+    if env := os.environ.get("SHADOW_NAMESPACE"):
+        return env
+    return kube.context_namespace(GLOBALS.context, GLOBALS.kubeconfig)
+
+
+def _namespace(value: str | None) -> str:
+    return value or default_namespace()
+
+
+def check_output(value: str) -> str:
+    """Checked while the command line is parsed, so a typo costs no API call (and no waiting for one)."""
+    if value not in OUTPUTS:
+        fail(f"--output {value}: unknown format", "use text, json or yaml")
+    return value
+
+
+def _output(value: str) -> str:
+    return check_output(GLOBALS.output or value)
+
+
+NamespaceOpt = Annotated[
+    str,
+    typer.Option(
+        "--namespace",
+        "-n",
+        help="Namespace (default: the kubeconfig context's).",
+        callback=_namespace,
+        show_default=False,
+    ),
+]
+AllNamespacesOpt = Annotated[
+    bool, typer.Option("--all-namespaces", "-A", help="List in every namespace you may read.")
+]
+OutputOpt = Annotated[str, typer.Option("--output", "-o", help="text, json or yaml.", callback=_output)]
+
+
+def complete_names(kind: ResourceKind) -> Callable[[typer.Context, str], list[str]]:
+    """Shell completion of `kind`'s names in the command's namespace, read from the cluster; nothing (never an
+    error, never a wait of more than a few seconds) when the cluster cannot say."""
+
+    def complete(ctx: typer.Context, incomplete: str) -> list[str]:
+        try:
+            # While completing, main() has not run: the global options given before the verb are the root's.
+            given = ctx.find_root().params
+            GLOBALS.context = given.get("context") or GLOBALS.context
+            GLOBALS.kubeconfig = given.get("kubeconfig") or GLOBALS.kubeconfig
+            namespace = given.get("namespace") or ctx.params.get("namespace") or default_namespace()
+            with kube.connect(timeout=3.0, context=GLOBALS.context, kubeconfig=GLOBALS.kubeconfig) as http:
+                body = kube.request(http, "GET", kind.path(namespace), what=f"list {kind.kind}s")
+            names = [str(item["metadata"]["name"]) for item in body.get("items") or ()]
+        except Exception:  # completion must not print or fail whatever happens
+            return []
+        return sorted(n for n in names if n.startswith(incomplete))
+
+    return complete
+
+
+NameArg = Annotated[
+    str,
+    typer.Argument(
+        help="Name of the environment.", show_default=False, autocompletion=complete_names(SHADOW_ENVIRONMENT)
+    ),
+]
+
+
 def connect() -> httpx.Client:
-    return kube.connect(context=GLOBALS.context)
+    return kube.connect(context=GLOBALS.context, kubeconfig=GLOBALS.kubeconfig)
 
 
 def connect_async() -> httpx.AsyncClient:
-    return kube.connect_async(context=GLOBALS.context)
+    return kube.connect_async(context=GLOBALS.context, kubeconfig=GLOBALS.kubeconfig)
 
 
 def plain(data: Any) -> Any:
@@ -69,8 +143,6 @@ def emit(data: Any, output: str) -> bool:
         # soft_wrap: the console must not re-wrap long values (a signed link) at the terminal's width.
         out.print(yaml.safe_dump(plain(data), sort_keys=False), end="", markup=False, soft_wrap=True)
         return True
-    if output != "text":
-        fail(f"--output {output}: unknown format", "use text, json or yaml")
     return False
 
 

@@ -15,6 +15,8 @@ from shadow_operator.api import constants as c
 from shadow_operator.api.environment import ShadowEnvironment
 from shadow_operator.api.kinds import POD
 from shadow_operator.cli.common import (
+    GLOBALS,
+    AllNamespacesOpt,
     NameArg,
     NamespaceOpt,
     OutputOpt,
@@ -112,7 +114,7 @@ def create(
     ] = None,
     cpu: Annotated[str | None, typer.Option(help="CPU request of the workspace, e.g. 500m.")] = None,
     memory: Annotated[str | None, typer.Option(help="Memory request of the workspace, e.g. 1Gi.")] = None,
-    namespace: NamespaceOpt = "default",
+    namespace: NamespaceOpt = "",
     fallback: FallbackOpt = None,
     wait: Annotated[bool, typer.Option(help="Wait for Ready and the verdict.")] = True,
     timeout: Annotated[float, typer.Option(help="Seconds to wait.")] = 600.0,
@@ -154,12 +156,16 @@ def create(
     print_status(env, output)
 
 
-def list_(namespace: NamespaceOpt = "default", output: OutputOpt = "text") -> None:
-    """List the environments of a namespace."""
+def list_(
+    namespace: NamespaceOpt = "", all_namespaces: AllNamespacesOpt = False, output: OutputOpt = "text"
+) -> None:
+    """List the environments of a namespace (-A: of every namespace)."""
+    everywhere = all_namespaces or GLOBALS.all_namespaces
     with connect() as http:
-        items = kube.run(http, envops.list_(namespace))
+        items = kube.run(http, envops.list_(None if everywhere else namespace))
     rows = [
         {
+            **({"namespace": e.namespace} if everywhere else {}),
             "name": e.name,
             "ready": getattr(envops.conditions(e).get(c.COND_READY), "status", "Unknown"),
             "sources": (e.status.sources_ready if e.status else None) or "",
@@ -171,15 +177,19 @@ def list_(namespace: NamespaceOpt = "default", output: OutputOpt = "text") -> No
     if emit(rows, output):
         return
     if not rows:
-        err.print(f"no environments in namespace {namespace}")
+        err.print(
+            "no environments in any namespace" if everywhere else f"no environments in namespace {namespace}"
+        )
         return
-    table = Table("NAME", "READY", "SOURCES", "VERDICT", "FAILURE", box=None)
+    table = Table(
+        *(["NAMESPACE"] if everywhere else []), "NAME", "READY", "SOURCES", "VERDICT", "FAILURE", box=None
+    )
     for row in rows:
         table.add_row(*row.values())
     out.print(table)
 
 
-def status(name: NameArg, namespace: NamespaceOpt = "default", output: OutputOpt = "text") -> None:
+def status(name: NameArg, namespace: NamespaceOpt = "", output: OutputOpt = "text") -> None:
     """Conditions, snapshot commits, URLs and verdict of an environment."""
     with gateway(name, namespace) as gw:
         print_status(gw.status(), output)
@@ -221,7 +231,7 @@ def print_status(env: ShadowEnvironment, output: str) -> None:
 def exec_(
     name: NameArg,
     command: Annotated[list[str], typer.Argument(help="The command, after --.", show_default=False)],
-    namespace: NamespaceOpt = "default",
+    namespace: NamespaceOpt = "",
     cwd: Annotated[str, typer.Option(help="Working directory, relative to the workspace.")] = "",
     timeout: Annotated[float, typer.Option(help="Seconds before the command is killed.")] = 600.0,
 ) -> None:
@@ -253,7 +263,7 @@ def exec_(
 
 def shell(
     name: NameArg,
-    namespace: NamespaceOpt = "default",
+    namespace: NamespaceOpt = "",
     cwd: Annotated[str, typer.Option(help="Start in this directory of the workspace.")] = "",
 ) -> None:
     """An interactive shell in the workspace.
@@ -281,7 +291,7 @@ MaxMembersOpt = Annotated[
 def cp(
     source: Annotated[str, typer.Argument(help="NAME:PATH or a local path.", show_default=False)],
     dest: Annotated[str, typer.Argument(help="NAME:PATH or a local path.", show_default=False)],
-    namespace: NamespaceOpt = "default",
+    namespace: NamespaceOpt = "",
     max_bytes: MaxBytesOpt = confine.DEFAULT_MAX_BYTES,
     max_members: MaxMembersOpt = confine.DEFAULT_MAX_MEMBERS,
 ) -> None:
@@ -339,7 +349,7 @@ def copy(
 
 def diff(
     name: NameArg,
-    namespace: NamespaceOpt = "default",
+    namespace: NamespaceOpt = "",
     stat: Annotated[bool, typer.Option("--stat", help="Only the changed paths.")] = False,
     output: OutputOpt = "text",
 ) -> None:
@@ -375,7 +385,7 @@ def diff(
 
 def promote(
     name: NameArg,
-    namespace: NamespaceOpt = "default",
+    namespace: NamespaceOpt = "",
     source: Annotated[
         str | None, typer.Option(help="Only this source (default: every uploaded one).")
     ] = None,
@@ -458,7 +468,7 @@ def show_plans(plans: list[PromotePlan]) -> None:
 def publish(
     name: NameArg,
     path: Annotated[str, typer.Argument(help="PATH[:org/name] of a local repository.", show_default=False)],
-    namespace: NamespaceOpt = "default",
+    namespace: NamespaceOpt = "",
     output: OutputOpt = "text",
 ) -> None:
     """Push a local repository into the environment's Gitea.
@@ -481,7 +491,7 @@ def sync(
     ),
     pattern: Annotated[str, typer.Option(help="Only repositories whose directory name matches.")] = "*",
     org: Annotated[str, typer.Option(help="Gitea organization of the repositories.")] = "shadow",
-    namespace: NamespaceOpt = "default",
+    namespace: NamespaceOpt = "",
     output: OutputOpt = "text",
 ) -> None:
     """Publish every git repository under a directory into the Gitea."""
@@ -506,7 +516,7 @@ def sync(
 
 def logs(
     name: NameArg,
-    namespace: NamespaceOpt = "default",
+    namespace: NamespaceOpt = "",
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines.")] = False,
     tail: Annotated[int, typer.Option(help="Lines from the end (-1: all).")] = 200,
 ) -> None:
@@ -527,7 +537,7 @@ def logs(
 
 def journal(
     name: NameArg,
-    namespace: NamespaceOpt = "default",
+    namespace: NamespaceOpt = "",
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new entries.")] = False,
     significant: Annotated[
         bool, typer.Option(help="Only significant entries (errors, completions, decisions).")
@@ -561,7 +571,7 @@ def journal(
             out.print(f"{entry.seq:>5} {mark} {what}{code}", markup=True, highlight=False)
 
 
-def handoff(name: NameArg, namespace: NamespaceOpt = "default") -> None:
+def handoff(name: NameArg, namespace: NamespaceOpt = "") -> None:
     """Print the workspace's HANDOFF.md."""
     with gateway(name, namespace) as gw:
         text = gw.handoff()
@@ -572,7 +582,7 @@ def handoff(name: NameArg, namespace: NamespaceOpt = "default") -> None:
 
 def verify(
     name: NameArg,
-    namespace: NamespaceOpt = "default",
+    namespace: NamespaceOpt = "",
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the verdict.")] = 600.0,
     fallback: FallbackOpt = None,
     local: Annotated[
@@ -604,7 +614,7 @@ def verify(
 
 def destroy(
     name: NameArg,
-    namespace: NamespaceOpt = "default",
+    namespace: NamespaceOpt = "",
     wait: Annotated[bool, typer.Option(help="Wait until everything is gone.")] = True,
 ) -> None:
     """Delete an environment with its workspace, Gitea and volumes."""

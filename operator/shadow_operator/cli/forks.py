@@ -43,7 +43,7 @@ def fork(
     retain_snapshot: Annotated[
         bool, typer.Option("--retain-snapshot", help="Keep the snapshots when the forks are deleted.")
     ] = False,
-    namespace: NamespaceOpt = "default",
+    namespace: NamespaceOpt = "",
     wait: Annotated[bool, typer.Option(help="Wait until every fork is Ready.")] = True,
     timeout: Annotated[float, typer.Option(help="Seconds to wait.")] = 600.0,
     output: OutputOpt = "text",
@@ -130,7 +130,7 @@ def snapshot(
     retain: Annotated[
         bool, typer.Option("--retain", help="Keep the snapshot when the environment is deleted.")
     ] = False,
-    namespace: NamespaceOpt = "default",
+    namespace: NamespaceOpt = "",
     timeout: Annotated[float, typer.Option(help="Seconds to wait until it is ready to use.")] = 300.0,
     output: OutputOpt = "text",
 ) -> None:

@@ -14,10 +14,9 @@ from shadow_operator.api.kinds import (
     SHADOW_ENVIRONMENT,
     STORAGE_CLASS,
 )
-from shadow_operator.cli.common import GLOBALS, OutputOpt, connect, emit, err, out
+from shadow_operator.cli.common import GLOBALS, NamespaceOpt, OutputOpt, connect, emit, err, out
 from shadow_operator.sdk import cleanup as cleanup_ops
-from shadow_operator.sdk import environment as envops
-from shadow_operator.sdk import kube
+from shadow_operator.sdk import discovery, kube
 from shadow_operator.sdk.errors import ApiNotInstalled, NotFound, ShadowError
 
 DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
@@ -65,20 +64,24 @@ def _checks(http: httpx.Client, namespace: str) -> list[Check]:
         )
     )
 
-    alive = kube.run(http, envops.operator_alive()) if not missing else False
-    checks.append(
-        Check(
-            "operator",
-            alive is not False,
-            {
-                True: "running (its leader Lease is fresh)",
-                None: "unknown: you may not read Leases",
-                False: "not running: no fresh shadow-operator Lease",
-            }[alive],
-            "kubectl -n shadow-system get pods; kubectl -n shadow-system logs deploy/shadow-operator",
-            warning=alive is None,
+    if missing:
+        checks.append(Check("operator", False, "not running: its CRDs are missing"))
+    else:
+        state = kube.run(http, discovery.operator_state(namespace))
+        where = state.location
+        found = f" (found by {where.source})" if where.source else ""
+        checks.append(
+            Check(
+                "operator",
+                state.alive is not False,
+                state.detail + found,
+                f"kubectl -n {where.namespace} get pods; kubectl -n {where.namespace} logs deploy/{where.deployment}"
+                if where.source or state.alive is False
+                else "install the chart (it writes ConfigMap shadow-operator-discovery into tenant namespaces), "
+                "or ask who runs the cluster",
+                warning=state.alive is None,
+            )
         )
-    )
 
     try:
         classes = kube.request(http, "GET", STORAGE_CLASS.path(), what="list StorageClasses")["items"]
@@ -153,12 +156,7 @@ def _checks(http: httpx.Client, namespace: str) -> list[Check]:
     return checks
 
 
-def doctor(
-    namespace: Annotated[
-        str, typer.Option("--namespace", "-n", help="Namespace to check templates in.")
-    ] = "default",
-    output: OutputOpt = "text",
-) -> None:
+def doctor(namespace: NamespaceOpt = "", output: OutputOpt = "text") -> None:
     """Check the cluster, each failure with its fix.
 
     kubeconfig, CRDs, the operator (its leader Lease), storage and snapshot classes, templates.
@@ -199,6 +197,7 @@ def cleanup(
     Volumes, VolumeSnapshots and Secrets labelled with an environment that no longer exists. A dry run unless
     --yes.
     """
+    namespace = namespace or GLOBALS.namespace  # -n anywhere on the command line
     with connect() as http:
         orphans = kube.run(http, cleanup_ops.find(namespace))
         if yes:

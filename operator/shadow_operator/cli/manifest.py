@@ -14,7 +14,7 @@ from shadow_operator.sdk.gateway import ShadowGateway
 
 def manifest(
     name: NameArg,
-    namespace: NamespaceOpt = "default",
+    namespace: NamespaceOpt = "",
     fallback: FallbackOpt = None,
     local: Annotated[
         list[str] | None,

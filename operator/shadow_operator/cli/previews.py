@@ -12,12 +12,12 @@ from typing import Annotated
 import typer
 
 from shadow_operator.cli.common import NameArg, NamespaceOpt, OutputOpt, connect, emit, err, out
-from shadow_operator.router.links import DEFAULT_TTL_SECONDS
+from shadow_operator.common.links import DEFAULT_TTL_SECONDS
 from shadow_operator.sdk import environment as envops
 from shadow_operator.sdk import kube
 from shadow_operator.sdk import sandbox as ops
 from shadow_operator.sdk.kube import Op
-from shadow_operator.sdk.preview import KEYS_NAMESPACE, KEYS_SECRET, PreviewLink, signed_preview
+from shadow_operator.sdk.preview import PreviewLink, signed_preview
 
 TtlOpt = Annotated[
     int,
@@ -26,17 +26,21 @@ TtlOpt = Annotated[
     ),
 ]
 KeysSecretOpt = Annotated[
-    str, typer.Option("--keys-secret", help="The router's keys Secret (the chart's <release>-preview-keys).")
+    str | None,
+    typer.Option(
+        "--keys-secret",
+        help="The router's keys Secret (default: as the release's shadow-operator-discovery ConfigMap says).",
+    ),
 ]
 KeysNamespaceOpt = Annotated[
-    str,
-    typer.Option("--keys-namespace", help="Namespace of the keys Secret (the chart's release namespace)."),
+    str | None,
+    typer.Option("--keys-namespace", help="Namespace of the keys Secret (default: likewise)."),
 ]
 ClaimArg = Annotated[str, typer.Argument(help="Name of the SandboxClaim.", show_default=False)]
 
 
 def environment_link(
-    name: str, namespace: str, ttl: int, keys_secret: str, keys_namespace: str
+    name: str, namespace: str, ttl: int, keys_secret: str | None, keys_namespace: str | None
 ) -> Op[PreviewLink]:
     env = yield from envops.get(namespace, name)
     sandbox = env.status.sandbox if env.status else None
@@ -49,7 +53,9 @@ def environment_link(
     )
 
 
-def claim_link(name: str, namespace: str, ttl: int, keys_secret: str, keys_namespace: str) -> Op[PreviewLink]:
+def claim_link(
+    name: str, namespace: str, ttl: int, keys_secret: str | None, keys_namespace: str | None
+) -> Op[PreviewLink]:
     ref = yield from ops.get(name, namespace)
     return (
         yield from signed_preview(
@@ -78,10 +84,10 @@ def show(link: PreviewLink, output: str) -> None:
 
 def preview(
     name: NameArg,
-    namespace: NamespaceOpt = "default",
+    namespace: NamespaceOpt = "",
     ttl: TtlOpt = DEFAULT_TTL_SECONDS,
-    keys_secret: KeysSecretOpt = KEYS_SECRET,
-    keys_namespace: KeysNamespaceOpt = KEYS_NAMESPACE,
+    keys_secret: KeysSecretOpt = None,
+    keys_namespace: KeysNamespaceOpt = None,
     output: OutputOpt = "text",
 ) -> None:
     """Print a signed link to the environment's (private) preview."""
@@ -91,10 +97,10 @@ def preview(
 
 def sandbox_preview(
     name: ClaimArg,
-    namespace: NamespaceOpt = "default",
+    namespace: NamespaceOpt = "",
     ttl: TtlOpt = DEFAULT_TTL_SECONDS,
-    keys_secret: KeysSecretOpt = KEYS_SECRET,
-    keys_namespace: KeysNamespaceOpt = KEYS_NAMESPACE,
+    keys_secret: KeysSecretOpt = None,
+    keys_namespace: KeysNamespaceOpt = None,
     output: OutputOpt = "text",
 ) -> None:
     """Print a signed link to the claimed sandbox's (private) preview."""

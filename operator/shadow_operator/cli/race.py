@@ -74,7 +74,7 @@ def race(
         str | None, typer.Option(help="Names of the forks: PREFIX-1..N (default: ENV-race).")
     ] = None,
     method: Annotated[str, typer.Option(help="Fork method: Auto, Snapshot or Copy.")] = "Auto",
-    namespace: NamespaceOpt = "default",
+    namespace: NamespaceOpt = "",
     timeout: Annotated[float, typer.Option(help="Seconds for the forks to be Ready.")] = 600.0,
     command_timeout: Annotated[
         float, typer.Option("--command-timeout", help="Seconds each candidate's command may run.")

@@ -10,7 +10,20 @@ import typer
 from rich.table import Table
 
 from shadow_operator.api import constants as c
-from shadow_operator.cli.common import NamespaceOpt, OutputOpt, connect, emit, err, fail, out, split_remote
+from shadow_operator.api.kinds import SANDBOX_CLAIM
+from shadow_operator.cli.common import (
+    GLOBALS,
+    AllNamespacesOpt,
+    NamespaceOpt,
+    OutputOpt,
+    complete_names,
+    connect,
+    emit,
+    err,
+    fail,
+    out,
+    split_remote,
+)
 from shadow_operator.cli.environments import MaxBytesOpt, MaxMembersOpt, copy
 from shadow_operator.sdk import confine, kube
 from shadow_operator.sdk import fork as forkops
@@ -19,7 +32,12 @@ from shadow_operator.sdk.errors import ShadowError
 from shadow_operator.sdk.sandbox import SandboxClient
 
 app = typer.Typer(help="Plain sandboxes: claim, exec, cp, preview, snapshot, delete.", no_args_is_help=True)
-ClaimArg = Annotated[str, typer.Argument(help="Name of the SandboxClaim.", show_default=False)]
+ClaimArg = Annotated[
+    str,
+    typer.Argument(
+        help="Name of the SandboxClaim.", show_default=False, autocompletion=complete_names(SANDBOX_CLAIM)
+    ),
+]
 
 
 @app.command()
@@ -32,7 +50,7 @@ def claim(
     env: Annotated[
         list[str] | None, typer.Option("--env", help="NAME=VALUE for the sandbox (repeatable).")
     ] = None,
-    namespace: NamespaceOpt = "default",
+    namespace: NamespaceOpt = "",
     timeout: Annotated[float, typer.Option(help="Seconds to wait for Ready.")] = 180.0,
     output: OutputOpt = "text",
 ) -> None:
@@ -57,10 +75,13 @@ def claim(
 
 
 @app.command("list")
-def list_(namespace: NamespaceOpt = "default", output: OutputOpt = "text") -> None:
-    """List the sandbox claims of a namespace."""
+def list_(
+    namespace: NamespaceOpt = "", all_namespaces: AllNamespacesOpt = False, output: OutputOpt = "text"
+) -> None:
+    """List the sandbox claims of a namespace (-A: of every namespace)."""
+    everywhere = all_namespaces or GLOBALS.all_namespaces
     with connect() as http:
-        claims = kube.run(http, ops.list_claims(namespace))
+        claims = kube.run(http, ops.list_claims(None if everywhere else namespace))
     rows = []
     for body in claims:
         ready: dict[str, str] = next(
@@ -68,6 +89,7 @@ def list_(namespace: NamespaceOpt = "default", output: OutputOpt = "text") -> No
         )
         rows.append(
             {
+                **({"namespace": body["metadata"]["namespace"]} if everywhere else {}),
                 "name": body["metadata"]["name"],
                 "ready": ready.get("status", "Unknown"),
                 "reason": ready.get("reason", ""),
@@ -76,7 +98,7 @@ def list_(namespace: NamespaceOpt = "default", output: OutputOpt = "text") -> No
         )
     if emit(rows, output):
         return
-    table = Table("NAME", "READY", "REASON", "SANDBOX", box=None)
+    table = Table(*(["NAMESPACE"] if everywhere else []), "NAME", "READY", "REASON", "SANDBOX", box=None)
     for row in rows:
         table.add_row(*row.values())
     out.print(table)
@@ -86,7 +108,7 @@ def list_(namespace: NamespaceOpt = "default", output: OutputOpt = "text") -> No
 def exec_(
     name: ClaimArg,
     command: Annotated[list[str], typer.Argument(help="The command, after --.", show_default=False)],
-    namespace: NamespaceOpt = "default",
+    namespace: NamespaceOpt = "",
     timeout: Annotated[float, typer.Option(help="Seconds before the command is killed.")] = 600.0,
 ) -> None:
     """Run a command in the sandbox.
@@ -104,7 +126,7 @@ def exec_(
 def cp(
     source: Annotated[str, typer.Argument(help="CLAIM:PATH or a local path.", show_default=False)],
     dest: Annotated[str, typer.Argument(help="CLAIM:PATH or a local path.", show_default=False)],
-    namespace: NamespaceOpt = "default",
+    namespace: NamespaceOpt = "",
     max_bytes: MaxBytesOpt = confine.DEFAULT_MAX_BYTES,
     max_members: MaxMembersOpt = confine.DEFAULT_MAX_MEMBERS,
 ) -> None:
@@ -122,7 +144,7 @@ def cp(
 
 
 @app.command()
-def delete(name: ClaimArg, namespace: NamespaceOpt = "default") -> None:
+def delete(name: ClaimArg, namespace: NamespaceOpt = "") -> None:
     """Delete the claim (and with it the sandbox)."""
     with connect() as http:
         kube.run(http, ops.delete(name, namespace))
@@ -139,7 +161,7 @@ def snapshot(
         str | None, typer.Option("--name", help="Name of the VolumeSnapshot (default: SANDBOX-<UTC time>).")
     ] = None,
     retain: Annotated[bool, typer.Option("--retain", help="Keep it when the Sandbox is deleted.")] = False,
-    namespace: NamespaceOpt = "default",
+    namespace: NamespaceOpt = "",
     timeout: Annotated[float, typer.Option(help="Seconds to wait until it is ready to use.")] = 300.0,
     output: OutputOpt = "text",
 ) -> None:

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from shadow_operator.api import constants as c
-from shadow_operator.resources.environment import SNAPSHOT_AUTHOR, SourcePlan
+from shadow_operator.common.sources import SourcePlan
+from shadow_operator.resources.environment import SNAPSHOT_AUTHOR
 
 RESULT_MARKER = "SHADOW_RESULT"
 

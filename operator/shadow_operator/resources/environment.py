@@ -12,12 +12,12 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
+from shadow_operator.common.sources import SourcePlan
 from shadow_operator.resources.blueprint import preview_access, sandbox_spec_from_template
 from shadow_operator.resources.conditions import parse_time
 from shadow_operator.resources.sandbox import runtime_container_index
@@ -68,46 +68,6 @@ def parse_quantity(value: str) -> float:
 
 
 # -------------------------------------------------------------------------------------------- sources
-@dataclass(frozen=True)
-class SourcePlan:
-    """Where a source goes: its directory in the workspace and its Gitea repository."""
-
-    name: str
-    path: str
-    org: str
-    repo: str
-    git_url: str | None
-    git_ref: str | None
-    upload: bool
-
-    @property
-    def full_repo(self) -> str:
-        return f"{self.org}/{self.repo}"
-
-
-def plan_sources(env: Body, inherited: Sequence[Mapping[str, Any]] | None = None) -> list[SourcePlan]:
-    """The environment's sources; a fork without spec.sources has those it `inherited` with its clone
-    (already in the workspace, so they are planned like uploads)."""
-    spec = env["spec"]
-    default_org = (spec.get("gitea") or {}).get("organization") or "shadow"
-    plans = []
-    for source in spec.get("sources") or inherited or ():
-        org, _, repo = source["repo"].rpartition("/")
-        git = source.get("git")
-        plans.append(
-            SourcePlan(
-                name=source["name"],
-                path=source.get("path") or source["name"],
-                org=org or default_org,
-                repo=repo,
-                git_url=git["url"] if git else None,
-                git_ref=(git or {}).get("ref"),
-                upload=git is None,
-            )
-        )
-    return plans
-
-
 def public_url(plan: SourcePlan, rewrites: Sequence[Mapping[str, str]]) -> str | None:
     """The URL people (and lockfiles) use for the repository, when a rewrite sends it to this Gitea."""
     for rule in rewrites:

@@ -23,8 +23,8 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from shadow_operator.common.tokens import KeyRing
 from shadow_operator.router.decisions import HEADER, Decision, PreviewPolicy, SdkPolicy
-from shadow_operator.router.tokens import KeyRing
 
 log = logging.getLogger(__name__)
 # nginx sets this on every request it asks about, from `$remote_addr` (replacing any the client sent): the

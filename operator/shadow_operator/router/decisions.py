@@ -12,11 +12,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
+from shadow_operator.common.links import QUERY_PARAMETER
+from shadow_operator.common.tokens import DEFAULT_MAX_LIFETIME_SECONDS, KeyRing, TokenError
 from shadow_operator.router import validation
 from shadow_operator.router.index import Index, Route
-from shadow_operator.router.tokens import DEFAULT_MAX_LIFETIME_SECONDS, KeyRing, TokenError
 
-QUERY_PARAMETER = "shadow_token"
 HEADER = "X-Shadow-Preview-Token"
 COOKIE = "shadow_preview"
 # Over HTTPS the cookie carries the __Host- prefix: browsers then refuse it unless it is Secure, for "/" and

@@ -4,7 +4,7 @@ Light to import: kopf is loaded only to read credentials, when a cluster is cont
 written once (sans-I/O, `kube.run` / `kube.arun`); errors are typed (`errors`) and carry a code and a hint.
 """
 
-from shadow_operator.sdk.environment import EnvironmentSpec, GitSource, LocalSource
+from shadow_operator.sdk.environment import EnvironmentSpec, GitSource, LocalSource, upload_source
 from shadow_operator.sdk.errors import (
     ApiNotInstalled,
     ClusterUnreachable,
@@ -14,6 +14,7 @@ from shadow_operator.sdk.errors import (
     NoCredentials,
     NotAnUploadSource,
     NotFound,
+    NotKubernetes,
     OperatorNotRunning,
     PromoteError,
     RuntimeRefused,
@@ -45,7 +46,6 @@ from shadow_operator.sdk.sandbox import AsyncSandbox, AsyncSandboxClient, Sandbo
 from shadow_operator.sdk.upload import (
     UploadResult,
     stream_worktree,
-    upload_source,
     upload_to_runtime,
     worktree_files,
 )
@@ -70,6 +70,7 @@ __all__ = [
     "NoCredentials",
     "NotAnUploadSource",
     "NotFound",
+    "NotKubernetes",
     "OperatorNotRunning",
     "PreviewKeysUnavailable",
     "PreviewLink",

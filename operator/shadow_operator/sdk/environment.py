@@ -24,13 +24,12 @@ from shadow_operator.api.environment import (
     ShadowEnvironmentStatus,
     Verdict,
 )
-from shadow_operator.api.kinds import LEASE, SHADOW_ENVIRONMENT
-from shadow_operator.resources.environment import SourcePlan, plan_sources
-from shadow_operator.sdk import kube, runtime
+from shadow_operator.api.kinds import SHADOW_ENVIRONMENT
+from shadow_operator.common.sources import SourcePlan, plan_sources
+from shadow_operator.sdk import discovery, kube, localdirs, runtime
 from shadow_operator.sdk.errors import (
     EnvironmentFailed,
     EnvironmentNotFound,
-    Forbidden,
     NotAnUploadSource,
     NotFound,
     OperatorNotRunning,
@@ -41,7 +40,7 @@ from shadow_operator.sdk.errors import (
 )
 from shadow_operator.sdk.kube import Body, Call, Op
 from shadow_operator.sdk.runtime import ImportResult, RuntimeEndpoint
-from shadow_operator.sdk.upload import stream_worktree
+from shadow_operator.sdk.upload import UploadResult, stream_worktree
 
 # Where shadowctl records the local directory a source was uploaded from, so `promote` knows where to go.
 ANNOTATION_LOCAL_PREFIX = f"local.{c.OPERATOR_PREFIX}/"
@@ -164,8 +163,10 @@ def get(namespace: str, name: str) -> Op[ShadowEnvironment]:
     return ShadowEnvironment.from_body(body)
 
 
-def list_(namespace: str) -> Op[list[ShadowEnvironment]]:
-    body = yield from kube.get(SHADOW_ENVIRONMENT.path(namespace), f"list ShadowEnvironments in {namespace}")
+def list_(namespace: str | None) -> Op[list[ShadowEnvironment]]:
+    """The environments of `namespace`, or of every namespace (None)."""
+    where = f"in {namespace}" if namespace else "in all namespaces"
+    body = yield from kube.get(SHADOW_ENVIRONMENT.path(namespace), f"list ShadowEnvironments {where}")
     return [ShadowEnvironment.from_body({**item, "kind": SHADOW_ENVIRONMENT.kind}) for item in body["items"]]
 
 
@@ -230,25 +231,6 @@ def is_true(env: ShadowEnvironment, type_: str) -> bool:
 
 
 # --------------------------------------------------------------------------------------------- waits
-def operator_alive() -> Op[bool | None]:
-    """Whether some operator holds a fresh leader Lease; None when the caller may not read Leases."""
-    params = {"fieldSelector": f"metadata.name={c.LEADER_LEASE_NAME}"}
-    try:
-        response = yield Call("GET", LEASE.path(), "list Leases", params=params)
-    except Forbidden:
-        return None
-    now = dt.datetime.now(dt.UTC)
-    for lease in response.json()["items"]:
-        spec = lease.get("spec") or {}
-        renewed = spec.get("renewTime")
-        if not renewed:
-            continue
-        age = (now - dt.datetime.fromisoformat(renewed.replace("Z", "+00:00"))).total_seconds()
-        if age <= 3 * int(spec.get("leaseDurationSeconds") or 15):
-            return True
-    return False
-
-
 class _NoStatusYet(ShadowError):
     pass
 
@@ -293,9 +275,13 @@ def wait(
                 deleted,
             )
         except _NoStatusYet:
-            if (yield from operator_alive()) is False:
+            state = yield from discovery.operator_state(namespace)
+            if state.alive is False:
+                where = state.location
                 raise OperatorNotRunning(
-                    f"{what} has no status after {status_grace:g}s and no shadow-operator holds its leader Lease"
+                    f"{what} has no status after {status_grace:g}s and the operator is {state.detail}",
+                    hint=f"start the operator (kubectl -n {where.namespace} get deploy/{where.deployment}), "
+                    "then `shadowctl doctor`",
                 ) from None
             current = yield from kube.get(SHADOW_ENVIRONMENT.path(namespace, name), what)
 
@@ -480,3 +466,25 @@ def push(namespace: str, name: str, request: PushRequest, timeout: float) -> Op[
     env = yield from wait(namespace, name, answered, "the operator's push", timeout)
     assert env.status is not None and env.status.last_push is not None
     return env.status.last_push
+
+
+def upload_source(
+    environment: str,
+    source: str,
+    path: str | PathLike[str],
+    *,
+    namespace: str = "default",
+    timeout: float = 300.0,
+    progress: Progress | None = None,
+) -> UploadResult:
+    """Upload the working tree at `path` as source `source` of a ShadowEnvironment, and tell the operator.
+
+    Waits (watching, up to `timeout` seconds) for the workspace to be Ready, streams the tree through the API
+    server's pod proxy into the source's directory, then sets `uploads.shadow.dev/<source>` to the archive's
+    sha256: the operator snapshots the directory once that annotation is there. Uploading again overwrites
+    files but removes none, and the operator snapshots a source only once.
+    """
+    with kube.connect() as http:
+        result, digest = kube.run(http, upload(namespace, environment, source, path, timeout, progress))
+        localdirs.record(str(http.base_url), namespace, environment, {source: path})
+    return UploadResult(path=result.path, files=result.files, bytes=result.bytes, sha256=digest)

@@ -27,6 +27,15 @@ class ClusterUnreachable(ShadowError):
     hint = "is the cluster running? `kubectl get nodes` should answer"
 
 
+class NotKubernetes(ClusterUnreachable):
+    """Something answered in the API server's place (a proxy, a login page, a load balancer's error page)."""
+
+    code = "NotKubernetes"
+    hint = (
+        "check the server of the kubeconfig context (kubectl config view --minify) and any proxy in between"
+    )
+
+
 class NoCredentials(ClusterUnreachable):
     code = "NoCredentials"
     hint = "point KUBECONFIG at a cluster (kubectl config current-context) and try again"
@@ -107,7 +116,7 @@ class SourceNotFound(NotFound):
 # ----------------------------------------------------------------------------------- waits and failures
 class OperatorNotRunning(ShadowError):
     code = "OperatorNotRunning"
-    hint = "start the operator (kubectl -n shadow-system get pods), then `shadowctl doctor`"
+    hint = "`shadowctl doctor` says which release should run it and where"
 
 
 class EnvironmentFailed(ShadowError):

@@ -24,7 +24,7 @@ from shadow_operator.api.kinds import (
     VOLUME_SNAPSHOT,
     VOLUME_SNAPSHOT_CLASS,
 )
-from shadow_operator.resources import snapshots
+from shadow_operator.common import snapshots
 from shadow_operator.sdk import environment as envops
 from shadow_operator.sdk import kube, runtime
 from shadow_operator.sdk import sandbox as sandboxops

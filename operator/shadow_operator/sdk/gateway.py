@@ -23,7 +23,7 @@ import httpx
 from pydantic import ValidationError
 
 from shadow_operator.api.environment import PushRequest, ShadowEnvironment, Verdict
-from shadow_operator.resources.environment import SourcePlan
+from shadow_operator.common.sources import SourcePlan
 from shadow_operator.sdk import confine, hostonly, kube, localdirs, promote, runtime
 from shadow_operator.sdk import environment as envops
 from shadow_operator.sdk import fork as forkops
@@ -291,10 +291,12 @@ class ShadowGateway(kube.ClientHolder):
         name: str,
         workspace_path: str | Path | None = None,
         *,
-        namespace: str = "default",
+        namespace: str | None = None,
         client: httpx.Client | None = None,
     ) -> None:
         super().__init__(client)
+        # As kubectl: the kubeconfig context's namespace unless one is named.
+        namespace = namespace or kube.context_namespace()
         self._ops = _Ops(name, namespace, workspace_path, str(self._http.base_url))
 
     name = property(lambda self: self._ops.name)
@@ -521,10 +523,12 @@ class AsyncShadowGateway(kube.AsyncClientHolder):
         name: str,
         workspace_path: str | Path | None = None,
         *,
-        namespace: str = "default",
+        namespace: str | None = None,
         client: httpx.AsyncClient | None = None,
     ) -> None:
         super().__init__(client)
+        # As kubectl: the kubeconfig context's namespace unless one is named.
+        namespace = namespace or kube.context_namespace()
         self._ops = _Ops(name, namespace, workspace_path, str(self._http.base_url))
 
     name = property(lambda self: self._ops.name)

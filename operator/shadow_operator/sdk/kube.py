@@ -4,18 +4,21 @@ Every SDK operation is written once, as a generator that yields `Call`s (or `Wat
 answers (sans-I/O): `run()` drives it on an `httpx.Client`, `arun()` on an `httpx.AsyncClient`. That is how
 `ShadowGateway` and `AsyncShadowGateway` (and the sandbox twins) share every line of their logic.
 
-Credentials come from kopf's own login (the kubeconfig, else the Pod's service account), so clients need no
-Kubernetes library either. kopf is imported only when a client is made: importing it loads its whole operator
-framework, which a CLI that never talks to a cluster should not pay for.
+Credentials come from the kubeconfig as kubectl reads it (the `kubernetes` package's config loader: KUBECONFIG
+lists merged, contexts, exec credential plugins v1/v1beta1, token files, client certificates, proxies), else
+the Pod's service account. That loader is imported only when a client is made: it loads the generated API
+client, which a CLI that never talks to a cluster should not pay for.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
+import logging
 import os
-import tempfile
+import ssl
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self, TypeVar
@@ -32,6 +35,7 @@ from shadow_operator.sdk.errors import (
     KubeError,
     NoCredentials,
     NotFound,
+    NotKubernetes,
     RuntimeRefused,
     RuntimeUnreachable,
     ShadowError,
@@ -45,77 +49,201 @@ WATCH_SECONDS = 60  # one watch request; waits re-watch until their deadline
 
 
 # ------------------------------------------------------------------------------------------- clients
-def _login(context: str | None) -> Any:
-    import kopf
+SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
-    settings = kopf.OperatorSettings()
+
+@dataclass(frozen=True)
+class Login:
+    """Where the API server is and how to prove who we are, as the kubeconfig (or the Pod) says."""
+
+    server: str
+    ssl_context: ssl.SSLContext
+    headers: dict[str, str]
+    proxy: str | None
+    namespace: str  # the context's namespace, else the Pod's, else "default"
+    # Runs the credential source again (an exec plugin's token expired): a fresh Authorization header.
+    refresh: Callable[[], dict[str, str]]
+
+
+def kubeconfig_paths(kubeconfig: str | None = None) -> str:
+    """The kubeconfig file list kubectl would read: --kubeconfig, else $KUBECONFIG, else ~/.kube/config."""
+    return kubeconfig or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+
+
+def context_namespace(context: str | None = None, kubeconfig: str | None = None) -> str:
+    """The namespace of `context` (the current one if None) as the kubeconfig names it, else the Pod's, else
+    "default". Reads the files only: no credential plugin runs, no API call. An unreadable kubeconfig
+    gives "default" here; the login that follows says what is wrong with it."""
+    from kubernetes.config import ConfigException, kube_config
+
+    paths = kubeconfig_paths(kubeconfig)
+    if any(os.path.exists(os.path.expanduser(p)) for p in paths.split(os.pathsep) if p):
+        try:
+            contexts, current = kube_config.list_kube_config_contexts(config_file=paths)
+        except (ConfigException, OSError, KeyError, ValueError, TypeError):
+            return "default"
+        chosen = next((c for c in contexts if c["name"] == context), None) if context else current
+        return str(((chosen or {}).get("context") or {}).get("namespace") or "default")
     try:
-        with _kubeconfig_context(context):
-            info = kopf.login_with_kubeconfig(settings=settings) or kopf.login_with_service_account(
-                settings=settings
-            )
-    except KeyError as exc:
-        raise NoCredentials(
-            f"the kubeconfig has no context, cluster or user named {exc}",
-            hint="list the contexts: kubectl config get-contexts",
-        ) from None
-    except (OSError, kopf.LoginError) as exc:
-        raise NoCredentials(f"cannot read the kubeconfig: {exc}") from None
-    if info is None:
-        raise NoCredentials(
-            "no Kubernetes credentials: set KUBECONFIG (or create ~/.kube/config), or run in a Pod"
-        )
-    return info
+        with open(SERVICE_ACCOUNT_NAMESPACE) as fh:
+            return fh.read().strip() or "default"
+    except OSError:
+        return "default"
 
 
-@contextlib.contextmanager
-def _kubeconfig_context(context: str | None) -> Iterator[None]:
-    """Use another context than the current one: in a KUBECONFIG list the first `current-context` wins, so
-    a one-line kubeconfig put first selects it (the files themselves are left as they are)."""
-    if not context:
-        yield
-        return
-    before = os.environ.get("KUBECONFIG")
-    original = before or os.path.expanduser("~/.kube/config")
-    with tempfile.NamedTemporaryFile("w", suffix=".kubeconfig", delete=False) as fh:
-        fh.write(json.dumps({"apiVersion": "v1", "kind": "Config", "current-context": context}))
-    try:
-        os.environ["KUBECONFIG"] = os.pathsep.join([fh.name, original])
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("KUBECONFIG", None)
+def login(context: str | None = None, kubeconfig: str | None = None) -> Login:
+    """Read the credentials of `context` (the current one if None) from the kubeconfig, or the Pod's."""
+    from kubernetes.client import Configuration
+    from kubernetes.config import ConfigException, kube_config, load_incluster_config
+
+    paths = kubeconfig_paths(kubeconfig)
+    in_file = any(os.path.exists(os.path.expanduser(p)) for p in paths.split(os.pathsep) if p)
+
+    def load() -> tuple[Any, str]:
+        config = Configuration()
+        if in_file:
+            # The loader logs a failing credential plugin and goes on without credentials (a bare 401 later):
+            # its complaint is caught here and becomes the error.
+            complaints = _Complaints()
+            root = logging.getLogger()
+            root.addHandler(complaints)
+            try:
+                kube_config.load_kube_config(
+                    config_file=paths, context=context, client_configuration=config, persist_config=False
+                )
+            finally:
+                root.removeHandler(complaints)
+            if complaints.messages:
+                raise NoCredentials(
+                    f"the kubeconfig's credential plugin failed: {complaints.messages[0]}",
+                    hint="run the user's exec command from `kubectl config view --minify` to see why",
+                )
         else:
-            os.environ["KUBECONFIG"] = before
-        os.unlink(fh.name)
+            load_incluster_config(client_configuration=config)
+        return config, context_namespace(context, kubeconfig)
+
+    if context and in_file:
+        try:
+            known = [c["name"] for c in kube_config.list_kube_config_contexts(config_file=paths)[0]]
+        except (ConfigException, OSError, KeyError, ValueError, TypeError):
+            known = [context]  # an unreadable file: the load below says what is wrong with it
+        if context not in known:
+            raise NoCredentials(
+                f"the kubeconfig ({paths}) has no context named {context!r}",
+                hint="list the contexts: kubectl config get-contexts",
+            )
+    try:
+        config, namespace = load()
+    except ConfigException as exc:
+        where = (
+            f"the kubeconfig ({paths})" if in_file else f"sight: no kubeconfig at {paths}, and not in a Pod"
+        )
+        hint = (
+            "list the contexts: kubectl config get-contexts"
+            if in_file
+            else "set KUBECONFIG (or create ~/.kube/config), or run in a Pod"
+        )
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise NoCredentials(f"no usable Kubernetes credentials in {where} ({message})", hint=hint) from None
+    except (OSError, KeyError, ValueError, TypeError) as exc:
+        raise NoCredentials(
+            f"cannot read the Kubernetes credentials from {paths}: {exc}",
+            hint="check the file with: kubectl config view",
+        ) from None
+
+    def refresh() -> dict[str, str]:
+        try:
+            return _auth_headers(load()[0])
+        except (ConfigException, OSError) as exc:
+            raise NoCredentials(f"cannot renew the Kubernetes credentials: {exc}") from None
+
+    return Login(
+        server=str(config.host),
+        ssl_context=_ssl_context(config),
+        headers=_auth_headers(config),
+        proxy=config.proxy or None,
+        namespace=namespace,
+        refresh=refresh,
+    )
 
 
-def _client_options(timeout: float, context: str | None) -> dict[str, Any]:
-    info = _login(context)
+class _Complaints(logging.Handler):
+    """Error records logged while the kubeconfig loads, one line each."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(" ".join(record.getMessage().split())[:500])
+
+
+def _auth_headers(config: Any) -> dict[str, str]:
+    token = config.api_key.get("BearerToken") or config.api_key.get("authorization")
+    if token:
+        return {"Authorization": token if token.startswith("Bearer ") else f"Bearer {token}"}
+    if config.username and config.password:
+        pair = base64.b64encode(f"{config.username}:{config.password}".encode()).decode()
+        return {"Authorization": f"Basic {pair}"}
+    return {}
+
+
+def _ssl_context(config: Any) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=config.ssl_ca_cert or None)
+    if not config.verify_ssl:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if config.cert_file:
+        context.load_cert_chain(config.cert_file, config.key_file)
+    return context
+
+
+class _RenewingAuth(httpx.Auth):
+    """The login's credentials on every request; a 401 runs the credential source once more (an exec plugin's
+    token expires, a token file is rotated) and retries with what it gives."""
+
+    def __init__(self, identity: Login) -> None:
+        self._login = identity
+        self._headers = dict(identity.headers)
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        request.headers.update(self._headers)
+        response = yield request
+        # A streamed body (an upload) cannot be sent twice: its 401 stands.
+        if response.status_code == 401 and self._headers and isinstance(request.stream, httpx.ByteStream):
+            self._headers = self._login.refresh()
+            request.headers.update(self._headers)
+            yield request
+
+
+def _client_options(timeout: float, context: str | None, kubeconfig: str | None) -> dict[str, Any]:
+    identity = login(context, kubeconfig)
     return {
-        "base_url": info.server,
-        "verify": info.as_ssl_context(),
-        "headers": {"Accept": "application/json", "User-Agent": USER_AGENT, **info.as_http_headers()},
-        "proxy": info.proxy_url,
-        "trust_env": info.trust_env,
+        "base_url": identity.server,
+        "verify": identity.ssl_context,
+        "auth": _RenewingAuth(identity),
+        "headers": {"Accept": "application/json", "User-Agent": USER_AGENT},
+        "proxy": identity.proxy,
         "timeout": httpx.Timeout(timeout, connect=10.0),
     }
 
 
-def connect(*, timeout: float = 30.0, context: str | None = None) -> httpx.Client:
+def connect(
+    *, timeout: float = 30.0, context: str | None = None, kubeconfig: str | None = None
+) -> httpx.Client:
     """An httpx client for the API server of the current kubeconfig context (or the Pod's service account).
 
     A client on someone's machine acts as them, so their kubeconfig wins over a service account, as with
-    kubectl. Client certificates given inline are handled by kopf's SSL context (it writes them to temporary
-    files only while the context loads them). Exec and auth-provider plugins are not run: kopf's minimal
-    kubeconfig login reads tokens, certificates and basic auth only.
+    kubectl: exec credential plugins (EKS, GKE, AKS, kubelogin), token files, client certificates.
     """
-    return httpx.Client(**_client_options(timeout, context))
+    return httpx.Client(**_client_options(timeout, context, kubeconfig))
 
 
-def connect_async(*, timeout: float = 30.0, context: str | None = None) -> httpx.AsyncClient:
+def connect_async(
+    *, timeout: float = 30.0, context: str | None = None, kubeconfig: str | None = None
+) -> httpx.AsyncClient:
     """The async twin of `connect()`."""
-    return httpx.AsyncClient(**_client_options(timeout, context))
+    return httpx.AsyncClient(**_client_options(timeout, context, kubeconfig))
 
 
 class ClientHolder:
@@ -289,9 +417,23 @@ async def _async_chunks(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
 
 
 def _checked(call: Call, response: httpx.Response) -> httpx.Response | ShadowError:
+    if not call.runtime and _is_html(response):
+        return _not_kubernetes(call.what, response)
     if response.is_success or response.status_code in call.ok:
         return response
     return error_of(response, call)
+
+
+def _is_html(response: httpx.Response) -> bool:
+    """The API server never answers HTML; a proxy, a login page or a load balancer's error page does."""
+    return str(response.headers.get("content-type", "")).split(";")[0].strip().lower() == "text/html"
+
+
+def _not_kubernetes(what: str, response: httpx.Response) -> ShadowError:
+    return NotKubernetes(
+        f"{what}: {response.url.host} answered {response.status_code} {response.reason_phrase} with an HTML "
+        "page, not the Kubernetes API"
+    )
 
 
 def _transport_error(call: Call, exc: Exception) -> ShadowError:
@@ -306,7 +448,7 @@ def _watch(client: httpx.Client, op: Op[Any], watch: Watch) -> Step | Finished:
     call = Call("GET", watch.path, watch.what)
     try:
         with client.stream("GET", watch.path, params=query, timeout=timeout) as response:
-            if not response.is_success:
+            if not response.is_success or _is_html(response):
                 response.read()
                 return _resume(op, error_of(response, call))
             for line in response.iter_lines():
@@ -323,7 +465,7 @@ async def _awatch(client: httpx.AsyncClient, op: Op[Any], watch: Watch) -> Step 
     call = Call("GET", watch.path, watch.what)
     try:
         async with client.stream("GET", watch.path, params=query, timeout=timeout) as response:
-            if not response.is_success:
+            if not response.is_success or _is_html(response):
                 await response.aread()
                 return _resume(op, error_of(response, call))
             async for line in response.aiter_lines():
@@ -357,13 +499,15 @@ def _event(op: Op[Any], line: str, watch: Watch) -> Step | Finished:
 # ------------------------------------------------------------------------------------------- errors
 def error_of(response: httpx.Response, call: Call | None = None) -> ShadowError:
     """The typed error of a non-2xx answer, with the Status's reason and message when there is one."""
-    reason, message = response.reason_phrase, response.text[:1000]
+    what = call.what if call else f"{response.request.method} {response.request.url.path}"
+    if not (call is not None and call.runtime) and _is_html(response):
+        return _not_kubernetes(what, response)
+    reason, message = response.reason_phrase, " ".join(response.text[:1000].split())
     with contextlib.suppress(ValueError):
         decoded = response.json()
         if isinstance(decoded, dict):
             reason = str(decoded.get("reason") or decoded.get("code") or reason)
             message = str(decoded.get("message") or decoded.get("detail") or message)
-    what = call.what if call else f"{response.request.method} {response.request.url.path}"
     status = response.status_code
     if call is not None and call.runtime:
         if not _from_api_server(response):
@@ -390,15 +534,27 @@ def _from_api_server(response: httpx.Response) -> bool:
 # -------------------------------------------------------------------------------- operations, reused
 def get(path: str, what: str) -> Op[Body]:
     response = yield Call("GET", path, what)
-    body: Body = response.json()
-    return body
+    return decoded(response, what)
 
 
 def send(call: Call) -> Op[Body]:
     """One JSON call, its decoded answer ({} for an empty body)."""
     response = yield call
-    decoded: Body = response.json() if response.content else {}
-    return decoded
+    return decoded(response, call.what) if response.content else {}
+
+
+def decoded(response: httpx.Response, what: str) -> Body:
+    """The JSON object of an answer; anything else means something other than the API server answered."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        kind = str(response.headers.get("content-type") or "no content type")
+        raise NotKubernetes(
+            f"{what}: {response.url.host} answered {response.status_code} ({kind}), not a Kubernetes object"
+        )
+    return body
 
 
 def wait_for(
@@ -478,7 +634,9 @@ def request(
     return run(client, send(call))
 
 
-def websocket_options(context: str | None = None) -> tuple[str, Any, dict[str, str]]:
+def websocket_options(
+    context: str | None = None, kubeconfig: str | None = None
+) -> tuple[str, ssl.SSLContext, dict[str, str]]:
     """(server URL, SSL context, auth headers) for a WebSocket to the API server (httpx speaks none)."""
-    info = _login(context)
-    return str(info.server), info.as_ssl_context(), dict(info.as_http_headers())
+    identity = login(context, kubeconfig)
+    return identity.server, identity.ssl_context, dict(identity.headers)

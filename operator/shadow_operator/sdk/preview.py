@@ -13,15 +13,11 @@ from dataclasses import dataclass
 import httpx
 
 from shadow_operator.api.kinds import SANDBOX, SECRET
-from shadow_operator.router.links import DEFAULT_TTL_SECONDS, signed_link
-from shadow_operator.router.tokens import DEFAULT_MAX_LIFETIME_SECONDS, KeyRing
-from shadow_operator.sdk import kube
+from shadow_operator.common.links import DEFAULT_TTL_SECONDS, signed_link
+from shadow_operator.common.tokens import DEFAULT_MAX_LIFETIME_SECONDS, KeyRing
+from shadow_operator.sdk import discovery, kube
 from shadow_operator.sdk.errors import Forbidden, NotFound, SandboxNotFoundError, ShadowError
 from shadow_operator.sdk.kube import Op
-
-# The chart's defaults for a release named `shadow-operator` in `shadow-system`.
-KEYS_SECRET = "shadow-operator-preview-keys"
-KEYS_NAMESPACE = "shadow-system"
 
 
 class PreviewUnavailable(ShadowError):
@@ -86,8 +82,8 @@ def signed_preview(
     namespace: str,
     *,
     ttl_seconds: int = DEFAULT_TTL_SECONDS,
-    keys_secret: str = KEYS_SECRET,
-    keys_namespace: str = KEYS_NAMESPACE,
+    keys_secret: str | None = None,
+    keys_namespace: str | None = None,
     max_ttl_seconds: int = DEFAULT_MAX_LIFETIME_SECONDS,
     now: float | None = None,
 ) -> Op[PreviewLink]:
@@ -112,6 +108,10 @@ def signed_preview(
     uid = str((body.get("metadata") or {}).get("uid") or "")
     if not uid:
         raise ShadowError(f"{what} has no metadata.uid", hint="read it from the API server, not from a file")
+    if keys_secret is None or keys_namespace is None:
+        where = yield from discovery.locate(namespace)  # the router of the release serving `namespace`
+        keys_secret = keys_secret or where.keys_secret
+        keys_namespace = keys_namespace or where.keys_namespace
     keys = yield from read_keys(keys_namespace, keys_secret)
     issued = int(now if now is not None else time.time())
     link = signed_link(keys, url, namespace, sandbox, uid, ttl_seconds=ttl_seconds, now=issued)
@@ -123,8 +123,8 @@ def preview_link(
     namespace: str = "default",
     *,
     ttl_seconds: int = DEFAULT_TTL_SECONDS,
-    keys_secret: str = KEYS_SECRET,
-    keys_namespace: str = KEYS_NAMESPACE,
+    keys_secret: str | None = None,
+    keys_namespace: str | None = None,
     max_ttl_seconds: int = DEFAULT_MAX_LIFETIME_SECONDS,
     http: httpx.Client | None = None,
 ) -> str:
@@ -150,8 +150,8 @@ async def apreview_link(
     namespace: str = "default",
     *,
     ttl_seconds: int = DEFAULT_TTL_SECONDS,
-    keys_secret: str = KEYS_SECRET,
-    keys_namespace: str = KEYS_NAMESPACE,
+    keys_secret: str | None = None,
+    keys_namespace: str | None = None,
     max_ttl_seconds: int = DEFAULT_MAX_LIFETIME_SECONDS,
     http: httpx.AsyncClient | None = None,
 ) -> str:

@@ -158,8 +158,10 @@ def get(claim_name: str, namespace: str) -> Op[SandboxRef]:
     return ref
 
 
-def list_claims(namespace: str) -> Op[list[Body]]:
-    body = yield from kube.get(SANDBOX_CLAIM.path(namespace), f"list SandboxClaims in {namespace}")
+def list_claims(namespace: str | None) -> Op[list[Body]]:
+    """The SandboxClaims of `namespace`, or of every namespace (None)."""
+    where = f"in {namespace}" if namespace else "in all namespaces"
+    body = yield from kube.get(SANDBOX_CLAIM.path(namespace), f"list SandboxClaims {where}")
     return list(body["items"])
 
 

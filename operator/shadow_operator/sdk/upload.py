@@ -31,7 +31,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
 
-from shadow_operator.sdk import confine, kube, localdirs
+from shadow_operator.sdk import confine, kube
 from shadow_operator.sdk.errors import RuntimeRefused, RuntimeUnreachable, UploadError
 
 CHUNK = 256 * 1024
@@ -391,29 +391,3 @@ def upload_to_runtime(
         bytes=int(answer["bytes"]),
         sha256=digest.hexdigest(),
     )
-
-
-def upload_source(
-    environment: str,
-    source: str,
-    path: str | os.PathLike[str],
-    *,
-    namespace: str = "default",
-    timeout: float = 300.0,
-    progress: Progress | None = None,
-) -> UploadResult:
-    """Upload the working tree at `path` as source `source` of a ShadowEnvironment, and tell the operator.
-
-    Waits (watching, up to `timeout` seconds) for the workspace to be Ready, streams the tree through the API
-    server's pod proxy into the source's directory, then sets `uploads.shadow.dev/<source>` to the archive's
-    sha256: the operator snapshots the directory once that annotation is there. Uploading again overwrites
-    files but removes none, and the operator snapshots a source only once.
-    """
-    from shadow_operator.sdk import environment as envops  # it imports this module's stream_worktree
-
-    with kube.connect() as http:
-        result, digest = kube.run(
-            http, envops.upload(namespace, environment, source, path, timeout, progress)
-        )
-        localdirs.record(str(http.base_url), namespace, environment, {source: path})
-    return UploadResult(path=result.path, files=result.files, bytes=result.bytes, sha256=digest)

@@ -2,7 +2,7 @@
 wait until it can be restored (or plan a copy streamed between the two runtimes), then finish the clone once
 the new workspace's Pod is up.
 
-The operator-side orchestration of a snapshot lives here alone; resources/snapshots.py holds the pure pieces
+The operator-side orchestration of a snapshot lives here alone; common/snapshots.py holds the pure pieces
 (the manifest, the class choice, a snapshot's state) that the SDK's `shadowctl snapshot` uses as well.
 """
 
@@ -30,6 +30,7 @@ from shadow_operator.api.kinds import (
 )
 from shadow_operator.clients.kube import ApiError
 from shadow_operator.clients.runtime import RuntimeRefused, RuntimeUnavailable
+from shadow_operator.common import snapshots
 from shadow_operator.controllers.environment.state import (
     RETRY_SECONDS,
     SNAPSHOT_POLL_SECONDS,
@@ -39,7 +40,6 @@ from shadow_operator.controllers.environment.state import (
 )
 from shadow_operator.engine.cache import Body
 from shadow_operator.resources import conditions as conds
-from shadow_operator.resources import snapshots
 
 # The runtime's diff baseline, in its state directory on the volume (a copy-fork takes it along).
 BASELINE_DIR = ".sandbox-runtime/baseline"

@@ -11,6 +11,7 @@ from shadow_operator.api import constants as c
 from shadow_operator.api.environment import ShadowEnvironment
 from shadow_operator.api.kinds import NETWORK_POLICY, POD, SECRET, SERVICE, STATEFUL_SET
 from shadow_operator.clients.gitea import GiteaError
+from shadow_operator.common.sources import SourcePlan
 from shadow_operator.controllers.environment.state import Deps, Pass, StepFailed, plans, secret_data
 from shadow_operator.engine.cache import Body, Key
 from shadow_operator.resources import conditions as conds
@@ -106,7 +107,7 @@ class GiteaStep:
         return True
 
     async def _bootstrap(
-        self, env: ShadowEnvironment, creds: dict[str, str], plans: list[res.SourcePlan]
+        self, env: ShadowEnvironment, creds: dict[str, str], plans: list[SourcePlan]
     ) -> list[str]:
         """Token, organizations, repositories: each created only when missing. Returns what was created."""
         open_gitea = self.deps.open_gitea

@@ -22,8 +22,8 @@ from shadow_operator.api.environment import PushRequest
 from shadow_operator.clients import gitpush
 from shadow_operator.clients.gitea import Gitea, GiteaError
 from shadow_operator.clients.runtime import Runtime, RuntimeRefused
+from shadow_operator.common.sources import SourcePlan
 from shadow_operator.resources import copyin
-from shadow_operator.resources.environment import SourcePlan
 
 # Where the workspace writes its bundles (the runtime's state directory, outside the diff baseline).
 BUNDLE_DIR = ".sandbox-runtime/push"

@@ -26,6 +26,7 @@ from shadow_operator.api.models import Condition
 from shadow_operator.clients.gitea import Gitea
 from shadow_operator.clients.gitpush import PushSettings
 from shadow_operator.clients.runtime import Runtime
+from shadow_operator.common.sources import SourcePlan, plan_sources
 from shadow_operator.controllers.config import Config
 from shadow_operator.engine import NotOwned
 from shadow_operator.engine.cache import Body, Cache
@@ -222,10 +223,10 @@ def _no_nulls_in_lists(value: Any, in_list: bool = False) -> Any:
     return value
 
 
-def plans(state: Pass) -> list[res.SourcePlan]:
+def plans(state: Pass) -> list[SourcePlan]:
     """Where each source goes; a fork's inherited sources (status.clone.sources) when spec.sources is unset."""
     clone = state.status.clone
     inherited = None
     if clone is not None and clone.sources is not None:
         inherited = [s.model_dump(by_alias=True) for s in clone.sources]
-    return res.plan_sources(state.env.body, inherited)
+    return plan_sources(state.env.body, inherited)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
-from shadow_operator.router.decisions import QUERY_PARAMETER
-from shadow_operator.router.tokens import KeyRing
+from shadow_operator.common.tokens import KeyRing
 
+# The query parameter a signed link carries its token in (the router takes it off before proxying).
+QUERY_PARAMETER = "shadow_token"
 DEFAULT_TTL_SECONDS = 24 * 3600
 
 
