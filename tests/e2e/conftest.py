@@ -28,10 +28,13 @@ def cluster() -> Iterator[Cluster]:
     api = config.new_client_from_config(config_file=KUBECONFIG)
     cl = Cluster(api=api, kubeconfig=KUBECONFIG)
     eventually(lambda: [p for p in cl.operator_pods() if pod_ready(p)], "a Ready operator pod", 120)
-    try:
-        yield cl
-    finally:
-        api.close()
+    # The SDK, used in-process by some tests, reads the kubeconfig as kubectl does.
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("KUBECONFIG", KUBECONFIG)
+        try:
+            yield cl
+        finally:
+            api.close()
 
 
 @pytest.fixture(scope="module")
