@@ -418,52 +418,62 @@ def upload(
     return result, digest.hexdigest()
 
 
-def verify(namespace: str, name: str, timeout: float) -> Op[Verdict]:
-    """Run the smoke checks again (a new `shadow.dev/verify-requested` value) and wait for their verdict."""
-    trigger = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    patch = {"metadata": {"annotations": {c.ANNOTATION_VERIFY_REQUEST: trigger}}}
+def request(
+    namespace: str,
+    name: str,
+    annotation: str,
+    value: str,
+    what: str,
+    answered: Callable[[ShadowEnvironment], bool],
+    waiting_for: str,
+    timeout: float,
+) -> Op[ShadowEnvironment]:
+    """Ask the operator for something by setting one annotation to a new value, then wait (watching) for
+    the environment whose status answers it."""
+    patch = {"metadata": {"annotations": {annotation: value}}}
     try:
         yield Call(
             "PATCH",
             SHADOW_ENVIRONMENT.path(namespace, name),
-            f"request verification of {_what(namespace, name)}",
+            f"{what} of {_what(namespace, name)}",
             body=patch,
             content_type=kube.MERGE_PATCH,
         )
     except NotFound:
         raise EnvironmentNotFound(f"{_what(namespace, name)} does not exist") from None
+    return (yield from wait(namespace, name, answered, waiting_for, timeout))
+
+
+def verify(namespace: str, name: str, timeout: float) -> Op[Verdict]:
+    """Run the smoke checks again (a new `shadow.dev/verify-requested` value) and wait for their verdict."""
+    trigger = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
     def answered(env: ShadowEnvironment) -> bool:
         verdict = env.status.verdict if env.status else None
         return verdict is not None and verdict.trigger == trigger
 
-    env = yield from wait(namespace, name, answered, "a new verdict", timeout)
+    env = yield from request(
+        namespace, name, c.ANNOTATION_VERIFY_REQUEST, trigger, "request verification", answered,
+        "a new verdict", timeout,
+    )  # fmt: skip
     assert env.status is not None and env.status.verdict is not None
     return env.status.verdict
 
 
-def push(namespace: str, name: str, request: PushRequest, timeout: float) -> Op[PushStatus]:
+def push(namespace: str, name: str, push_request: PushRequest, timeout: float) -> Op[PushStatus]:
     """Ask the operator to push into the environment's Gitea (the annotation shadow.dev/push-request) and
     wait for its answer in status.lastPush. The operator pushes, so the client never needs Gitea's token (and
     never reaches Gitea, which only its workspace and the operator can)."""
-    body = request.model_dump_json(by_alias=True, exclude_none=True)
-    patch = {"metadata": {"annotations": {c.ANNOTATION_PUSH_REQUEST: body}}}
-    try:
-        yield Call(
-            "PATCH",
-            SHADOW_ENVIRONMENT.path(namespace, name),
-            f"request a push into the Gitea of {_what(namespace, name)}",
-            body=patch,
-            content_type=kube.MERGE_PATCH,
-        )
-    except NotFound:
-        raise EnvironmentNotFound(f"{_what(namespace, name)} does not exist") from None
+    body = push_request.model_dump_json(by_alias=True, exclude_none=True)
 
     def answered(env: ShadowEnvironment) -> bool:
         last = env.status.last_push if env.status else None
-        return last is not None and last.id == request.id
+        return last is not None and last.id == push_request.id
 
-    env = yield from wait(namespace, name, answered, "the operator's push", timeout)
+    env = yield from request(
+        namespace, name, c.ANNOTATION_PUSH_REQUEST, body, "request a push into the Gitea", answered,
+        "the operator's push", timeout,
+    )  # fmt: skip
     assert env.status is not None and env.status.last_push is not None
     return env.status.last_push
 
