@@ -21,7 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from shadow_operator.api import constants as c
 from shadow_operator.sdk import cleanup, kube
 
-from tests.runtime.conftest import Server, start_server
+from tests.runtime.conftest import Server
 from tests.support.controlplane import wait_for
 from tests.support.sandbox_operator import (
     ENVIRONMENT,
@@ -40,16 +40,6 @@ V = "v1alpha1"
 SNAP = ("snapshot.storage.k8s.io", "v1")
 CSI_DRIVER = "csi.example.com"  # a StorageClass of this provisioner has a VolumeSnapshotClass
 PLAIN_PROVISIONER = "example.com/no-snapshots"
-
-
-@pytest.fixture(scope="module")
-def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    root = tmp_path_factory.mktemp("workspace")
-    srv = start_server(root)
-    try:
-        yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture(scope="module")

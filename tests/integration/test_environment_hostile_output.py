@@ -24,7 +24,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from shadow_operator.api import constants as c
 
-from tests.runtime.conftest import Server, start_server
+from tests.runtime.conftest import Server
 from tests.support.sandbox_operator import (
     ENVIRONMENT,
     TEMPLATE,
@@ -56,15 +56,6 @@ def reset_peak_rss() -> int:
 
 def peak_rss() -> int:
     return _status_kib("VmHWM") * 1024
-
-
-@pytest.fixture(scope="module")
-def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = start_server(tmp_path_factory.mktemp("workspace"))
-    try:
-        yield srv
-    finally:
-        srv.stop()
 
 
 class InFront(BaseHTTPRequestHandler):

@@ -28,7 +28,7 @@ from shadow_operator.api import constants as c
 from shadow_operator.sdk import ShadowGateway
 from shadow_operator.sdk.upload import stream_worktree
 
-from tests.runtime.conftest import Server, start_server
+from tests.runtime.conftest import Server
 from tests.support.controlplane import free_port, wait_for
 from tests.support.gitea import GiteaServer, missing_tools
 from tests.support.githttp import CanaryServer
@@ -46,15 +46,6 @@ pytestmark = pytest.mark.integration
 V = "v1alpha1"
 GITEA_PORT = free_port()
 GITEA_URL = f"http://127.0.0.1:{GITEA_PORT}"
-
-
-@pytest.fixture(scope="module")
-def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = start_server(tmp_path_factory.mktemp("workspace"))
-    try:
-        yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture(scope="module")

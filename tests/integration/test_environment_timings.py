@@ -27,7 +27,7 @@ from tests.integration.test_environment_push import (
     bind_volumes,
     secret_data,
 )
-from tests.runtime.conftest import Server, start_server
+from tests.runtime.conftest import Server
 from tests.support.controlplane import wait_for
 from tests.support.gitea import GiteaServer, missing_tools
 from tests.support.hostile_repo import git
@@ -42,15 +42,6 @@ from tests.support.sandbox_operator import (
 
 pytestmark = pytest.mark.integration
 PHASES = ["scheduled", "workspaceReady", "giteaReady", "uploaded", "copiedIn", "ready", "verified"]
-
-
-@pytest.fixture(scope="module")
-def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = start_server(tmp_path_factory.mktemp("workspace"))
-    try:
-        yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture(scope="module")
