@@ -22,14 +22,13 @@ from shadow_operator.api import constants as c
 from shadow_operator.resources.verdict import SOURCE_VERIFICATION, CheckResult, score_verdict
 
 from tests.support.controlplane import free_port, volume_report, wait_for
-from tests.support.gitea import GiteaServer, missing_tools
+from tests.support.gitea import GiteaServer
 from tests.support.sandbox_operator import (
     ENVIRONMENT,
     SANDBOX,
     TEMPLATE,
     Objects,
-    in_process_operator,
-    install_crds,
+    gitea_operator,
     template_body,
 )
 
@@ -40,13 +39,7 @@ GITEA_PORT = free_port()
 
 @pytest.fixture(scope="module")
 def operator(k8s_api: client.ApiClient) -> Iterator[Any]:
-    reason = missing_tools()
-    if reason is not None:
-        pytest.fail(reason)
-    install_crds(k8s_api)
-    with in_process_operator(
-        SHADOW_GITEA_API_URL=f"http://127.0.0.1:{GITEA_PORT}", SHADOW_GITEA_IMAGE="gitea:test"
-    ) as runner:
+    with gitea_operator(k8s_api, f"http://127.0.0.1:{GITEA_PORT}") as runner:
         yield runner
 
 
@@ -132,7 +125,7 @@ def test_children_gitea_bootstrap_and_no_secret_leaks(objs: Objects, tmp_path: P
     try:
         env = objs.create(ENVIRONMENT, env_body("env1"), version=V)
         uid = env["metadata"]["uid"]
-        wait_for(lambda: _exists(objs, "env1-gitea-admin"), timeout=30, what="Gitea admin Secret")
+        wait_for(lambda: objs.secret_exists("env1-gitea-admin"), timeout=30, what="Gitea admin Secret")
         wait_bound(objs, ["workspace-env1", "data-env1-gitea-0"], timeout=120)
         creds = secret_data(objs, "env1-gitea-admin")
         with GiteaServer(
@@ -230,7 +223,7 @@ def test_children_gitea_bootstrap_and_no_secret_leaks(objs: Objects, tmp_path: P
             "shadow.dev", V, objs.namespace, "shadowenvironments", "env1"
         )
         wait_for(lambda: objs.get(SANDBOX, "env1") is None, timeout=60, what="workspace Sandbox to go")
-        wait_for(lambda: not _exists(objs, "env1-gitea-admin"), timeout=60, what="Gitea Secret to go")
+        wait_for(lambda: not objs.secret_exists("env1-gitea-admin"), timeout=60, what="Gitea Secret to go")
         wait_for(
             lambda: (
                 not objs.core.list_namespaced_service(
@@ -244,16 +237,6 @@ def test_children_gitea_bootstrap_and_no_secret_leaks(objs: Objects, tmp_path: P
         for name in volumes:
             with contextlib.suppress(ApiException):
                 objs.core.delete_persistent_volume(name)
-
-
-def _exists(objs: Objects, secret: str) -> bool:
-    try:
-        objs.core.read_namespaced_secret(secret, objs.namespace)
-    except ApiException as exc:
-        if exc.status == 404:
-            return False
-        raise
-    return True
 
 
 def test_missing_template_is_reported_and_heals(objs: Objects) -> None:

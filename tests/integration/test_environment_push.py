@@ -30,15 +30,14 @@ from shadow_operator.sdk.upload import stream_worktree
 
 from tests.runtime.conftest import Server
 from tests.support.controlplane import free_port, wait_for
-from tests.support.gitea import GiteaServer, missing_tools
+from tests.support.gitea import GiteaServer
 from tests.support.githttp import CanaryServer
 from tests.support.hostile_repo import canary_text, git, lfs_repository, plant_canaries
 from tests.support.sandbox_operator import (
     ENVIRONMENT,
     TEMPLATE,
     Objects,
-    in_process_operator,
-    install_crds,
+    gitea_operator,
     template_body,
 )
 
@@ -50,13 +49,7 @@ GITEA_URL = f"http://127.0.0.1:{GITEA_PORT}"
 
 @pytest.fixture(scope="module")
 def operator(k8s_api: client.ApiClient, runtime: Server) -> Iterator[Any]:
-    reason = missing_tools()
-    if reason is not None:
-        pytest.fail(reason)
-    install_crds(k8s_api)
-    with in_process_operator(
-        SHADOW_GITEA_API_URL=GITEA_URL, SHADOW_RUNTIME_API_URL=runtime.url, SHADOW_GITEA_IMAGE="gitea:test"
-    ) as runner:
+    with gitea_operator(k8s_api, GITEA_URL, SHADOW_RUNTIME_API_URL=runtime.url) as runner:
         yield runner
 
 
@@ -128,7 +121,7 @@ def test_pushes_never_hand_the_token_to_the_workspace_and_lfs_copies_in(
             },
             version=V,
         )
-        wait_for(lambda: _exists(objs, "hostile-gitea-admin"), timeout=30, what="Gitea admin Secret")
+        wait_for(lambda: objs.secret_exists("hostile-gitea-admin"), timeout=30, what="Gitea admin Secret")
         creds = secret_data(objs, "hostile-gitea-admin")
         with (
             GiteaServer(
@@ -238,13 +231,3 @@ def test_pushes_never_hand_the_token_to_the_workspace_and_lfs_copies_in(
         for name in volumes:
             with contextlib.suppress(ApiException):
                 objs.core.delete_persistent_volume(name)
-
-
-def _exists(objs: Objects, secret: str) -> bool:
-    try:
-        objs.core.read_namespaced_secret(secret, objs.namespace)
-    except ApiException as exc:
-        if exc.status == 404:
-            return False
-        raise
-    return True

@@ -29,14 +29,13 @@ from tests.integration.test_environment_push import (
 )
 from tests.runtime.conftest import Server
 from tests.support.controlplane import wait_for
-from tests.support.gitea import GiteaServer, missing_tools
+from tests.support.gitea import GiteaServer
 from tests.support.hostile_repo import git
 from tests.support.sandbox_operator import (
     ENVIRONMENT,
     TEMPLATE,
     Objects,
-    in_process_operator,
-    install_crds,
+    gitea_operator,
     template_body,
 )
 
@@ -46,13 +45,7 @@ PHASES = ["scheduled", "workspaceReady", "giteaReady", "uploaded", "copiedIn", "
 
 @pytest.fixture(scope="module")
 def operator(k8s_api: client.ApiClient, runtime: Server) -> Iterator[Any]:
-    reason = missing_tools()
-    if reason is not None:
-        pytest.fail(reason)
-    install_crds(k8s_api)
-    with in_process_operator(
-        SHADOW_GITEA_API_URL=GITEA_URL, SHADOW_RUNTIME_API_URL=runtime.url, SHADOW_GITEA_IMAGE="gitea:test"
-    ) as runner:
+    with gitea_operator(k8s_api, GITEA_URL, SHADOW_RUNTIME_API_URL=runtime.url) as runner:
         yield runner
 
 
@@ -80,7 +73,7 @@ def test_each_phase_is_timed_once_in_order_and_exported(
             version=V,
         )
         wait_for(lambda: objs.get(ENVIRONMENT, "timed", V) is not None, timeout=10, what="the environment")
-        wait_for(lambda: _secret_exists(objs), timeout=30, what="Gitea admin Secret")
+        wait_for(lambda: objs.secret_exists("timed-gitea-admin"), timeout=30, what="Gitea admin Secret")
         creds = secret_data(objs, "timed-gitea-admin")
         with GiteaServer(
             tmp_path / "gitea",
@@ -133,11 +126,3 @@ def test_each_phase_is_timed_once_in_order_and_exported(
     finally:
         for name in volumes:
             objs.core.delete_persistent_volume(name)
-
-
-def _secret_exists(objs: Objects) -> bool:
-    try:
-        objs.core.read_namespaced_secret("timed-gitea-admin", objs.namespace)
-    except client.exceptions.ApiException:
-        return False
-    return True

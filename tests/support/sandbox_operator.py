@@ -15,11 +15,13 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tests.support.controlplane import free_port, wait_for
+from tests.support.gitea import missing_tools
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_DIR = ROOT / "crds"
@@ -90,6 +92,20 @@ def in_process_operator(**env: str) -> Iterator[Any]:
                 os.environ[key] = value
     assert runner.exception is None, runner.exception
     assert runner.exit_code == 0, runner.output
+
+
+@contextlib.contextmanager
+def gitea_operator(api: client.ApiClient, gitea_url: str, **env: str) -> Iterator[Any]:
+    """The operator in-process for environments whose Gitea is the real binary at `gitea_url` (the Gitea
+    StatefulSet's Pods are kwok's and serve nothing); fails when the Gitea binary was not built."""
+    reason = missing_tools()
+    if reason is not None:
+        pytest.fail(reason)
+    install_crds(api)
+    with in_process_operator(
+        SHADOW_GITEA_API_URL=gitea_url, SHADOW_GITEA_IMAGE="gitea:test", **env
+    ) as runner:
+        yield runner
 
 
 class OperatorProcess:
@@ -242,6 +258,15 @@ class Objects:
     def pods(self, labels: str = "") -> list[Any]:
         items: list[Any] = self.core.list_namespaced_pod(self.namespace, label_selector=labels).items
         return items
+
+    def secret_exists(self, name: str) -> bool:
+        try:
+            self.core.read_namespaced_secret(name, self.namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
 
 
 def template_body(name: str, *, image: str = "sandbox-runtime:dev", **spec: Any) -> dict[str, Any]:
