@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Install (or upgrade) charts/shadow-operator on the project's kind cluster from the locally built images,
 # served by the local registry: the air-gapped install path (global.imageRegistry) exercised for real.
+# One 2-CPU kind node carries the demo, the e2e tests and several environments at once, so each environment's
+# Gitea reserves 10m of CPU here (the chart's default is 50m).
 #   hack/kind/deploy.sh [extra helm args...]
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
@@ -38,6 +40,7 @@ step "helm upgrade --install ${RELEASE} (namespace ${NAMESPACE}, images from ${S
   --set "gitea.image.tag=$(tag "${SHADOW_GITEA_IMAGE:?no gitea image pushed yet: run hack/images.sh}")" \
   --set previewRouter.enabled=true --set previewRouter.domain=preview.localhost --set previewRouter.scheme=http \
   --set 'networkPolicy.clusterCIDRs={10.244.0.0/16,10.96.0.0/16}' \
+  --set gitea.resources.requests.cpu=10m \
   --wait --timeout 3m "$@" >/dev/null \
   || {
     kubectl -n "${NAMESPACE}" get pods -o wide >&2 || true

@@ -18,6 +18,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from shadow_operator.controllers.config import Config
+from shadow_operator.resources.environment import build_gitea_statefulset
 
 pytestmark = pytest.mark.unit
 
@@ -781,6 +782,29 @@ def test_cluster_cidrs_and_answer_bound_reach_the_operator(helm: str) -> None:
     assert env["SHADOW_CLUSTER_CIDRS"] == "34.118.224.0/20,2600:1900:4000:1::/64"
     assert env["SHADOW_RUNTIME_MAX_ANSWER_BYTES"] == "1048576"
     assert "SHADOW_CLUSTER_CIDRS" not in operator_env(documents(render(helm, include_crds=False)))
+
+
+def test_gitea_resources_reach_every_environments_gitea(
+    helm: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A platform team sizes the per-environment Gitea from the chart; the operator builds it with that."""
+    env = operator_env(
+        documents(render(helm, "--set=gitea.resources.requests.cpu=10m", include_crds=False))
+    )
+    monkeypatch.setenv("SHADOW_GITEA_RESOURCES", env["SHADOW_GITEA_RESOURCES"])
+    resources = Config.from_env().gitea_resources
+    assert resources == {"requests": {"cpu": "10m", "memory": "128Mi"}, "limits": {"memory": "1Gi"}}
+    sts = build_gitea_statefulset(
+        {"metadata": {"name": "demo", "namespace": "team"}, "spec": {}},
+        image="gitea:1",
+        cluster_domain="cluster.local",
+        resources=dict(resources),
+    )
+    assert sts["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "10m"
+    for bad, message in (("{", "not JSON"), ('{"requests": 1}', "resource names"), ("[]", "only")):
+        monkeypatch.setenv("SHADOW_GITEA_RESOURCES", bad)
+        with pytest.raises(ValueError, match=f"SHADOW_GITEA_RESOURCES: .*{message}"):
+            Config.from_env()
 
 
 @pytest.mark.parametrize("name", sorted(VALUE_SETS))

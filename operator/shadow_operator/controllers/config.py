@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from shadow_operator.clients.runtime import DEFAULT_MAX_ANSWER_BYTES
+from shadow_operator.resources.environment import GITEA_RESOURCES
 from shadow_operator.resources.networkpolicy import denied_ranges
 from shadow_operator.resources.podsecurity import PodSecurity
 
@@ -28,6 +31,8 @@ class Config:
     default_template: str = "workspace"
     gitea_image: str = "shadow-operator/gitea:latest"
     gitea_image_pull_policy: str = "IfNotPresent"
+    # Each environment's Gitea container resources (core/v1 ResourceRequirements).
+    gitea_resources: Mapping[str, Any] = field(default_factory=lambda: GITEA_RESOURCES)
     # Where the operator reaches an environment's Gitea API; default: its in-cluster Service. Set it when the
     # operator runs outside the cluster (with a port-forward) or in tests against a Gitea on loopback.
     gitea_api_url: str | None = None
@@ -70,6 +75,7 @@ class Config:
             default_template=env.get("SHADOW_DEFAULT_TEMPLATE") or "workspace",
             gitea_image=env.get("SHADOW_GITEA_IMAGE") or "shadow-operator/gitea:latest",
             gitea_image_pull_policy=env.get("SHADOW_GITEA_IMAGE_PULL_POLICY") or "IfNotPresent",
+            gitea_resources=_resources(env, "SHADOW_GITEA_RESOURCES", GITEA_RESOURCES),
             gitea_api_url=env.get("SHADOW_GITEA_API_URL") or None,
             runtime_api_url=env.get("SHADOW_RUNTIME_API_URL") or None,
             pod_security=PodSecurity(
@@ -92,3 +98,22 @@ def _flag(env: Mapping[str, str], name: str) -> bool:
     if value not in ("", "true", "false"):
         raise ValueError(f"{name}: {value!r} is neither true nor false")
     return value == "true"
+
+
+def _resources(env: Mapping[str, str], name: str, default: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A core/v1 ResourceRequirements given as JSON (the chart's toJson), or `default` when unset."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{name}: not JSON ({exc.msg})") from None
+    if not isinstance(value, dict) or set(value) - {"requests", "limits"}:
+        raise ValueError(f"{name}: expected an object with only `requests` and `limits`, got {raw[:200]!r}")
+    for part, quantities in value.items():
+        if not isinstance(quantities, dict) or not all(
+            isinstance(k, str) and isinstance(v, str | int | float) for k, v in quantities.items()
+        ):
+            raise ValueError(f"{name}: `{part}` must map resource names to quantities, got {quantities!r}")
+    return value

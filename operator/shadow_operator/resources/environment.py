@@ -123,8 +123,18 @@ def build_gitea_service(env: Body) -> Manifest:
     }
 
 
+# What each environment's Gitea container asks for unless the operator is configured otherwise (the chart's
+# gitea.resources).
+GITEA_RESOURCES: Manifest = {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "1Gi"}}
+
+
 def build_gitea_statefulset(
-    env: Body, *, image: str, cluster_domain: str, pull_policy: str = "IfNotPresent"
+    env: Body,
+    *,
+    image: str,
+    cluster_domain: str,
+    pull_policy: str = "IfNotPresent",
+    resources: Manifest | None = None,
 ) -> Manifest:
     meta, spec = env["metadata"], env["spec"]
     name = gitea_name(meta["name"])
@@ -200,10 +210,7 @@ def build_gitea_statefulset(
                                 "periodSeconds": 1,
                                 "failureThreshold": 3,
                             },
-                            "resources": {
-                                "requests": {"cpu": "50m", "memory": "128Mi"},
-                                "limits": {"memory": "1Gi"},
-                            },
+                            "resources": copy.deepcopy(GITEA_RESOURCES if resources is None else resources),
                             "securityContext": {
                                 "allowPrivilegeEscalation": False,
                                 "capabilities": {"drop": ["ALL"]},

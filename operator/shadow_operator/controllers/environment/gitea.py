@@ -48,6 +48,7 @@ class GiteaStep:
                 image=deps.config.gitea_image,
                 cluster_domain=deps.config.cluster_domain,
                 pull_policy=deps.config.gitea_image_pull_policy,
+                resources=dict(deps.config.gitea_resources),
             ),
             env,
         )
