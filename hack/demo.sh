@@ -5,8 +5,9 @@
 set -Eeuo pipefail
 source "$(dirname "$0")/lib.sh"
 
-NAMESPACE="${SHADOW_NAMESPACE:-shadow-system}"
-RELEASE="${SHADOW_RELEASE:-shadow-operator}"
+NAMESPACE="${SHADOW_RELEASE_NAMESPACE}"
+RELEASE="${SHADOW_RELEASE}"
+FULLNAME=$(shadow_fullname "$RELEASE")
 CLAIM="${SHADOW_DEMO_CLAIM:-demo}"
 STARTED=$SECONDS
 PIDS=()
@@ -42,7 +43,7 @@ YAML
   until claim_ready; do
     ((SECONDS - t0 < 240)) || {
       kubectl -n "$NAMESPACE" describe sandboxclaims.extensions.agents.x-k8s.io "$CLAIM" >&2 || true
-      die "the claim did not become Ready in 240s (operator log: kubectl -n $NAMESPACE logs deploy/$RELEASE)"
+      die "the claim did not become Ready in 240s (operator log: kubectl -n $NAMESPACE logs deploy/$FULLNAME)"
     }
     printf '\r    waiting for sandbox Ready... %ss' "$((SECONDS - t0))" >&2
     sleep 1
@@ -90,7 +91,7 @@ run_step "run a command in the sandbox (through its runtime API)" run_command
 PREVIEW_URL=$(kubectl -n "$NAMESPACE" get sandboxes.agents.x-k8s.io "$SANDBOX" -o jsonpath='{.status.previewURL}')
 serve_preview() {
   runtime_call POST /v1/processes '{"argv": ["sh", "-c", "echo \"<h1>preview of $(hostname)</h1>\" > index.html && exec python3 -m http.server 3000"]}' >/dev/null
-  ROUTER_PORT=$(port_forward "svc/${RELEASE}-preview-router" 80)
+  ROUTER_PORT=$(port_forward "svc/${FULLNAME}-preview-router" 80)
   [[ -n $ROUTER_PORT ]] || die "kubectl port-forward to the preview router failed"
   local i body=
   for ((i = 0; i < 50; i++)); do
@@ -116,7 +117,7 @@ cat <<EOF
   Sandbox:      ${NAMESPACE}/${SANDBOX} (claim ${CLAIM})
   Preview URL:  ${PREVIEW_URL:-http://${SANDBOX}.preview.localhost}
                 reach it from this machine with:
-                  kubectl -n ${NAMESPACE} port-forward svc/${RELEASE}-preview-router 8080:80 &
+                  kubectl -n ${NAMESPACE} port-forward svc/${FULLNAME}-preview-router 8080:80 &
                   curl http://${SANDBOX}.preview.localhost:8080/
   Cluster:      export KUBECONFIG=${KUBECONFIG}
                 kubectl get pods -A

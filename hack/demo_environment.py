@@ -62,7 +62,7 @@ def sample_repository() -> Path:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--source", help="local repository PATH[:org/name] (default: a sample package)")
-    parser.add_argument("--namespace", default=os.environ.get("SHADOW_NAMESPACE", "shadow-system"))
+    parser.add_argument("--namespace", default=os.environ.get("SHADOW_RELEASE_NAMESPACE", "sandbox-platform"))
     parser.add_argument("--name", default="demo-env")
     parser.add_argument("--timeout", type=float, default=300.0)
     args = parser.parse_args()

@@ -7,6 +7,12 @@ source "${HACK_DIR}/versions.env"
 SHADOW_CACHE="${SHADOW_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/shadow-operator}"
 TOOLS_BIN="${SHADOW_CACHE}/bin"
 mkdir -p "${TOOLS_BIN}"
+# The kind cluster's install (make demo, make e2e): a release of any name in a namespace of any name, as a
+# user installs one; nothing in the chart, CLI or tests may assume `shadow-operator` in `shadow-system`.
+export SHADOW_RELEASE="${SHADOW_RELEASE:-sandboxes}"
+export SHADOW_RELEASE_NAMESPACE="${SHADOW_RELEASE_NAMESPACE:-sandbox-platform}"
+# The chart's name for its objects (templates/_helpers.tpl "shadow-operator.fullname").
+shadow_fullname() { if [[ $1 == *shadow-operator* ]]; then echo "$1"; else echo "$1-shadow-operator"; fi; }
 
 step() { printf '\033[1;34m==>\033[0m %s\n' "$*" >&2; }
 info() { printf '    %s\n' "$*" >&2; }

@@ -17,6 +17,7 @@
 #   --skip-push     build and package only; push nothing (a dry run of everything else)
 #   --no-build      release the app images hack/images.sh has already built for these sources; fail if
 #                   one is missing instead of building it
+#   --skip-python   no wheels or sdists (images and chart only, e.g. for the kind cluster's install)
 #   --push-to ADDR  push images and chart to ADDR (host[:port][/path]) instead of REGISTRY: the same registry
 #                   under the address this machine reaches it by, e.g. kind's local registry, which nodes
 #                   pull from at the Docker bridge gateway and this host pushes to at 127.0.0.1:5000
@@ -41,7 +42,7 @@ SEMVER='^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z-]+(\.[0-9
 # host[:port] followed by lowercase path components, as OCI references allow.
 REGISTRY_RE='^[A-Za-z0-9.-]+(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*$'
 
-usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 helm_bin() {
   local helm="${TOOLS_BIN}/helm-${HELM_VERSION}"
@@ -114,7 +115,7 @@ release_images() {
 # ------------------------------------------------------------------------------------------------ chart
 # stage_chart DIR: a copy of the chart whose version, appVersion and image defaults are the release's.
 stage_chart() {
-  local dir=$1 host path n
+  local dir=$1 host path n digest
   host=${REGISTRY%%/*}
   path=${REGISTRY#"$host"}
   path=${path#/}
@@ -130,6 +131,14 @@ stage_chart() {
     n=$(grep -cE "^ +repository: shadow-operator/${name}$" "$dir/values.yaml" || true)
     ((n == 1)) || die "values.yaml has ${n} image defaults for shadow-operator/${name}, expected 1"
     sed -i -E "s|^( +)repository: shadow-operator/${name}$|\1repository: ${path}${name}|" "$dir/values.yaml"
+    # Pushed images are pinned by digest: a node never runs a stale image cached under the same tag, and
+    # what a release installs cannot change after it is published.
+    digest=$(sed -n -E "s|^${REGISTRY}/${name}:${VERSION}@(sha256:[0-9a-f]{64})$|\1|p" "${OUT}/images.txt" 2>/dev/null || true)
+    if [[ -n $digest ]]; then
+      # The block's `digest: ""` is the first one after its repository line.
+      sed -i -E "\|^ +repository: ${path}${name}$|,/^ +digest: \"\"$/ s|^( +)digest: \"\"$|\1digest: \"${digest}\"|" "$dir/values.yaml"
+      grep -qF "digest: \"${digest}\"" "$dir/values.yaml" || die "could not pin ${name} to ${digest} in values.yaml"
+    fi
   done
 }
 
@@ -139,7 +148,11 @@ verify_chart() {
   rendered=$("$HELM" template release "$1" --set previewRouter.enabled=true \
     | awk '/name: SHADOW_GITEA_IMAGE$/ { getline; sub(/^ *value: /, ""); print; next }
            /^ *(- )?image: / { sub(/^ *(- )?image: /, ""); print }' | tr -d '"' | sort -u)
-  expected=$(for name in "${IMAGES[@]}"; do echo "${REGISTRY}/${name}:${VERSION}"; done | sort -u)
+  expected=$(for name in "${IMAGES[@]}"; do
+    # REGISTRY/NAME@DIGEST when the images were pushed (pinned), REGISTRY/NAME:VERSION otherwise.
+    sed -n -E "s|^${REGISTRY}/${name}:${VERSION}@(sha256:[0-9a-f]{64})$|${REGISTRY}/${name}@\1|p" "${OUT}/images.txt" 2>/dev/null \
+      | grep . || echo "${REGISTRY}/${name}:${VERSION}"
+  done | sort -u)
   [[ $rendered == "$expected" ]] || die "the packaged chart renders the images
 ${rendered}
 instead of
@@ -203,12 +216,13 @@ case "${1:-}" in
 esac
 VERSION=${1:-} REGISTRY=${2:-}
 shift 2 || usage
-OUT="" SKIP_IMAGES=0 SKIP_PUSH=0 NO_BUILD=0 PLAIN_HTTP=0 PUSH_REGISTRY=""
+OUT="" SKIP_IMAGES=0 SKIP_PUSH=0 SKIP_PYTHON=0 NO_BUILD=0 PLAIN_HTTP=0 PUSH_REGISTRY=""
 while (($#)); do
   case $1 in
     --out) OUT=$2; shift ;;
     --skip-images) SKIP_IMAGES=1 ;;
     --skip-push) SKIP_PUSH=1 ;;
+    --skip-python) SKIP_PYTHON=1 ;;
     --no-build) NO_BUILD=1 ;;
     --plain-http) PLAIN_HTTP=1 ;;
     --push-to) PUSH_REGISTRY=$2; shift ;;
@@ -242,5 +256,5 @@ check_source_version "${VERSION}"
 rm -f "${OUT}"/*
 ((SKIP_IMAGES)) || release_images
 release_chart
-release_python
+((SKIP_PYTHON)) || release_python
 checksums

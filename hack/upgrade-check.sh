@@ -14,13 +14,13 @@
 #
 # Needs the kind cluster (make kind-up). It takes over the cluster's shadow-operator install: at the end this
 # checkout is installed exactly as hack/kind/deploy.sh installs it (release SHADOW_RELEASE, namespace
-# SHADOW_NAMESPACE). Building the earlier version's images makes hack/images.sh untag the current ones, so the
+# SHADOW_RELEASE_NAMESPACE). Building the earlier version's images makes hack/images.sh untag the current ones, so the
 # upgrade step rebuilds them (minutes, not a cold build).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
-RELEASE="${SHADOW_RELEASE:-shadow-operator}"
-NAMESPACE="${SHADOW_NAMESPACE:-shadow-system}"
+RELEASE="${SHADOW_RELEASE}"
+NAMESPACE="${SHADOW_RELEASE_NAMESPACE}"
 CHECK_NS=upgrade-check
 TEMPLATE=workspace
 FROM_REF="" FROM_CHART="" FROM_VERSION="" REPLACE=0 KEEP=0
@@ -84,7 +84,8 @@ if [[ -n $FROM_REF ]]; then
   step "installing the earlier version ${FROM_REF} ($(git -C "${REPO_ROOT}" rev-parse --short "${FROM_REF}"))"
   git -C "${REPO_ROOT}" worktree add --detach "${WORK}/from" "${FROM_REF}" >/dev/null
   "${WORK}/from/hack/images.sh" push
-  SHADOW_RELEASE=$RELEASE SHADOW_NAMESPACE=$NAMESPACE "${WORK}/from/hack/kind/deploy.sh"
+  # Earlier versions' deploy.sh read SHADOW_NAMESPACE.
+  SHADOW_RELEASE=$RELEASE SHADOW_NAMESPACE=$NAMESPACE SHADOW_RELEASE_NAMESPACE=$NAMESPACE "${WORK}/from/hack/kind/deploy.sh"
 else
   step "installing the earlier version ${FROM_CHART} ${FROM_VERSION}"
   # Helm keeps CRDs that exist: apply the earlier release's own, as a cluster that had it would have them.
@@ -137,8 +138,8 @@ info "$(wc -l <"${WORK}/before.txt") objects, verdict ${verdict_before}"
 step "upgrading to this checkout ($(git -C "${REPO_ROOT}" rev-parse --short HEAD)): CRDs server-side, then helm upgrade"
 "${HACK_DIR}/images.sh" push
 kubectl apply --server-side --force-conflicts -f "${REPO_ROOT}/charts/shadow-operator/crds" >/dev/null
-SHADOW_RELEASE=$RELEASE SHADOW_NAMESPACE=$NAMESPACE "${HACK_DIR}/kind/deploy.sh"
-kubectl rollout status -n "${NAMESPACE}" deployment/"${RELEASE}" --timeout 3m >/dev/null
+SHADOW_RELEASE=$RELEASE SHADOW_RELEASE_NAMESPACE=$NAMESPACE "${HACK_DIR}/kind/deploy.sh"
+kubectl rollout status -n "${NAMESPACE}" deployment/"$(shadow_fullname "${RELEASE}")" --timeout 3m >/dev/null
 
 # ---------------------------------------------------------------------------------------------- checks
 step "checking"

@@ -156,6 +156,8 @@ def wait_verified(
     raise TimeoutError(f"{name} not verified in {timeout}s")
 
 
+# The chart's release namespace on the kind cluster (hack/lib.sh), holding the default SandboxTemplate.
+RELEASE_NAMESPACE = os.environ.get("SHADOW_RELEASE_NAMESPACE", "sandbox-platform")
 KIND_KUBECONFIG = os.environ.get("KUBECONFIG") or str(
     Path.home() / ".cache" / "shadow-operator" / "kind" / "kubeconfig"
 )
@@ -176,7 +178,7 @@ def ensure_namespace(api: client.ApiClient, namespace: str) -> None:
         if exc.status != 409:
             raise
     template = ext.get_namespaced_custom_object(
-        "extensions.agents.x-k8s.io", "v1beta1", "shadow-system", "sandboxtemplates", "workspace"
+        "extensions.agents.x-k8s.io", "v1beta1", RELEASE_NAMESPACE, "sandboxtemplates", "workspace"
     )
     try:
         ext.create_namespaced_custom_object(

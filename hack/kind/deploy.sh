@@ -1,51 +1,75 @@
 #!/usr/bin/env bash
-# Install (or upgrade) charts/shadow-operator on the project's kind cluster from the locally built images,
-# served by the local registry: the air-gapped install path (global.imageRegistry) exercised for real.
+# Install (or upgrade) shadow-operator on the project's kind cluster the way a user installs a release:
+# hack/release.sh releases the locally built images and the chart (version from Chart.yaml) into the local
+# registry, images pinned by digest; then the release's CRDs are applied server-side (Helm never upgrades
+# crds/) and `helm upgrade --install RELEASE oci://.../charts/shadow-operator --version V`, with no image
+# values. Release and namespace: SHADOW_RELEASE and SHADOW_RELEASE_NAMESPACE (hack/lib.sh: sandboxes in
+# sandbox-platform); another install of the chart on this cluster is uninstalled first (the cluster is the
+# project's own).
 # One 2-CPU kind node carries the demo, the e2e tests and several environments at once, so each environment's
 # Gitea reserves 10m of CPU here (the chart's default is 50m).
 #   hack/kind/deploy.sh [extra helm args...]
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
 
-NAMESPACE="${SHADOW_NAMESPACE:-shadow-system}"
-RELEASE="${SHADOW_RELEASE:-shadow-operator}"
-CHART="${REPO_ROOT}/charts/shadow-operator"
+NAMESPACE="${SHADOW_RELEASE_NAMESPACE}"
+RELEASE="${SHADOW_RELEASE}"
 KUBECONFIG_PATH=$("${HACK_DIR}/kind/cluster.sh" kubeconfig)
 export KUBECONFIG="${KUBECONFIG_PATH}"
 HELM="${TOOLS_BIN}/helm-${HELM_VERSION}"
 [[ -x $HELM ]] || "${HACK_DIR}/build-tools.sh" helm >&2
 
-eval "$("${HACK_DIR}/images.sh" env 2>/dev/null)"
-tag() { echo "${1##*:}"; }
+FULLNAME=$(shadow_fullname "$RELEASE")
+VERSION=$(sed -n -E 's/^version: *//p' "${REPO_ROOT}/charts/shadow-operator/Chart.yaml")
+NODE_REGISTRY=$("${HACK_DIR}/docker.sh" registry-host)
+PUSH_HOST="127.0.0.1:${SHADOW_REGISTRY_PORT:-5000}"
+OUT="${SHADOW_CACHE}/release"
 
-# Helm installs crds/ only on first install and never upgrades them; apply them so a changed API lands.
-step "applying the Sandbox API CRDs"
-kubectl apply --server-side --force-conflicts -f "${CHART}/crds" >/dev/null
+step "releasing ${VERSION} into the local registry (images pulled by nodes from ${NODE_REGISTRY})"
+"${HACK_DIR}/release.sh" "${VERSION}" "${NODE_REGISTRY}/shadow-operator" --push-to "${PUSH_HOST}/shadow-operator" \
+  --no-build --skip-python --out "${OUT}" >"${SHADOW_CACHE}/logs/release-kind.log" 2>&1 \
+  || { tail -n 20 "${SHADOW_CACHE}/logs/release-kind.log" >&2; die "hack/release.sh failed (log above)"; }
+CHART_REF="oci://${PUSH_HOST}/shadow-operator/charts/shadow-operator"
+
+others=$("$HELM" list -A -o json | python3 -c '
+import json, sys
+release, namespace = sys.argv[1:]
+for r in json.load(sys.stdin):
+    if r["chart"].startswith("shadow-operator-") and (r["name"], r["namespace"]) != (release, namespace):
+        print(r["namespace"], r["name"])' "$RELEASE" "$NAMESPACE")
+while read -r ns name; do
+  [[ -n $name ]] || continue
+  step "uninstalling the earlier install ${ns}/${name} (one install per cluster)"
+  "$HELM" uninstall "$name" -n "$ns" --wait --timeout 3m >/dev/null
+done <<<"$others"
+
+# Helm installs crds/ only on first install and never upgrades them: apply the release's own, server-side
+# (the documented upgrade path).
+step "applying the release's CRDs"
+rm -rf "${OUT}/pulled" && mkdir -p "${OUT}/pulled"
+tar -xzf "${OUT}/shadow-operator-${VERSION}.tgz" -C "${OUT}/pulled" shadow-operator/crds
+kubectl apply --server-side --force-conflicts -f "${OUT}/pulled/shadow-operator/crds" >/dev/null
 
 # Private previews are signed with keys from this Secret (the chart renders nothing random, so it is made
 # here, once; rotating means adding a key and later removing the old one).
 kubectl create namespace "${NAMESPACE}" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
-if ! kubectl -n "${NAMESPACE}" get secret "${RELEASE}-preview-keys" >/dev/null 2>&1; then
-  step "creating the preview signing key Secret ${RELEASE}-preview-keys"
-  kubectl -n "${NAMESPACE}" create secret generic "${RELEASE}-preview-keys" \
+if ! kubectl -n "${NAMESPACE}" get secret "${FULLNAME}-preview-keys" >/dev/null 2>&1; then
+  step "creating the preview signing key Secret ${FULLNAME}-preview-keys"
+  kubectl -n "${NAMESPACE}" create secret generic "${FULLNAME}-preview-keys" \
     --from-literal="k$(date +%Y%m%d)=$(head -c 32 /dev/urandom | base64 | tr -d '\n')" >/dev/null
 fi
 
-step "helm upgrade --install ${RELEASE} (namespace ${NAMESPACE}, images from ${SHADOW_REGISTRY})"
-"$HELM" upgrade --install "${RELEASE}" "${CHART}" --namespace "${NAMESPACE}" --create-namespace \
-  --set "global.imageRegistry=${SHADOW_REGISTRY}" \
-  --set "operator.image.tag=$(tag "${SHADOW_OPERATOR_IMAGE}")" \
-  --set "workspace.image.tag=$(tag "${SHADOW_WORKSPACE_IMAGE}")" \
-  --set "previewRouter.image.tag=$(tag "${SHADOW_ROUTER_IMAGE}")" \
-  --set "gitea.image.tag=$(tag "${SHADOW_GITEA_IMAGE:?no gitea image pushed yet: run hack/images.sh}")" \
+step "helm upgrade --install ${RELEASE} ${CHART_REF} --version ${VERSION} (namespace ${NAMESPACE})"
+"$HELM" upgrade --install "${RELEASE}" "${CHART_REF}" --version "${VERSION}" --plain-http \
+  --namespace "${NAMESPACE}" --create-namespace \
   --set previewRouter.enabled=true --set previewRouter.domain=preview.localhost --set previewRouter.scheme=http \
   --set 'networkPolicy.clusterCIDRs={10.244.0.0/16,10.96.0.0/16}' \
   --set gitea.resources.requests.cpu=10m \
   --wait --timeout 3m "$@" >/dev/null \
   || {
     kubectl -n "${NAMESPACE}" get pods -o wide >&2 || true
-    kubectl -n "${NAMESPACE}" logs deploy/"${RELEASE}" --tail 30 >&2 || true
+    kubectl -n "${NAMESPACE}" logs deploy/"${FULLNAME}" --tail 30 >&2 || true
     die "helm install failed (pods and operator log above)"
   }
-kubectl -n "${NAMESPACE}" rollout status deploy/"${RELEASE}" --timeout 180s >/dev/null
+kubectl -n "${NAMESPACE}" rollout status deploy/"${FULLNAME}" --timeout 180s >/dev/null
 info "operator ready: $(kubectl -n "${NAMESPACE}" get pods -l app.kubernetes.io/component=operator -o name)"

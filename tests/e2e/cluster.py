@@ -1,7 +1,9 @@
 """Access to the kind cluster `make e2e` sets up (operator installed by Helm) for the e2e tests.
 
 SHADOW_E2E_KUBECONFIG points at the cluster (default: the kubeconfig hack/kind/cluster.sh writes);
-SHADOW_E2E_OPERATOR_NAMESPACE names the release namespace (default shadow-system).
+SHADOW_RELEASE_NAMESPACE and SHADOW_RELEASE name the Helm release's namespace and name (hack/lib.sh's defaults:
+release sandboxes in sandbox-platform, as hack/kind/deploy.sh installs it); FULLNAME is the chart's name for
+its objects (templates/_helpers.tpl "shadow-operator.fullname").
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from kubernetes.client.exceptions import ApiException
 
 CACHE = Path(os.environ.get("SHADOW_CACHE", Path.home() / ".cache" / "shadow-operator"))
 KUBECONFIG = os.environ.get("SHADOW_E2E_KUBECONFIG", str(CACHE / "kind" / "kubeconfig"))
-OPERATOR_NAMESPACE = os.environ.get("SHADOW_E2E_OPERATOR_NAMESPACE", "shadow-system")
+OPERATOR_NAMESPACE = os.environ.get("SHADOW_RELEASE_NAMESPACE", "sandbox-platform")
+RELEASE = os.environ.get("SHADOW_RELEASE", "sandboxes")
+FULLNAME = RELEASE if "shadow-operator" in RELEASE else f"{RELEASE}-shadow-operator"
 DEFAULT_TEMPLATE = "workspace"
 EXT_GROUP, CORE_GROUP, VERSION = "extensions.agents.x-k8s.io", "agents.x-k8s.io", "v1beta1"
 READY_TIMEOUT = float(os.environ.get("SHADOW_E2E_READY_TIMEOUT", "180"))

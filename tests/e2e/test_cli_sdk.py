@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client as k8s
 from shadow_operator.sdk import AsyncShadowGateway, EnvironmentSpec, LocalSource, ShadowGateway
 
-from tests.e2e.cluster import Cluster, eventually, git
+from tests.e2e.cluster import FULLNAME, OPERATOR_NAMESPACE, Cluster, eventually, git
 
 pytestmark = pytest.mark.e2e
 
@@ -263,3 +264,26 @@ def test_plain_sandboxes_from_shadowctl_and_the_sdk(
             return result.stdout
 
     assert asyncio.run(scenario()) == "async\n"
+
+
+def test_doctor_is_green_for_the_release_as_installed(cluster: Cluster, e2e_namespace: str) -> None:
+    """hack/kind/deploy.sh installs a release of any name (SHADOW_RELEASE) from the local registry's OCI chart
+    into a namespace that is not shadow-system; doctor finds that operator from a tenant's namespace."""
+    assert OPERATOR_NAMESPACE != "shadow-system"
+    checks = {
+        c["check"]: c for c in json.loads(ok(ctl(cluster, "doctor", "-n", e2e_namespace, "-o", "json")))
+    }
+    assert {name: c["state"] for name, c in checks.items()} == {
+        "kubeconfig": "ok",
+        "cluster": "ok",
+        "CRDs": "ok",
+        "operator": "ok",
+        "storage": "ok",
+        "snapshots": "ok",
+        "templates": "ok",
+    }, checks
+    assert OPERATOR_NAMESPACE in checks["operator"]["detail"], checks["operator"]
+    # No image values were given: the release's chart pins the images it pushed by digest.
+    deployment = k8s.AppsV1Api(cluster.api).read_namespaced_deployment(FULLNAME, OPERATOR_NAMESPACE)
+    (image,) = {c.image for c in deployment.spec.template.spec.containers}
+    assert "@sha256:" in image and image.split("@")[0].endswith("/shadow-operator/operator"), image

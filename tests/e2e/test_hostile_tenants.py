@@ -32,7 +32,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.e2e.cluster import DEFAULT_TEMPLATE, OPERATOR_NAMESPACE, Cluster, eventually, git
+from tests.e2e.cluster import DEFAULT_TEMPLATE, FULLNAME, OPERATOR_NAMESPACE, Cluster, eventually, git
 from tests.e2e.test_cli_sdk import REQUESTS, TIMEOUT, ctl, ok
 from tests.e2e.test_environment import python_package
 
@@ -328,7 +328,7 @@ def test_router_sdk_path_from_another_namespace(
         role_ref=client.V1RoleRef(
             api_group="rbac.authorization.k8s.io",
             kind="ClusterRole",
-            name="shadow-operator-preview-router-sandbox-proxy",
+            name=f"{FULLNAME}-preview-router-sandbox-proxy",
         ),
         subjects=[client.RbacV1Subject(kind="ServiceAccount", name="agent", namespace=ns)],
     )

@@ -22,13 +22,13 @@ from shadow_operator.common.tokens import generate_key
 from shadow_operator.sdk import preview_link
 from shadow_operator.sdk.kube import connect
 
-from tests.e2e.cluster import DEFAULT_TEMPLATE, KUBECONFIG, OPERATOR_NAMESPACE, Cluster, eventually
+from tests.e2e.cluster import DEFAULT_TEMPLATE, FULLNAME, KUBECONFIG, OPERATOR_NAMESPACE, Cluster, eventually
 
 pytestmark = pytest.mark.e2e
 
 PREVIEW_DOMAIN = "preview.localhost"
-ROUTER_SERVICE = "shadow-operator-preview-router"
-KEYS_SECRET = "shadow-operator-preview-keys"
+ROUTER_SERVICE = f"{FULLNAME}-preview-router"
+KEYS_SECRET = f"{FULLNAME}-preview-keys"
 # The kubelet refreshes a mounted Secret within its sync period (about a minute), plus nginx's auth cache.
 KEYS_PROPAGATION_SECONDS = 150
 

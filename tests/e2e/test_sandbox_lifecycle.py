@@ -13,13 +13,13 @@ import httpx
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from tests.e2e.cluster import DEFAULT_TEMPLATE, OPERATOR_NAMESPACE, Cluster, eventually, is_ready
+from tests.e2e.cluster import DEFAULT_TEMPLATE, FULLNAME, OPERATOR_NAMESPACE, Cluster, eventually, is_ready
 
 pytestmark = pytest.mark.e2e
 
-# hack/kind/deploy.sh installs the chart as release shadow-operator with this preview domain.
+# hack/kind/deploy.sh installs the chart (release SHADOW_RELEASE) with this preview domain.
 PREVIEW_DOMAIN = "preview.localhost"
-ROUTER_SERVICE = "shadow-operator-preview-router"
+ROUTER_SERVICE = f"{FULLNAME}-preview-router"
 
 
 def unique(prefix: str) -> str:

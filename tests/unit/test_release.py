@@ -85,6 +85,23 @@ def test_chart_carries_the_release_version_and_registry(
     assert not (tmp_path / ".chart").exists()
 
 
+def test_pushed_images_are_pinned_by_digest(tmp_path: Path) -> None:
+    """A release pins the images it pushed: a node that cached an older image under the same tag (a re-made
+    release, a mutable registry) still runs exactly what was released."""
+    registry = "registry.example.com:5000/platform"
+    digests = {name: f"sha256:{(str(i) * 64)[:64]}" for i, name in enumerate(IMAGES, start=1)}
+    (tmp_path / "images.txt").write_text(
+        "".join(f"{registry}/{name}:2.0.0@{digest}\n" for name, digest in digests.items())
+    )
+    result = release("chart", "2.0.0", registry, "--skip-push", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    tgz = tmp_path / "shadow-operator-2.0.0.tgz"
+    assert rendered_images(tgz) == {f"{registry}/{name}@{digest}" for name, digest in digests.items()}
+    values = packaged(tgz, "values.yaml")
+    assert values["operator"]["image"]["digest"] == digests["operator"]
+    assert values["previewRouter"]["image"]["digest"] == digests["preview-router"]
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [(["1.2", "ghcr.io/org"], "VERSION must be semver"),
