@@ -6,8 +6,9 @@
 # values. Release and namespace: SHADOW_RELEASE and SHADOW_RELEASE_NAMESPACE (hack/lib.sh: sandboxes in
 # sandbox-platform); another install of the chart on this cluster is uninstalled first (the cluster is the
 # project's own).
-# One 2-CPU kind node carries the demo, the e2e tests and several environments at once, so each environment's
-# Gitea reserves 10m of CPU here (the chart's default is 50m).
+# One 2-CPU kind node (about 1 CPU left beside the control plane) carries the demo, the e2e tests and several
+# environments at once, so each sandbox of the default template and each environment's Gitea reserves 10m of CPU
+# here (the chart's defaults are 100m and 50m).
 #   hack/kind/deploy.sh [extra helm args...]
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
@@ -70,7 +71,7 @@ step "helm upgrade --install ${RELEASE} ${CHART_REF} --version ${VERSION} (names
   --namespace "${NAMESPACE}" --create-namespace \
   --set previewRouter.enabled=true --set previewRouter.domain=preview.localhost --set previewRouter.scheme=http \
   --set 'networkPolicy.clusterCIDRs={10.244.0.0/16,10.96.0.0/16}' \
-  --set gitea.resources.requests.cpu=10m \
+  --set gitea.resources.requests.cpu=10m --set defaultTemplate.resources.requests.cpu=10m \
   --set "tenants.namespaces={${TENANTS}}" \
   --wait --timeout 3m "$@" >/dev/null \
   || {
