@@ -50,6 +50,12 @@ rm -rf "${OUT}/pulled" && mkdir -p "${OUT}/pulled"
 tar -xzf "${OUT}/shadow-operator-${VERSION}.tgz" -C "${OUT}/pulled" shadow-operator/crds
 kubectl apply --server-side --force-conflicts -f "${OUT}/pulled/shadow-operator/crds" >/dev/null
 
+# Tenants' namespaces (the chart prepares each: default template, discovery, routing; users get `edit` there).
+TENANTS="${SHADOW_TENANT_NAMESPACES:-team-a}"
+for ns in ${TENANTS//,/ }; do
+  kubectl create namespace "$ns" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+done
+
 # Private previews are signed with keys from this Secret (the chart renders nothing random, so it is made
 # here, once; rotating means adding a key and later removing the old one).
 kubectl create namespace "${NAMESPACE}" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
@@ -65,6 +71,7 @@ step "helm upgrade --install ${RELEASE} ${CHART_REF} --version ${VERSION} (names
   --set previewRouter.enabled=true --set previewRouter.domain=preview.localhost --set previewRouter.scheme=http \
   --set 'networkPolicy.clusterCIDRs={10.244.0.0/16,10.96.0.0/16}' \
   --set gitea.resources.requests.cpu=10m \
+  --set "tenants.namespaces={${TENANTS}}" \
   --wait --timeout 3m "$@" >/dev/null \
   || {
     kubectl -n "${NAMESPACE}" get pods -o wide >&2 || true
