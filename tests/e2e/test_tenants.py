@@ -95,14 +95,7 @@ def test_a_tenant_with_edit_runs_the_whole_flow_in_its_namespace_only(
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=other_ns)))
     name = f"tenant-{suffix}"
     try:
-        token = core.create_namespaced_service_account_token(
-            user,
-            TENANT_NAMESPACE,
-            client.AuthenticationV1TokenRequest(
-                spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)
-            ),
-        ).status.token
-        config = tenant_kubeconfig(cluster, tmp_path / "kubeconfig", token, TENANT_NAMESPACE)
+        config = tenant_kubeconfig(cluster, tmp_path, user, TENANT_NAMESPACE)
 
         def as_tenant(*args: str) -> subprocess.CompletedProcess[str]:
             return ctl(cluster, "--kubeconfig", str(config), *args)
