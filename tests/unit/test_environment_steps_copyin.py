@@ -120,3 +120,23 @@ async def test_an_invalid_push_request_is_answered_with_its_reason_and_once() ->
     answered = new_pass(environment(spec=SPEC, status=to_patch(state.status), annotations=annotations))
     await step.push_request(answered, "token")
     assert answered.status.last_push == last and world.runtimes == {}
+
+
+async def test_a_source_gitea_lost_is_pushed_again_without_a_new_baseline() -> None:
+    """The Gitea step drops from status.sources a source whose snapshot a new, empty Gitea lacks: the copy-in
+    pushes it again, and the diff baseline of the first copy-in stays."""
+    world = World()
+    world.runtime(URL).answers = [snapshot_ok()]
+    step = CopyInStep(world.deps)
+    only_lib = [
+        {"name": "lib", "repo": "acme/lib", "path": "lib", "commit": COMMIT, "branch": "main", "cloneURL": ""}
+    ]
+    uploaded = {c.ANNOTATION_UPLOAD_PREFIX + "app": "done"}
+    state = new_pass(
+        environment(spec=SPEC, status={"runtimeURL": URL, "sources": only_lib}, annotations=uploaded)
+    )
+    state.set(c.COND_SOURCES_READY, True, "SourcesCopied", "")
+    await step.copy_in(state, None)
+    assert [s.name for s in state.status.sources or ()] == ["app", "lib"]
+    assert state.status.sources_ready == "2/2"
+    assert world.runtime(URL).calls == ["sh shadow-operator: snapshot"]
