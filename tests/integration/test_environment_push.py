@@ -56,7 +56,7 @@ def operator(k8s_api: client.ApiClient, runtime: Server) -> Iterator[Any]:
 def bind_volumes(objs: Objects, env: str, tmp_path: Path) -> list[str]:
     """Static PersistentVolumes pre-bound to the environment's claims (the control plane has no provisioner)."""
     names = []
-    for claim in (f"workspace-{env}", f"data-{env}-gitea-0"):
+    for claim in (f"workspace-{env}",):  # Gitea's data is on an emptyDir
         name = f"{objs.namespace}-{claim}"[:63]
         objs.core.create_persistent_volume(
             {
