@@ -231,3 +231,75 @@ def test_pushes_never_hand_the_token_to_the_workspace_and_lfs_copies_in(
         for name in volumes:
             with contextlib.suppress(ApiException):
                 objs.core.delete_persistent_volume(name)
+
+
+def test_a_gitea_pod_that_lost_its_emptydir_gets_the_snapshots_again(
+    objs: Objects, runtime: Server, tmp_path: Path
+) -> None:
+    """Gitea's data is on an emptyDir by default: when its Pod is replaced, the new one starts empty. The
+    operator sets the new Gitea up and pushes the copied-in snapshot again (the same commit: the workspace's
+    files did not change), and says so in an event."""
+    objs.create(TEMPLATE, template_body("workspace"))
+    volumes = bind_volumes(objs, "amnesia", tmp_path)
+    source = runtime.root / "amnesia"
+    source.mkdir(parents=True)
+    git(source, "init", "-q", "--initial-branch=main")
+    (source / "app.py").write_text("print('v1')\n")
+    git(source, "add", "app.py")
+    git(source, "commit", "-q", "-m", "v1")
+    (source / "app.py").write_text("print('v2, uncommitted')\n")
+    try:
+        spec = {
+            "sources": [{"name": "amnesia", "repo": "shadow/amnesia", "upload": {}}],
+            "workspace": {"size": "1Gi"},
+            "verify": {"enabled": False},
+        }
+        objs.create(ENVIRONMENT, {"metadata": {"name": "amnesia"}, "spec": spec}, version=V)
+        wait_for(lambda: objs.secret_exists("amnesia-gitea-admin"), timeout=30, what="Gitea admin Secret")
+        creds = secret_data(objs, "amnesia-gitea-admin")
+        login = {"admin_username": creds["username"], "admin_password": creds["password"], "port": GITEA_PORT}
+        with GiteaServer(tmp_path / "gitea-1", **login) as gitea:
+            objs.wait_condition(
+                ENVIRONMENT,
+                "amnesia",
+                "False",
+                "WaitingForUpload",
+                type_="SourcesReady",
+                timeout=120,
+                version=V,
+            )
+            annotate(objs, "amnesia", {c.ANNOTATION_UPLOAD_PREFIX + "amnesia": "sha256:a"})
+            env = objs.wait_condition(ENVIRONMENT, "amnesia", timeout=120, version=V)
+            [copied] = env["status"]["sources"]
+            first_pod = env["status"]["giteaPodUID"]
+            gitea.wait_pushed("shadow/amnesia")
+
+        # The Pod is replaced (rescheduled, evicted) and its emptyDir with it: a Gitea that knows nothing.
+        with GiteaServer(tmp_path / "gitea-2", **login) as fresh:
+            objs.core.delete_namespaced_pod("amnesia-gitea-0", objs.namespace, grace_period_seconds=0)
+            env = objs.wait(
+                ENVIRONMENT,
+                "amnesia",
+                lambda o: (
+                    (o.get("status") or {}).get("giteaPodUID") not in (None, first_pod)
+                    and (o.get("status") or {}).get("sourcesReady") == "1/1"
+                ),
+                timeout=120,
+                version=V,
+            )
+            assert env["status"]["sources"] == [copied]
+            fresh.wait_pushed("shadow/amnesia")
+            branch = fresh.api("GET", f"repos/shadow/amnesia/branches/{copied['branch']}")
+            assert branch["commit"]["id"] == copied["commit"]
+            assert raw("shadow/amnesia/raw/branch/main/app.py") == b"print('v2, uncommitted')\n"
+            lost = [
+                e
+                for e in objs.core.list_namespaced_event(objs.namespace).items
+                if e.reason == "GiteaDataLost" and e.involved_object.name == "amnesia"
+            ]
+            assert lost and "amnesia" in lost[0].message
+            assert secret_data(objs, "amnesia-gitea-admin")["token"]  # a token the new Gitea knows
+    finally:
+        for name in volumes:
+            with contextlib.suppress(ApiException):
+                objs.core.delete_persistent_volume(name)
