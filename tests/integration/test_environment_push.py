@@ -303,3 +303,48 @@ def test_a_gitea_pod_that_lost_its_emptydir_gets_the_snapshots_again(
         for name in volumes:
             with contextlib.suppress(ApiException):
                 objs.core.delete_persistent_volume(name)
+
+
+def test_a_git_source_is_cloned_while_gitea_is_not_up_yet(
+    objs: Objects, runtime: Server, tmp_path: Path
+) -> None:
+    """The workspace side of the copy-in does not wait for Gitea: the clone is in the workspace before any
+    Gitea answers; the push follows once one does."""
+    objs.create(TEMPLATE, template_body("workspace"))
+    volumes = bind_volumes(objs, "early", tmp_path)
+    upstream = tmp_path / "upstream"
+    upstream.mkdir()
+    git(upstream, "init", "-q", "--initial-branch=main")
+    (upstream / "lib.py").write_text("VALUE = 1\n")
+    git(upstream, "add", "lib.py")
+    git(upstream, "commit", "-q", "-m", "lib")
+    head = git(upstream, "rev-parse", "HEAD")
+    try:
+        spec = {
+            "sources": [{"name": "early", "repo": "shadow/early", "git": {"url": f"file://{upstream}"}}],
+            "workspace": {"size": "1Gi"},
+            "verify": {"enabled": False},
+        }
+        objs.create(ENVIRONMENT, {"metadata": {"name": "early"}, "spec": spec}, version=V)
+        wait_for(lambda: objs.secret_exists("early-gitea-admin"), timeout=30, what="Gitea admin Secret")
+        wait_for(
+            lambda: (runtime.root / "early" / ".git").is_dir(),
+            timeout=30,
+            what="the git source cloned into the workspace with no Gitea up",
+        )
+        env = objs.get(ENVIRONMENT, "early", V)
+        assert env is not None and not (env.get("status") or {}).get("sources")
+        gitea_ready = next(x for x in env["status"]["conditions"] if x["type"] == "GiteaReady")
+        assert gitea_ready["status"] == "False"
+
+        creds = secret_data(objs, "early-gitea-admin")
+        login = {"admin_username": creds["username"], "admin_password": creds["password"], "port": GITEA_PORT}
+        with GiteaServer(tmp_path / "gitea", **login) as gitea:
+            env = objs.wait_condition(ENVIRONMENT, "early", timeout=120, version=V)
+            assert [(s["name"], s["commit"]) for s in env["status"]["sources"]] == [("early", head)]
+            gitea.wait_pushed("shadow/early")
+            assert gitea.api("GET", "repos/shadow/early/branches/main")["commit"]["id"] == head
+    finally:
+        for name in volumes:
+            with contextlib.suppress(ApiException):
+                objs.core.delete_persistent_volume(name)
