@@ -47,9 +47,10 @@ done <<<"$others"
 # Helm installs crds/ only on first install and never upgrades them: apply the release's own, server-side
 # (the documented upgrade path).
 step "applying the release's CRDs"
-rm -rf "${OUT}/pulled" && mkdir -p "${OUT}/pulled"
-tar -xzf "${OUT}/shadow-operator-${VERSION}.tgz" -C "${OUT}/pulled" shadow-operator/crds
-kubectl apply --server-side --force-conflicts -f "${OUT}/pulled/shadow-operator/crds" >/dev/null
+PULLED=$(mktemp -d)
+trap 'rm -rf "${PULLED}"' EXIT
+tar -xzf "${OUT}/shadow-operator-${VERSION}.tgz" -C "${PULLED}" shadow-operator/crds
+kubectl apply --server-side --force-conflicts -f "${PULLED}/shadow-operator/crds" >/dev/null
 
 # Tenants' namespaces (the chart prepares each: default template, discovery, routing; users get `edit` there).
 TENANTS="${SHADOW_TENANT_NAMESPACES:-team-a}"
