@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""Claim -> first command's output through the SDK, on the kind cluster of `make e2e` (images on the node).
+
+What a web app or an agent framework sees: `SandboxClient.create_sandbox(...)` (a SandboxClaim, watched until
+Ready) and then `sandbox.commands.run("echo ...")` returning its output (the runtime reached through the API
+server's pod proxy). Two forms, each --runs times, one after the other:
+
+  warm   the claim names a SandboxWarmPool of the default template that is Ready (--pool sandboxes): the
+         operator adopts a running sandbox; the pool is let refill before the next run
+  cold   the claim names the template: a new Pod starts (image already on the node)
+
+Per run: claim (create request until the watch delivers Ready), first command (run call until its output),
+and their sum. Percentiles are nearest-rank. A namespace of its own with a copy of the chart's template is
+made and deleted.
+
+    .venv/bin/python hack/bench/first_command_bench.py --runs 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "operator"))
+
+from shadow_operator.sdk import SandboxClient  # noqa: E402
+
+EXT = ("extensions.agents.x-k8s.io", "v1beta1")
+RELEASE_NAMESPACE = os.environ.get("SHADOW_RELEASE_NAMESPACE", "sandbox-platform")
+KIND_KUBECONFIG = os.environ.get("KUBECONFIG") or str(
+    Path.home() / ".cache" / "shadow-operator" / "kind" / "kubeconfig"
+)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def pool_ready(custom: client.CustomObjectsApi, namespace: str, pool: str, replicas: int) -> bool:
+    obj = custom.get_namespaced_custom_object(*EXT, namespace, "sandboxwarmpools", pool)
+    return int((obj.get("status") or {}).get("readyReplicas") or 0) >= replicas
+
+
+def wait(predicate, what: str, timeout: float = 300.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def measure(sdk: SandboxClient, namespace: str, **claim: str) -> tuple[float, float]:
+    marker = uuid.uuid4().hex
+    started = time.perf_counter()
+    sandbox = sdk.create_sandbox(namespace=namespace, sandbox_ready_timeout=300, **claim)
+    ready = time.perf_counter()
+    result = sandbox.commands.run(f"echo {marker}")
+    done = time.perf_counter()
+    if marker not in result.stdout:
+        raise SystemExit(f"the first command's output is not its marker: {result!r}")
+    sandbox.terminate()
+    return ready - started, done - ready
+
+
+def table(name: str, rows: list[tuple[float, float]]) -> None:
+    claims, commands = [r[0] for r in rows], [r[1] for r in rows]
+    totals = [a + b for a, b in rows]
+    print(f"\n{name}: {len(rows)} runs, milliseconds")
+    print("| span | p50 | p90 | min | max |\n|---|---:|---:|---:|---:|")
+    for label, values in (("claim Ready", claims), ("first command", commands), ("total", totals)):
+        p50, p90 = percentile(values, 0.5), percentile(values, 0.9)
+        print(
+            f"| {label} | {p50 * 1000:.0f} | {p90 * 1000:.0f} | {min(values) * 1000:.0f} | {max(values) * 1000:.0f} |"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--pool", type=int, default=2, help="warm pool size")
+    args = parser.parse_args()
+
+    os.environ["KUBECONFIG"] = KIND_KUBECONFIG
+    api = config.new_client_from_config(config_file=KIND_KUBECONFIG)
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    namespace, pool = f"bench-first-{uuid.uuid4().hex[:6]}", "warm"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    try:
+        template = custom.get_namespaced_custom_object(
+            *EXT, RELEASE_NAMESPACE, "sandboxtemplates", "workspace"
+        )
+        custom.create_namespaced_custom_object(
+            *EXT, namespace, "sandboxtemplates",
+            {"kind": "SandboxTemplate", "metadata": {"name": "workspace"}, "spec": template["spec"]},
+        )  # fmt: skip
+        custom.create_namespaced_custom_object(
+            *EXT, namespace, "sandboxwarmpools",
+            {"kind": "SandboxWarmPool", "metadata": {"name": pool},
+             "spec": {"replicas": args.pool, "sandboxTemplateRef": {"name": "workspace"}}},
+        )  # fmt: skip
+        with SandboxClient(namespace=namespace) as sdk:
+            warm: list[tuple[float, float]] = []
+            for i in range(args.runs):
+                wait(lambda: pool_ready(custom, namespace, pool, args.pool), f"warm pool {pool} Ready")
+                warm.append(measure(sdk, namespace, warmpool=pool))
+                print(f"warm {i + 1}: claim {warm[-1][0] * 1000:.0f} ms, command {warm[-1][1] * 1000:.0f} ms")
+            cold: list[tuple[float, float]] = []
+            for i in range(args.runs):
+                cold.append(measure(sdk, namespace, template="workspace"))
+                print(f"cold {i + 1}: claim {cold[-1][0] * 1000:.0f} ms, command {cold[-1][1] * 1000:.0f} ms")
+        table("warm (claim from a Ready SandboxWarmPool)", warm)
+        table("cold (claim from the template, image on the node)", cold)
+    finally:
+        try:
+            core.delete_namespace(namespace)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+if __name__ == "__main__":
+    main()
