@@ -58,7 +58,9 @@ cleanup() {
 trap cleanup EXIT
 FAILURES=()
 check() { # check DESCRIPTION COMMAND...: run, record a failure instead of stopping
-  if "$@"; then info "ok: $1"; else FAILURES+=("$1"); printf '    \033[1;31mFAILED:\033[0m %s\n' "$1" >&2; fi
+  local what=$1
+  shift
+  if "$@"; then info "ok: ${what}"; else FAILURES+=("${what}"); printf '    \033[1;31mFAILED:\033[0m %s\n' "${what}" >&2; fi
 }
 
 # ------------------------------------------------------------------------------------------ clean slate
