@@ -127,9 +127,12 @@ git -C "${WORK}/src" -c user.name=check -c user.email=check@localhost commit -qm
 kubectl wait -n "${CHECK_NS}" --for=condition=Ready sandboxclaim/claim-beta sandboxclaim/claim-alpha --timeout 5m >/dev/null
 "$SHADOWCTL" exec env-before -n "${CHECK_NS}" -- sh -c 'echo kept > /workspace/marker.txt'
 
-inventory() { # kind/name=uid of everything users have in the check namespace, sorted
+inventory() { # kind/name=uid of everything users have in the check namespace, sorted. A Gitea Pod is its
+  # StatefulSet's: a new operator (or new gitea.* values) may change the template and roll it, so its uid is not
+  # compared; its volume (PersistentVolumeClaim data-*-gitea-0) is, and must be the same.
   kubectl get shadowenvironments,sandboxclaims,sandboxes,pods,persistentvolumeclaims,secrets,services -n "${CHECK_NS}" \
-    -o jsonpath='{range .items[*]}{.kind}/{.metadata.name}={.metadata.uid}{"\n"}{end}' | sort
+    -o jsonpath='{range .items[*]}{.kind}/{.metadata.name}={.metadata.uid}{"\n"}{end}' \
+    | sed -E 's|^(Pod/.*-gitea-0)=.*|\1=(rolled by its StatefulSet)|' | sort
 }
 verdict() { kubectl get shadowenvironment "$1" -n "${CHECK_NS}" -o jsonpath='{.status.verdict.result}'; }
 inventory >"${WORK}/before.txt"
@@ -175,7 +178,7 @@ new_environment_passes() {
     && [[ $(verdict env-after) == PASS ]]
 }
 
-check "the same objects with the same uids (nothing deleted or recreated, pods not restarted)" same_objects
+check "the same objects with the same uids (nothing deleted or recreated, workspace pods not restarted, Gitea's volume kept)" same_objects
 check "environment, claims and sandboxes Ready" ready shadowenvironment/env-before sandboxclaim/claim-beta \
   sandboxclaim/claim-alpha sandbox/claim-beta sandbox/claim-alpha
 check "the verdict kept (${verdict_before})" verdict_kept
