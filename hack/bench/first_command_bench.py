@@ -47,8 +47,23 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def pool_ready(custom: client.CustomObjectsApi, namespace: str, pool: str, replicas: int) -> bool:
-    obj = custom.get_namespaced_custom_object(*EXT, namespace, "sandboxwarmpools", pool)
-    return int((obj.get("status") or {}).get("readyReplicas") or 0) >= replicas
+    """The pool's own Sandboxes (owned by it), Ready: not its status, which may lag an adoption."""
+    sandboxes = custom.list_namespaced_custom_object("agents.x-k8s.io", "v1beta1", namespace, "sandboxes")[
+        "items"
+    ]
+    ready = [
+        s
+        for s in sandboxes
+        if any(
+            o.get("kind") == "SandboxWarmPool" and o.get("name") == pool
+            for o in s["metadata"].get("ownerReferences") or ()
+        )
+        and any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in (s.get("status") or {}).get("conditions") or ()
+        )
+    ]
+    return len(ready) >= replicas
 
 
 def wait(predicate, what: str, timeout: float = 300.0) -> None:  # type: ignore[no-untyped-def]
@@ -103,11 +118,11 @@ def main() -> None:
         )
         custom.create_namespaced_custom_object(
             *EXT, namespace, "sandboxtemplates",
-            {"kind": "SandboxTemplate", "metadata": {"name": "workspace"}, "spec": template["spec"]},
+            {"apiVersion": "/".join(EXT), "kind": "SandboxTemplate", "metadata": {"name": "workspace"}, "spec": template["spec"]},
         )  # fmt: skip
         custom.create_namespaced_custom_object(
             *EXT, namespace, "sandboxwarmpools",
-            {"kind": "SandboxWarmPool", "metadata": {"name": pool},
+            {"apiVersion": "/".join(EXT), "kind": "SandboxWarmPool", "metadata": {"name": pool},
              "spec": {"replicas": args.pool, "sandboxTemplateRef": {"name": "workspace"}}},
         )  # fmt: skip
         with SandboxClient(namespace=namespace) as sdk:
