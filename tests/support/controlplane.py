@@ -19,6 +19,7 @@ import contextlib
 import ctypes
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -52,10 +53,22 @@ class ControlPlaneError(RuntimeError):
     """The control plane could not be started; the message says which component and where its log is."""
 
 
+# Ports handed to servers the tests start. Below Linux's ephemeral range (32768-60999 by default), so that a
+# port found free is not taken a moment later by some process's outgoing connection or port-0 listener
+# before the server binds it (nginx binds 0.0.0.0 and failed so, once, beside a busy machine).
+_PORTS = range(20000, 32768)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port nothing listens on, on any address."""
+    for port in random.sample(_PORTS, 200):
+        with socket.socket() as s:
+            try:
+                s.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free TCP port in {_PORTS.start}-{_PORTS.stop - 1} after 200 tries")
 
 
 def wait_for(predicate: Callable[[], bool], *, timeout: float, what: str, interval: float = 0.1) -> None:
