@@ -19,8 +19,9 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.e2e.cluster import CACHE, Cluster, git
+from tests.e2e.cluster import CACHE, Cluster
 from tests.e2e.test_cli_sdk import REQUESTS, TIMEOUT, ctl, ok
+from tests.e2e.test_environment import python_package
 
 pytestmark = pytest.mark.e2e
 
@@ -100,27 +101,26 @@ def test_a_tenant_with_edit_runs_the_whole_flow_in_its_namespace_only(
         def as_tenant(*args: str) -> subprocess.CompletedProcess[str]:
             return ctl(cluster, "--kubeconfig", str(config), *args)
 
-        repo = tmp_path / "app"
-        (repo / "app").mkdir(parents=True)
-        (repo / "app" / "__init__.py").write_text('NAME = "before"\n')
-        git(repo, "init", "-q", "-b", "main")
-        git(repo, "add", ".")
-        git(repo, "commit", "-q", "-m", "initial")
+        repo = python_package(tmp_path / "app")
 
         # No -n: the context's namespace, the tenant's.
         status = json.loads(
             ok(
                 as_tenant(
-                    "create", name, "--local", str(repo), "--verify", "python3 -c 'import app'",
+                    "create", name, "--local", str(repo), "--verify", "cd app && python3 -c 'import shadowpkg'",
                     "--cpu", REQUESTS["cpu"], "--memory", REQUESTS["memory"], "--timeout", TIMEOUT, "-o", "json",
                 )
             )
         )  # fmt: skip
         assert status["verdict"]["result"] == "PASS", status
-        ok(as_tenant("exec", name, "--", "sh", "-c", "echo 'NAME = \"after\"' > app/app/__init__.py"))
-        assert "M app/app/__init__.py" in ok(as_tenant("diff", name, "--stat"))
+        ok(
+            as_tenant(
+                "exec", name, "--", "sh", "-c", "echo 'VERSION = \"after\"' > app/shadowpkg/__init__.py"
+            )
+        )
+        assert "M app/shadowpkg/__init__.py" in ok(as_tenant("diff", name, "--stat"))
         ok(as_tenant("promote", name, "--force"))
-        assert (repo / "app" / "__init__.py").read_text() == 'NAME = "after"\n'
+        assert (repo / "shadowpkg" / "__init__.py").read_text() == 'VERSION = "after"\n'
         ok(as_tenant("destroy", name))
         gone = as_tenant("status", name)
         assert gone.returncode == 1 and "does not exist" in gone.stderr

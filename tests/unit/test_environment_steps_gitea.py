@@ -154,6 +154,17 @@ async def test_a_gitea_statefulset_made_with_a_claim_keeps_it() -> None:
     assert [t["metadata"]["name"] for t in sts["spec"]["volumeClaimTemplates"]] == [res.GITEA_DATA_VOLUME]
 
 
+# A source the copy-in pushed to Gitea, as status.sources lists it.
+COPIED_APP = {
+    "name": "app",
+    "repo": "acme/app",
+    "path": "app",
+    "commit": "c" * 40,
+    "branch": "main",
+    "cloneURL": "u",
+}
+
+
 def running_pod(sts: dict, uid: str) -> dict:
     pod = gitea_pod(sts, sts["metadata"]["uid"])
     pod["metadata"].update(uid=uid, resourceVersion=uid)
@@ -162,16 +173,7 @@ def running_pod(sts: dict, uid: str) -> dict:
 
 
 async def test_a_new_gitea_pod_that_lost_the_data_gets_the_sources_pushed_again() -> None:
-    copied = [
-        {
-            "name": "app",
-            "repo": "acme/app",
-            "path": "app",
-            "commit": "c" * 40,
-            "branch": "main",
-            "cloneURL": "u",
-        }
-    ]
+    copied = [dict(COPIED_APP)]
     world = World()
     step = GiteaStep(world.deps)
     env = environment(spec=SPEC, status={"sources": copied})
@@ -199,16 +201,7 @@ async def test_a_new_gitea_pod_that_lost_the_data_gets_the_sources_pushed_again(
 
 
 async def test_a_new_gitea_pod_with_its_data_loses_nothing() -> None:
-    copied = [
-        {
-            "name": "app",
-            "repo": "acme/app",
-            "path": "app",
-            "commit": "c" * 40,
-            "branch": "main",
-            "cloneURL": "u",
-        }
-    ]
+    copied = [dict(COPIED_APP)]
     world = World()
     step = GiteaStep(world.deps)
     env = environment(spec={**SPEC, "gitea": {"persistence": {"enabled": True}}}, status={"sources": copied})
