@@ -287,15 +287,18 @@ prepare_argocd() {
 # For the e2e, in share/argocd-VERSION: crds/ holds the Application, ApplicationSet and AppProject CRDs
 # (for `kubectl apply -f`); manifests/ holds install.yaml, core-install.yaml (no API server, UI or Dex) and
 # the kustomize tree they are built from, so a kustomization can swap upstream's images (quay.io/argoproj/
-# argocd, redis) for the locally built ones.
+# argocd, redis) for the locally built ones; bin/ holds the two scripts the repo server runs from PATH for
+# every revision it renders, GPG enabled or not (upstream's image puts them in /usr/local/bin).
 ARGOCD_MANIFESTS=(install.yaml core-install.yaml base crds cluster-rbac cluster-install core-install namespace-install)
+ARGOCD_SCRIPTS=(git-verify-wrapper.sh gpg-wrapper.sh)
 
 install_argocd_manifests() {
   local src=$1 share m
   share=$(argocd_share_dir)
-  rm -rf "$share.tmp" && mkdir -p "$share.tmp/crds" "$share.tmp/manifests"
+  rm -rf "$share.tmp" && mkdir -p "$share.tmp/crds" "$share.tmp/manifests" "$share.tmp/bin"
   cp "$src"/manifests/crds/*-crd.yaml "$share.tmp/crds/"
   for m in "${ARGOCD_MANIFESTS[@]}"; do cp -r "$src/manifests/$m" "$share.tmp/manifests/"; done
+  for m in "${ARGOCD_SCRIPTS[@]}"; do install -m 0755 "$src/hack/$m" "$share.tmp/bin/"; done
   touch "$share.tmp/.complete"
   rm -rf "$share" && mv "$share.tmp" "$share"
 }
