@@ -10,7 +10,7 @@ export SHADOW_CACHE := $(CACHE)
 export PATH := $(TOOLS_BIN):$(PATH)
 PYTEST_ARGS ?=
 
-.PHONY: help dev tools snapshot-tools snapshot-test test unit integration lint fmt crds cluster-up cluster-down images kind-up kind-down e2e demo release clean
+.PHONY: help dev tools snapshot-tools snapshot-test test unit integration lint fmt crds cluster-up cluster-down images kind-up kind-down e2e upgrade-check demo release clean
 
 help: ## list targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -71,6 +71,9 @@ kind-down: ## delete the kind cluster
 
 e2e: dev ## dockerd, images, kind cluster, helm install, then the e2e tests on real pods
 	hack/e2e.sh
+
+upgrade-check: dev ## upgrade an earlier version on the kind cluster to this checkout, nothing lost (FROM=git ref, default the newest v* tag)
+	hack/upgrade-check.sh $(if $(FROM),--from $(FROM)) --replace
 
 release: dev ## a release: images, chart (OCI), wheels, sdists, SHA256SUMS in dist/ (VERSION=1.2.0 REGISTRY=ghcr.io/org)
 	@test -n "$(VERSION)" -a -n "$(REGISTRY)" || { echo "usage: make release VERSION=1.2.0 REGISTRY=ghcr.io/my-org [RELEASE_ARGS=--skip-push]" >&2; exit 2; }

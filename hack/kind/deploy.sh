@@ -6,8 +6,9 @@
 # values. Release and namespace: SHADOW_RELEASE and SHADOW_RELEASE_NAMESPACE (hack/lib.sh: sandboxes in
 # sandbox-platform); another install of the chart on this cluster is uninstalled first (the cluster is the
 # project's own).
-# One 2-CPU kind node carries the demo, the e2e tests and several environments at once, so each environment's
-# Gitea reserves 10m of CPU here (the chart's default is 50m).
+# One 2-CPU kind node (about 1 CPU left beside the control plane) carries the demo, the e2e tests and several
+# environments at once, so each sandbox of the default template and each environment's Gitea reserves 10m of CPU
+# here (the chart's defaults are 100m and 50m).
 #   hack/kind/deploy.sh [extra helm args...]
 set -euo pipefail
 source "$(dirname "$0")/../lib.sh"
@@ -46,9 +47,10 @@ done <<<"$others"
 # Helm installs crds/ only on first install and never upgrades them: apply the release's own, server-side
 # (the documented upgrade path).
 step "applying the release's CRDs"
-rm -rf "${OUT}/pulled" && mkdir -p "${OUT}/pulled"
-tar -xzf "${OUT}/shadow-operator-${VERSION}.tgz" -C "${OUT}/pulled" shadow-operator/crds
-kubectl apply --server-side --force-conflicts -f "${OUT}/pulled/shadow-operator/crds" >/dev/null
+PULLED=$(mktemp -d)
+trap 'rm -rf "${PULLED}"' EXIT
+tar -xzf "${OUT}/shadow-operator-${VERSION}.tgz" -C "${PULLED}" shadow-operator/crds
+kubectl apply --server-side --force-conflicts -f "${PULLED}/shadow-operator/crds" >/dev/null
 
 # Tenants' namespaces (the chart prepares each: default template, discovery, routing; users get `edit` there).
 TENANTS="${SHADOW_TENANT_NAMESPACES:-team-a}"
@@ -70,7 +72,7 @@ step "helm upgrade --install ${RELEASE} ${CHART_REF} --version ${VERSION} (names
   --namespace "${NAMESPACE}" --create-namespace \
   --set previewRouter.enabled=true --set previewRouter.domain=preview.localhost --set previewRouter.scheme=http \
   --set 'networkPolicy.clusterCIDRs={10.244.0.0/16,10.96.0.0/16}' \
-  --set gitea.resources.requests.cpu=10m \
+  --set gitea.resources.requests.cpu=10m --set defaultTemplate.resources.requests.cpu=10m \
   --set "tenants.namespaces={${TENANTS}}" \
   --wait --timeout 3m "$@" >/dev/null \
   || {

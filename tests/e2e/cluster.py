@@ -51,6 +51,10 @@ def eventually(probe: Callable[[], T | None], what: str, timeout: float = READY_
     pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
 
 
+def _millicpu(quantity: str) -> int:
+    return int(quantity[:-1]) if quantity.endswith("m") else int(float(quantity) * 1000)
+
+
 def condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
     for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
         if cond.get("type") == kind:
@@ -111,7 +115,34 @@ class Cluster:
             claim = self.get(namespace, "sandboxclaims", name)
             return claim if is_ready(claim) else None
 
-        return eventually(probe, f"SandboxClaim {namespace}/{name} Ready", timeout)
+        try:
+            return eventually(probe, f"SandboxClaim {namespace}/{name} Ready", timeout)
+        except pytest.fail.Exception as exc:
+            raise pytest.fail.Exception(f"{exc.msg}\n{self.why_not_ready(namespace, name)}") from None
+
+    def why_not_ready(self, namespace: str, name: str) -> str:
+        """The claim's conditions, its Pod's phase and conditions, the namespace's warnings and what the node has
+        left: what a person looks at when a sandbox does not come up."""
+        claim = self.get(namespace, "sandboxclaims", name) or {}
+        lines = [f"claim conditions: {(claim.get('status') or {}).get('conditions')}"]
+        sandbox = self.sandbox_of(claim) if claim else name
+        try:
+            pod = self.core.read_namespaced_pod(sandbox, namespace)
+            lines.append(f"pod {sandbox}: {pod.status.phase} {pod.status.conditions}")
+        except ApiException as exc:
+            lines.append(f"pod {sandbox}: {exc.status} {exc.reason}")
+        warnings = self.core.list_namespaced_event(namespace, field_selector="type=Warning").items
+        lines += [f"event {e.involved_object.name}: {e.reason}: {e.message}" for e in warnings[-10:]]
+        pods = self.core.list_pod_for_all_namespaces(field_selector="status.phase!=Succeeded").items
+        requested = {
+            f"{p.metadata.namespace}/{p.metadata.name}": sum(
+                _millicpu((c.resources.requests or {}).get("cpu", "0")) for c in p.spec.containers
+            )
+            for p in pods
+            if p.status.phase != "Failed"
+        }
+        lines.append(f"CPU requested on the cluster: {sum(requested.values())}m by {len(requested)} pods")
+        return "\n".join(lines)
 
     def sandbox_of(self, claim: dict[str, Any]) -> str:
         return str(

@@ -2,8 +2,9 @@
 (`tenants.namespaces`, hack/kind/deploy.sh lists TENANT_NAMESPACE) and the built-in `edit` ClusterRole bound there,
 nothing else. With only that, a user runs the whole CLI flow in their namespace and is refused in another.
 
-The user is a ServiceAccount whose token (TokenRequest) sits in a kubeconfig of its own: no admin credentials
-reach shadowctl.
+The user is a ServiceAccount logged in the way managed clusters log users in: the kubeconfig names an exec
+credential plugin (a script printing an ExecCredential with a token from `kubectl create token`), so no admin
+credentials reach shadowctl and the token is fetched fresh on each run.
 """
 
 from __future__ import annotations
@@ -18,27 +19,49 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.e2e.cluster import Cluster, git
+from tests.e2e.cluster import CACHE, Cluster, git
 from tests.e2e.test_cli_sdk import REQUESTS, TIMEOUT, ctl, ok
 
 pytestmark = pytest.mark.e2e
 
 # hack/kind/deploy.sh creates it and passes it to the chart as tenants.namespaces.
 TENANT_NAMESPACE = "team-a"
+KUBECTL = CACHE / "bin" / "kubectl"
 
 
-def tenant_kubeconfig(cluster: Cluster, path: Path, token: str, namespace: str) -> Path:
-    """The admin kubeconfig's cluster (server, CA) with a token user and `namespace` as the context's."""
+def tenant_kubeconfig(cluster: Cluster, directory: Path, user: str, namespace: str) -> Path:
+    """The admin kubeconfig's cluster (server, CA) with an exec-plugin user and `namespace` as the context's."""
     admin = yaml.safe_load(Path(cluster.kubeconfig).read_text())
     context = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])["context"]
     server = next(c for c in admin["clusters"] if c["name"] == context["cluster"])
+    plugin = directory / "token-plugin.sh"
+    plugin.write_text(
+        "#!/bin/sh\nset -e\n"
+        'token=$("$KUBECTL" --kubeconfig "$ADMIN_KUBECONFIG" create token "$SA" -n "$SA_NAMESPACE" --duration 1h)\n'
+        'printf \'{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential",'
+        '"status":{"token":"%s"}}\\n\' "$token"\n'
+    )
+    plugin.chmod(0o755)
+    env = {
+        "KUBECTL": str(KUBECTL),
+        "ADMIN_KUBECONFIG": cluster.kubeconfig,
+        "SA": user,
+        "SA_NAMESPACE": namespace,
+    }
+    exec_user = {
+        "apiVersion": "client.authentication.k8s.io/v1",
+        "command": str(plugin),
+        "env": [{"name": k, "value": v} for k, v in env.items()],
+        "interactiveMode": "Never",
+    }
+    path = directory / "kubeconfig"
     path.write_text(
         yaml.safe_dump(
             {
                 "apiVersion": "v1",
                 "kind": "Config",
                 "clusters": [server],
-                "users": [{"name": "tenant", "user": {"token": token}}],
+                "users": [{"name": "tenant", "user": {"exec": exec_user}}],
                 "contexts": [
                     {
                         "name": "tenant",
@@ -72,14 +95,7 @@ def test_a_tenant_with_edit_runs_the_whole_flow_in_its_namespace_only(
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=other_ns)))
     name = f"tenant-{suffix}"
     try:
-        token = core.create_namespaced_service_account_token(
-            user,
-            TENANT_NAMESPACE,
-            client.AuthenticationV1TokenRequest(
-                spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)
-            ),
-        ).status.token
-        config = tenant_kubeconfig(cluster, tmp_path / "kubeconfig", token, TENANT_NAMESPACE)
+        config = tenant_kubeconfig(cluster, tmp_path, user, TENANT_NAMESPACE)
 
         def as_tenant(*args: str) -> subprocess.CompletedProcess[str]:
             return ctl(cluster, "--kubeconfig", str(config), *args)

@@ -58,11 +58,11 @@ def env_body(name: str, **spec: Any) -> dict[str, Any]:
     }
 
 
-def bind_volumes(objs: Objects, env: str, tmp_path: Path) -> list[str]:
-    """Static PersistentVolumes pre-bound to the environment's two claims (the control plane has no
+def bind_volumes(objs: Objects, claims: list[str], tmp_path: Path) -> list[str]:
+    """Static PersistentVolumes pre-bound to the environment's claims (the control plane has no
     provisioner), so that the scheduler places its Pods."""
     names = []
-    for claim in (f"workspace-{env}", f"data-{env}-gitea-0"):
+    for claim in claims:
         name = f"{objs.namespace}-{claim}"[:63]
         pv = {
             "apiVersion": "v1",
@@ -121,12 +121,13 @@ def controller_of(obj: Any) -> Any:
 
 def test_children_gitea_bootstrap_and_no_secret_leaks(objs: Objects, tmp_path: Path) -> None:
     objs.create(TEMPLATE, template_body("workspace"))
-    volumes = bind_volumes(objs, "env1", tmp_path)
+    # Gitea's data is on an emptyDir (no persistence asked for): only the workspace has a claim.
+    volumes = bind_volumes(objs, ["workspace-env1"], tmp_path)
     try:
         env = objs.create(ENVIRONMENT, env_body("env1"), version=V)
         uid = env["metadata"]["uid"]
         wait_for(lambda: objs.secret_exists("env1-gitea-admin"), timeout=30, what="Gitea admin Secret")
-        wait_bound(objs, ["workspace-env1", "data-env1-gitea-0"], timeout=120)
+        wait_bound(objs, ["workspace-env1"], timeout=120)
         creds = secret_data(objs, "env1-gitea-admin")
         with GiteaServer(
             tmp_path / "gitea",
@@ -141,6 +142,8 @@ def test_children_gitea_bootstrap_and_no_secret_leaks(objs: Objects, tmp_path: P
             assert sandbox is not None and controller_of(sandbox)["uid"] == uid
             sts = client.AppsV1Api(objs.api).read_namespaced_stateful_set("env1-gitea", objs.namespace)
             assert controller_of(sts).uid == uid and controller_of(sts).kind == "ShadowEnvironment"
+            assert sts.spec.volume_claim_templates is None
+            assert sts.spec.template.spec.volumes[0].empty_dir.size_limit == "1Gi"
             svc = objs.core.read_namespaced_service("env1-gitea", objs.namespace)
             assert controller_of(svc).uid == uid
             secret = objs.core.read_namespaced_secret("env1-gitea-admin", objs.namespace)
@@ -323,6 +326,13 @@ def test_verdict_round_trips_through_the_api(objs: Objects) -> None:
             },
             "gitRewrites",
         ),
+        (
+            {
+                "sources": [{"name": "a", "repo": "a", "upload": {}}],
+                "gitea": {"persistence": {"retain": True}},
+            },
+            "set spec.gitea.persistence.enabled: true too, or drop retain",
+        ),
     ],
 )
 def test_admission_rejects_bad_environments(objs: Objects, spec: dict[str, Any], message: str) -> None:
@@ -344,3 +354,52 @@ def test_sources_are_immutable(objs: Objects) -> None:
             {"spec": {"sources": [{"name": "core", "repo": "other/repo", "upload": {}}]}},
         )
     assert err.value.status == 422 and "immutable" in err.value.body
+
+
+def test_gitea_persistence_when_asked_for_and_immutable(objs: Objects) -> None:
+    """persistence.enabled gives Gitea a claim of its own; the storage choice cannot change afterwards."""
+    objs.create(TEMPLATE, template_body("workspace"))
+    persistence = {"enabled": True, "size": "2Gi", "retain": True}
+    objs.create(ENVIRONMENT, env_body("kept", gitea={"persistence": persistence}), version=V)
+    apps = client.AppsV1Api(objs.api)
+
+    def claim_template() -> Any:
+        with contextlib.suppress(ApiException):
+            return apps.read_namespaced_stateful_set("kept-gitea", objs.namespace).spec.volume_claim_templates
+        return None
+
+    wait_for(
+        lambda: claim_template() is not None, timeout=60, what="Gitea's StatefulSet with a claim template"
+    )
+    [template] = claim_template()
+    assert template.spec.resources.requests == {"storage": "2Gi"}
+    wait_for(
+        lambda: any(
+            p.metadata.name == "data-kept-gitea-0"
+            for p in objs.core.list_namespaced_persistent_volume_claim(objs.namespace).items
+        ),
+        timeout=60,
+        what="Gitea's claim data-kept-gitea-0",
+    )
+    sts = apps.read_namespaced_stateful_set("kept-gitea", objs.namespace)
+    assert sts.spec.persistent_volume_claim_retention_policy.when_deleted == "Retain"
+    # retain may change (it is read when the environment goes); the storage may not.
+    objs.custom.patch_namespaced_custom_object(
+        "shadow.dev",
+        V,
+        objs.namespace,
+        "shadowenvironments",
+        "kept",
+        {"spec": {"gitea": {"persistence": {"retain": False}}}},
+    )
+    for change in ({"enabled": False, "retain": False}, {"size": "3Gi"}):
+        with pytest.raises(ApiException) as err:
+            objs.custom.patch_namespaced_custom_object(
+                "shadow.dev",
+                V,
+                objs.namespace,
+                "shadowenvironments",
+                "kept",
+                {"spec": {"gitea": {"persistence": change}}},
+            )
+        assert err.value.status == 422 and "cannot change once the environment exists" in err.value.body

@@ -56,7 +56,7 @@ def operator(k8s_api: client.ApiClient, runtime: Server) -> Iterator[Any]:
 def bind_volumes(objs: Objects, env: str, tmp_path: Path) -> list[str]:
     """Static PersistentVolumes pre-bound to the environment's claims (the control plane has no provisioner)."""
     names = []
-    for claim in (f"workspace-{env}", f"data-{env}-gitea-0"):
+    for claim in (f"workspace-{env}",):  # Gitea's data is on an emptyDir
         name = f"{objs.namespace}-{claim}"[:63]
         objs.core.create_persistent_volume(
             {
@@ -227,6 +227,123 @@ def test_pushes_never_hand_the_token_to_the_workspace_and_lfs_copies_in(
             assert token not in seen and creds["password"] not in seen
             text = json.dumps(objs.get(ENVIRONMENT, "hostile", V))
             assert token not in text and creds["password"] not in text
+    finally:
+        for name in volumes:
+            with contextlib.suppress(ApiException):
+                objs.core.delete_persistent_volume(name)
+
+
+def test_a_gitea_pod_that_lost_its_emptydir_gets_the_snapshots_again(
+    objs: Objects, runtime: Server, tmp_path: Path
+) -> None:
+    """Gitea's data is on an emptyDir by default: when its Pod is replaced, the new one starts empty. The
+    operator sets the new Gitea up and pushes the copied-in snapshot again (the same commit: the workspace's
+    files did not change), and says so in an event."""
+    objs.create(TEMPLATE, template_body("workspace"))
+    volumes = bind_volumes(objs, "amnesia", tmp_path)
+    source = runtime.root / "amnesia"
+    source.mkdir(parents=True)
+    git(source, "init", "-q", "--initial-branch=main")
+    (source / "app.py").write_text("print('v1')\n")
+    git(source, "add", "app.py")
+    git(source, "commit", "-q", "-m", "v1")
+    (source / "app.py").write_text("print('v2, uncommitted')\n")
+    try:
+        spec = {
+            "sources": [{"name": "amnesia", "repo": "shadow/amnesia", "upload": {}}],
+            "workspace": {"size": "1Gi"},
+            "verify": {"enabled": False},
+        }
+        objs.create(ENVIRONMENT, {"metadata": {"name": "amnesia"}, "spec": spec}, version=V)
+        wait_for(lambda: objs.secret_exists("amnesia-gitea-admin"), timeout=30, what="Gitea admin Secret")
+        creds = secret_data(objs, "amnesia-gitea-admin")
+        login = {"admin_username": creds["username"], "admin_password": creds["password"], "port": GITEA_PORT}
+        with GiteaServer(tmp_path / "gitea-1", **login) as gitea:
+            objs.wait_condition(
+                ENVIRONMENT,
+                "amnesia",
+                "False",
+                "WaitingForUpload",
+                type_="SourcesReady",
+                timeout=120,
+                version=V,
+            )
+            annotate(objs, "amnesia", {c.ANNOTATION_UPLOAD_PREFIX + "amnesia": "sha256:a"})
+            env = objs.wait_condition(ENVIRONMENT, "amnesia", timeout=120, version=V)
+            [copied] = env["status"]["sources"]
+            first_pod = env["status"]["giteaPodUID"]
+            gitea.wait_pushed("shadow/amnesia")
+
+        # The Pod is replaced (rescheduled, evicted) and its emptyDir with it: a Gitea that knows nothing.
+        with GiteaServer(tmp_path / "gitea-2", **login) as fresh:
+            objs.core.delete_namespaced_pod("amnesia-gitea-0", objs.namespace, grace_period_seconds=0)
+            env = objs.wait(
+                ENVIRONMENT,
+                "amnesia",
+                lambda o: (
+                    (o.get("status") or {}).get("giteaPodUID") not in (None, first_pod)
+                    and (o.get("status") or {}).get("sourcesReady") == "1/1"
+                ),
+                timeout=120,
+                version=V,
+            )
+            assert env["status"]["sources"] == [copied]
+            fresh.wait_pushed("shadow/amnesia")
+            branch = fresh.api("GET", f"repos/shadow/amnesia/branches/{copied['branch']}")
+            assert branch["commit"]["id"] == copied["commit"]
+            assert raw("shadow/amnesia/raw/branch/main/app.py") == b"print('v2, uncommitted')\n"
+            lost = [
+                e
+                for e in objs.core.list_namespaced_event(objs.namespace).items
+                if e.reason == "GiteaDataLost" and e.involved_object.name == "amnesia"
+            ]
+            assert lost and "amnesia" in lost[0].message
+            assert secret_data(objs, "amnesia-gitea-admin")["token"]  # a token the new Gitea knows
+    finally:
+        for name in volumes:
+            with contextlib.suppress(ApiException):
+                objs.core.delete_persistent_volume(name)
+
+
+def test_a_git_source_is_cloned_while_gitea_is_not_up_yet(
+    objs: Objects, runtime: Server, tmp_path: Path
+) -> None:
+    """The workspace side of the copy-in does not wait for Gitea: the clone is in the workspace before any
+    Gitea answers; the push follows once one does."""
+    objs.create(TEMPLATE, template_body("workspace"))
+    volumes = bind_volumes(objs, "early", tmp_path)
+    upstream = tmp_path / "upstream"
+    upstream.mkdir()
+    git(upstream, "init", "-q", "--initial-branch=main")
+    (upstream / "lib.py").write_text("VALUE = 1\n")
+    git(upstream, "add", "lib.py")
+    git(upstream, "commit", "-q", "-m", "lib")
+    head = git(upstream, "rev-parse", "HEAD")
+    try:
+        spec = {
+            "sources": [{"name": "early", "repo": "shadow/early", "git": {"url": f"file://{upstream}"}}],
+            "workspace": {"size": "1Gi"},
+            "verify": {"enabled": False},
+        }
+        objs.create(ENVIRONMENT, {"metadata": {"name": "early"}, "spec": spec}, version=V)
+        wait_for(lambda: objs.secret_exists("early-gitea-admin"), timeout=30, what="Gitea admin Secret")
+        wait_for(
+            lambda: (runtime.root / "early" / ".git").is_dir(),
+            timeout=30,
+            what="the git source cloned into the workspace with no Gitea up",
+        )
+        env = objs.get(ENVIRONMENT, "early", V)
+        assert env is not None and not (env.get("status") or {}).get("sources")
+        gitea_ready = next(x for x in env["status"]["conditions"] if x["type"] == "GiteaReady")
+        assert gitea_ready["status"] == "False"
+
+        creds = secret_data(objs, "early-gitea-admin")
+        login = {"admin_username": creds["username"], "admin_password": creds["password"], "port": GITEA_PORT}
+        with GiteaServer(tmp_path / "gitea", **login) as gitea:
+            env = objs.wait_condition(ENVIRONMENT, "early", timeout=120, version=V)
+            assert [(s["name"], s["commit"]) for s in env["status"]["sources"]] == [("early", head)]
+            gitea.wait_pushed("shadow/early")
+            assert gitea.api("GET", "repos/shadow/early/branches/main")["commit"]["id"] == head
     finally:
         for name in volumes:
             with contextlib.suppress(ApiException):

@@ -784,13 +784,9 @@ def test_cluster_cidrs_and_answer_bound_reach_the_operator(helm: str) -> None:
     assert "SHADOW_CLUSTER_CIDRS" not in operator_env(documents(render(helm, include_crds=False)))
 
 
-def test_gitea_resources_reach_every_environments_gitea(
-    helm: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_gitea_resources_reach_every_environments_gitea(helm: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A platform team sizes the per-environment Gitea from the chart; the operator builds it with that."""
-    env = operator_env(
-        documents(render(helm, "--set=gitea.resources.requests.cpu=10m", include_crds=False))
-    )
+    env = operator_env(documents(render(helm, "--set=gitea.resources.requests.cpu=10m", include_crds=False)))
     monkeypatch.setenv("SHADOW_GITEA_RESOURCES", env["SHADOW_GITEA_RESOURCES"])
     resources = Config.from_env().gitea_resources
     assert resources == {"requests": {"cpu": "10m", "memory": "128Mi"}, "limits": {"memory": "1Gi"}}

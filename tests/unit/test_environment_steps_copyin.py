@@ -120,3 +120,69 @@ async def test_an_invalid_push_request_is_answered_with_its_reason_and_once() ->
     answered = new_pass(environment(spec=SPEC, status=to_patch(state.status), annotations=annotations))
     await step.push_request(answered, "token")
     assert answered.status.last_push == last and world.runtimes == {}
+
+
+async def test_a_source_gitea_lost_is_pushed_again_without_a_new_baseline() -> None:
+    """The Gitea step drops from status.sources a source whose snapshot a new, empty Gitea lacks: the copy-in
+    pushes it again, and the diff baseline of the first copy-in stays."""
+    world = World()
+    world.runtime(URL).answers = [snapshot_ok()]
+    step = CopyInStep(world.deps)
+    only_lib = [
+        {"name": "lib", "repo": "acme/lib", "path": "lib", "commit": COMMIT, "branch": "main", "cloneURL": ""}
+    ]
+    uploaded = {c.ANNOTATION_UPLOAD_PREFIX + "app": "done"}
+    state = new_pass(
+        environment(spec=SPEC, status={"runtimeURL": URL, "sources": only_lib}, annotations=uploaded)
+    )
+    state.set(c.COND_SOURCES_READY, True, "SourcesCopied", "")
+    await step.copy_in(state, None)
+    assert [s.name for s in state.status.sources or ()] == ["app", "lib"]
+    assert state.status.sources_ready == "2/2"
+    assert world.runtime(URL).calls == ["sh shadow-operator: snapshot"]
+
+
+async def test_while_gitea_starts_sources_are_fetched_into_the_workspace_once() -> None:
+    """The workspace side of the copy-in does not wait for Gitea: the git source is cloned (and the upload,
+    once it arrived, snapshotted) without a bundle and without a word in status; the copy-in proper later
+    pushes."""
+    world = World()
+    world.runtime(URL).answers = [snapshot_ok()]
+    step = CopyInStep(world.deps)
+    spec = {**SPEC, "gitea": {"enabled": True}}
+    state = new_pass(environment(spec=spec, status={"runtimeURL": URL}))
+    await step.prepare(state)
+    assert world.runtime(URL).calls == ["sh shadow-operator: snapshot"]  # lib; app is not uploaded yet
+    assert state.status.sources is None and not state.is_true(c.COND_SOURCES_READY)
+    await step.prepare(state)
+    assert len(world.runtime(URL).calls) == 1  # done once
+
+    uploaded = environment(
+        spec=spec, status={"runtimeURL": URL}, annotations={c.ANNOTATION_UPLOAD_PREFIX + "app": "done"}
+    )
+    await step.prepare(new_pass(uploaded))
+    assert len(world.runtime(URL).calls) == 2
+    # Nothing was bundled for Gitea: no fetch of a bundle, no delete.
+    assert all(call.startswith("sh ") for call in world.runtime(URL).calls)
+    # Forgotten with the environment: a new one of the same name prepares again.
+    step.forget(("team", "demo"))
+    await step.prepare(new_pass(uploaded))
+    assert len(world.runtime(URL).calls) == 4
+
+
+async def test_a_source_that_cannot_be_cloned_fails_before_gitea_is_up() -> None:
+    world = World()
+    world.runtime(URL).answers = [
+        (copyin.SNAPSHOT, ExecResult(exit_code=128, stdout="", stderr="fatal: no such repo", timed_out=False))
+    ]
+    state = new_pass(environment(spec={**SPEC, "gitea": {"enabled": True}}, status={"runtimeURL": URL}))
+    with pytest.raises(StepFailed) as failed:
+        await CopyInStep(world.deps).prepare(state)
+    assert failed.value.code == "SourceFetchFailed" and "fatal: no such repo" in failed.value.message
+
+
+async def test_a_fork_has_nothing_to_prepare() -> None:
+    world = World()
+    spec = {"workspace": {"from": {"environment": "origin"}}}
+    await CopyInStep(world.deps).prepare(new_pass(environment(spec=spec, status={"runtimeURL": URL})))
+    assert world.runtime(URL).calls == []

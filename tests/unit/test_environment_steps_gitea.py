@@ -129,3 +129,96 @@ async def test_bootstrap_failures_retry_then_fail_with_the_password_redacted() -
     world.gitea.fail_with = None
     assert await step.ready(new_pass(env), ready(sts), creds) is True
     step.forget((NAMESPACE, "demo"))
+
+
+async def test_gitea_gets_an_emptydir_unless_persistence_is_enabled() -> None:
+    world = World()
+    step = GiteaStep(world.deps)
+    sts, _ = await step.children(environment(spec=SPEC))
+    assert "volumeClaimTemplates" not in sts["spec"]
+    assert sts["spec"]["template"]["spec"]["volumes"][0]["emptyDir"] == {"sizeLimit": "1Gi"}
+    persistent = environment("kept", spec={**SPEC, "gitea": {"persistence": {"enabled": True}}})
+    sts, _ = await step.children(persistent)
+    assert [t["metadata"]["name"] for t in sts["spec"]["volumeClaimTemplates"]] == [res.GITEA_DATA_VOLUME]
+
+
+async def test_a_gitea_statefulset_made_with_a_claim_keeps_it() -> None:
+    """An environment from before emptyDir was the default: its StatefulSet's claim template cannot be removed
+    (the API server refuses the change), so the step keeps building it with one."""
+    world, env = World(), environment(spec=SPEC)
+    step = GiteaStep(world.deps)
+    old = res.build_gitea_statefulset(env.body, image="g", cluster_domain="c", on_volume=True)
+    old["metadata"].update(resourceVersion="1", uid="sts-uid")
+    world.cache.store(STATEFUL_SET).upsert(old)
+    sts, _ = await step.children(env)
+    assert [t["metadata"]["name"] for t in sts["spec"]["volumeClaimTemplates"]] == [res.GITEA_DATA_VOLUME]
+
+
+def running_pod(sts: dict, uid: str) -> dict:
+    pod = gitea_pod(sts, sts["metadata"]["uid"])
+    pod["metadata"].update(uid=uid, resourceVersion=uid)
+    pod["status"] = {"phase": "Running"}
+    return pod
+
+
+async def test_a_new_gitea_pod_that_lost_the_data_gets_the_sources_pushed_again() -> None:
+    copied = [
+        {
+            "name": "app",
+            "repo": "acme/app",
+            "path": "app",
+            "commit": "c" * 40,
+            "branch": "main",
+            "cloneURL": "u",
+        }
+    ]
+    world = World()
+    step = GiteaStep(world.deps)
+    env = environment(spec=SPEC, status={"sources": copied})
+    sts, creds = await step.children(env)
+    world.gitea.branches["acme/app@main"] = "c" * 40  # the copy-in pushed it
+    world.cache.store(POD).upsert(running_pod(sts, "pod-1"))
+    state = new_pass(env)
+    assert await step.ready(state, ready(sts), creds) is True
+    assert state.status.gitea_pod_uid == "pod-1" and state.status.sources
+    # The same Pod: nothing to check. The data is there: nothing lost either.
+    opened = len(world.gitea.opened)
+    assert await step.ready(state, ready(sts), creds) is True
+    assert len(world.gitea.opened) == opened
+
+    # The Pod is replaced (rescheduled) and its emptyDir with it: a Gitea that knows nothing.
+    world.gitea.tokens, world.gitea.orgs, world.gitea.repos, world.gitea.branches = [], set(), set(), {}
+    world.cache.store(POD).upsert(running_pod(sts, "pod-2"))
+    assert await step.ready(state, ready(sts), creds) is True
+    assert state.status.gitea_pod_uid == "pod-2"
+    assert creds[c.GITEA_SECRET_TOKEN] == "token-1" and world.gitea.repos == {"acme/app"}
+    # The copy-in step pushes what status.sources no longer lists.
+    assert state.status.sources == []
+    assert "GiteaDataLost" in world.recorder.reasons()
+    assert "pushed again" in state.conditions[0]["message"]
+
+
+async def test_a_new_gitea_pod_with_its_data_loses_nothing() -> None:
+    copied = [
+        {
+            "name": "app",
+            "repo": "acme/app",
+            "path": "app",
+            "commit": "c" * 40,
+            "branch": "main",
+            "cloneURL": "u",
+        }
+    ]
+    world = World()
+    step = GiteaStep(world.deps)
+    env = environment(spec={**SPEC, "gitea": {"persistence": {"enabled": True}}}, status={"sources": copied})
+    sts, creds = await step.children(env)
+    world.gitea.branches["acme/app@main"] = "c" * 40
+    world.cache.store(POD).upsert(running_pod(sts, "pod-1"))
+    state = new_pass(env)
+    assert await step.ready(state, ready(sts), creds) is True
+    world.cache.store(POD).upsert(running_pod(sts, "pod-2"))
+    assert await step.ready(state, ready(sts), creds) is True
+    assert [s.name for s in state.status.sources or ()] == ["app"]
+    assert state.status.gitea_pod_uid == "pod-2"
+    assert "GiteaDataLost" not in world.recorder.reasons()

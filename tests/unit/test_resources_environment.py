@@ -171,21 +171,57 @@ def test_git_rewrites_are_understood_by_git_itself(tmp_path: Path) -> None:
     assert other.returncode == 1
 
 
-def test_gitea_statefulset_keeps_or_drops_its_volume() -> None:
+def test_gitea_statefulset_keeps_its_data_on_an_emptydir_by_default() -> None:
     env = environment()
     sts = res.build_gitea_statefulset(env, image="gitea:1", cluster_domain="cluster.local")
     assert sts["metadata"]["name"] == "demo-gitea"
-    assert sts["spec"]["persistentVolumeClaimRetentionPolicy"]["whenDeleted"] == "Delete"
-    container = sts["spec"]["template"]["spec"]["containers"][0]
+    pod = sts["spec"]["template"]["spec"]
+    container = pod["containers"][0]
     password = next(e for e in container["env"] if e["name"] == "GITEA_ADMIN_PASSWORD")
     assert password["valueFrom"]["secretKeyRef"] == {"name": "demo-gitea-admin", "key": "password"}
-    assert sts["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
-    retained = environment(gitea={"persistence": {"retain": True, "size": "2Gi"}})
-    sts = res.build_gitea_statefulset(retained, image="gitea:1", cluster_domain="cluster.local")
-    assert sts["spec"]["persistentVolumeClaimRetentionPolicy"]["whenDeleted"] == "Retain"
-    assert sts["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] == "2Gi"
+    assert pod["automountServiceAccountToken"] is False
+    # No claim to wait for: the data directory is the Pod's own, limited to persistence.size.
+    assert "volumeClaimTemplates" not in sts["spec"]
+    assert "persistentVolumeClaimRetentionPolicy" not in sts["spec"]
+    assert pod["volumes"] == [{"name": res.GITEA_DATA_VOLUME, "emptyDir": {"sizeLimit": "1Gi"}}]
+    assert container["volumeMounts"] == [{"name": res.GITEA_DATA_VOLUME, "mountPath": res.GITEA_DATA_PATH}]
     service = res.build_gitea_service(env)
     assert service["spec"]["selector"] == sts["spec"]["selector"]["matchLabels"]
+
+
+def test_gitea_statefulset_on_a_volume_when_asked_for_kept_when_retained() -> None:
+    env = environment(
+        gitea={"persistence": {"enabled": True, "size": "2Gi"}}, workspace={"storageClassName": "fast"}
+    )
+    sts = res.build_gitea_statefulset(
+        env, image="gitea:1", cluster_domain="cluster.local", on_volume=res.gitea_on_volume(env, None)
+    )
+    assert sts["spec"]["persistentVolumeClaimRetentionPolicy"]["whenDeleted"] == "Delete"
+    [claim] = sts["spec"]["volumeClaimTemplates"]
+    assert claim["metadata"]["name"] == res.GITEA_DATA_VOLUME
+    assert claim["spec"]["resources"]["requests"]["storage"] == "2Gi"
+    assert claim["spec"]["storageClassName"] == "fast"
+    assert "volumes" not in sts["spec"]["template"]["spec"]
+    retained = environment(gitea={"persistence": {"enabled": True, "retain": True}})
+    sts = res.build_gitea_statefulset(
+        retained, image="gitea:1", cluster_domain="cluster.local", on_volume=True
+    )
+    assert sts["spec"]["persistentVolumeClaimRetentionPolicy"]["whenDeleted"] == "Retain"
+
+
+def test_gitea_keeps_the_storage_its_statefulset_was_created_with() -> None:
+    """volumeClaimTemplates cannot change: an environment whose Gitea has a claim (made before emptyDir was
+    the default) keeps it, and one on an emptyDir never gains one."""
+    plain = environment()
+    asked = environment(gitea={"persistence": {"enabled": True}})
+    with_claim = res.build_gitea_statefulset(plain, image="g", cluster_domain="c", on_volume=True)
+    without = res.build_gitea_statefulset(asked, image="g", cluster_domain="c", on_volume=False)
+    assert res.gitea_on_volume(plain, None) is False
+    assert res.gitea_on_volume(asked, None) is True
+    # retain needs a volume (admission refuses it without enabled; an object from before keeps one).
+    assert res.gitea_on_volume(environment(gitea={"persistence": {"retain": True}}), None) is True
+    assert res.gitea_on_volume(plain, with_claim) is True
+    assert res.gitea_on_volume(asked, without) is False
 
 
 def test_sources_are_planned_with_default_organization_and_public_url() -> None:

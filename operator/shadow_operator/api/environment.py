@@ -190,12 +190,44 @@ class WorkspaceSpec(ApiModel):
 
 
 class GiteaPersistence(ApiModel):
-    """Gitea's data volume."""
+    """Where Gitea keeps its data: a volume of its own, or the Pod's emptyDir (the default)."""
 
-    size: str = Field(default="1Gi", pattern=QUANTITY, description="Size of Gitea's data volume.")
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    "!self.retain || self.enabled",
+                    "retain: true keeps Gitea's volume after the environment is deleted, but Gitea has no "
+                    "volume unless enabled: true; set spec.gitea.persistence.enabled: true too, or drop retain",
+                ),
+                cel(
+                    "self.enabled == oldSelf.enabled && self.size == oldSelf.size",
+                    "spec.gitea.persistence.enabled and size cannot change once the environment exists (Gitea "
+                    "keeps the storage it started with); create a new environment for other storage",
+                    reason="FieldValueForbidden",
+                ),
+            ]
+        }
+    )
+
+    enabled: bool = Field(
+        default=False,
+        description="Give Gitea a PersistentVolumeClaim of `size` (one per environment, which waits for the "
+        "provisioner). Default: an emptyDir limited to `size`, ready at once but lost when Gitea's Pod is "
+        "replaced (rescheduled, evicted, or restarted with a new template by the operator); the operator then "
+        "sets Gitea up again and pushes each copied-in source's snapshot again from the workspace as it is at "
+        "that moment (status.sources[].commit changes if its files did; the event GiteaDataLost says so). "
+        "Branches pushed later (shadowctl promote, publish) are not restored. Immutable.",
+    )
+    size: str = Field(
+        default="1Gi",
+        pattern=QUANTITY,
+        description="Size of Gitea's volume, or the size limit of its emptyDir. Immutable.",
+    )
     retain: bool = Field(
         default=False,
-        description="Keep Gitea's volume when the environment is deleted (everything else is removed).",
+        description="Keep Gitea's volume when the environment is deleted (everything else is removed). "
+        "Needs enabled: true.",
     )
 
 
@@ -210,7 +242,8 @@ class GiteaSpec(ApiModel):
         description="Organization of sources whose repo names no organization.",
     )
     persistence: GiteaPersistence = Field(
-        default_factory=GiteaPersistence, description="Gitea's data volume."
+        default_factory=GiteaPersistence,
+        description="Gitea's storage: an emptyDir by default, a volume with enabled: true.",
     )
 
 
@@ -569,6 +602,12 @@ class ShadowEnvironmentStatus(ApiModel):
     preview_url: str | None = Field(default=None, alias="previewURL", description="Preview URL.")
     gitea_url: str | None = Field(
         default=None, alias="giteaURL", description="In-cluster base URL of the environment's Gitea."
+    )
+    gitea_pod_uid: str | None = Field(
+        default=None,
+        alias="giteaPodUID",
+        description="The Gitea Pod the organizations and repositories were last set up in. A new Pod is set up "
+        "again, and a source whose snapshot branch it lacks (its data was lost) is pushed again.",
     )
     sources: list[SourceStatus] | None = Field(
         default=None,

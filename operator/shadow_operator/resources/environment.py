@@ -128,6 +128,17 @@ def build_gitea_service(env: Body) -> Manifest:
 GITEA_RESOURCES: Manifest = {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "1Gi"}}
 
 
+def gitea_on_volume(env: Body, current: Body | None) -> bool:
+    """Whether Gitea's data goes on a volume claim: spec.gitea.persistence.enabled (or retain, which needs one),
+    unless its StatefulSet already exists. A StatefulSet's volumeClaimTemplates cannot change, so one keeps
+    the storage it was created with (an environment from before emptyDir was the default keeps its volume)."""
+    if current is not None:
+        templates = (current.get("spec") or {}).get("volumeClaimTemplates") or ()
+        return any(t["metadata"]["name"] == GITEA_DATA_VOLUME for t in templates)
+    persistence = (env["spec"].get("gitea") or {}).get("persistence") or {}
+    return bool(persistence.get("enabled") or persistence.get("retain"))
+
+
 def build_gitea_statefulset(
     env: Body,
     *,
@@ -135,22 +146,41 @@ def build_gitea_statefulset(
     cluster_domain: str,
     pull_policy: str = "IfNotPresent",
     resources: Manifest | None = None,
+    on_volume: bool = False,
 ) -> Manifest:
+    """Gitea's StatefulSet; its data on a volume claim of its own when `on_volume` (see gitea_on_volume), else
+    on an emptyDir limited to spec.gitea.persistence.size, so the Pod waits for no provisioner."""
     meta, spec = env["metadata"], env["spec"]
     name = gitea_name(meta["name"])
     gitea = spec.get("gitea") or {}
     persistence = gitea.get("persistence") or {}
+    size = persistence.get("size", "1Gi")
     secret = gitea_secret_name(meta["name"])
-    storage_class = (spec.get("workspace") or {}).get("storageClassName")
-    pvc_spec: dict[str, Any] = {
-        "accessModes": ["ReadWriteOnce"],
-        "resources": {"requests": {"storage": persistence.get("size", "1Gi")}},
-    }
-    if storage_class:
-        pvc_spec["storageClassName"] = storage_class
 
     def from_secret(key: str) -> dict[str, Any]:
         return {"secretKeyRef": {"name": secret, "key": key}}
+
+    storage: dict[str, Any]
+    volumes: list[dict[str, Any]] = []
+    if on_volume:
+        pvc_spec: dict[str, Any] = {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": size}},
+        }
+        storage_class = (spec.get("workspace") or {}).get("storageClassName")
+        if storage_class:
+            pvc_spec["storageClassName"] = storage_class
+        storage = {
+            # The data volume goes with the StatefulSet (and so with the environment) unless retained.
+            "persistentVolumeClaimRetentionPolicy": {
+                "whenDeleted": "Retain" if persistence.get("retain") else "Delete",
+                "whenScaled": "Retain",
+            },
+            "volumeClaimTemplates": [{"metadata": {"name": GITEA_DATA_VOLUME}, "spec": pvc_spec}],
+        }
+    else:
+        storage = {}
+        volumes = [{"name": GITEA_DATA_VOLUME, "emptyDir": {"sizeLimit": size}}]
 
     return {
         "apiVersion": "apps/v1",
@@ -164,11 +194,7 @@ def build_gitea_statefulset(
             "serviceName": name,
             "replicas": 1,
             "selector": {"matchLabels": gitea_selector(env)},
-            # The data volume goes with the StatefulSet (and so with the environment) unless retained.
-            "persistentVolumeClaimRetentionPolicy": {
-                "whenDeleted": "Retain" if persistence.get("retain") else "Delete",
-                "whenScaled": "Retain",
-            },
+            **storage,
             "template": {
                 "metadata": {
                     "labels": {
@@ -218,9 +244,9 @@ def build_gitea_statefulset(
                             "volumeMounts": [{"name": GITEA_DATA_VOLUME, "mountPath": GITEA_DATA_PATH}],
                         }
                     ],
+                    **({"volumes": volumes} if volumes else {}),
                 },
             },
-            "volumeClaimTemplates": [{"metadata": {"name": GITEA_DATA_VOLUME}, "spec": pvc_spec}],
         },
     }
 

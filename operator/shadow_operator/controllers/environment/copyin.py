@@ -1,6 +1,10 @@
 """The copy-in step: each source is cloned (or waits for its upload), snapshotted with its uncommitted work and
 pushed to Gitea (pushes.py); then the runtime captures the baseline that diffs are taken against. Once the
-environment is Ready, the client's push requests (shadow.dev/push-request) are answered here too."""
+environment is Ready, the client's push requests (shadow.dev/push-request) are answered here too.
+
+The workspace side does not wait for Gitea: while Gitea starts, `prepare` clones the git sources and snapshots
+the uploads that arrived; the copy-in proper, once Gitea is set up, finds them in place (a snapshot of the same
+tree is the same commit) and only bundles and pushes."""
 
 from __future__ import annotations
 
@@ -10,9 +14,11 @@ from shadow_operator.api import constants as c
 from shadow_operator.api.environment import PushStatus, SourceStatus
 from shadow_operator.clients import gitpush
 from shadow_operator.clients.gitea import Gitea, GiteaError
-from shadow_operator.clients.runtime import RuntimeUnavailable
+from shadow_operator.clients.runtime import Runtime, RuntimeUnavailable
+from shadow_operator.common.sources import SourcePlan
 from shadow_operator.controllers.environment import pushes
 from shadow_operator.controllers.environment.state import RETRY_SECONDS, Deps, Pass, StepFailed, plans
+from shadow_operator.engine.cache import Key
 from shadow_operator.resources import copyin
 from shadow_operator.resources import environment as res
 
@@ -20,8 +26,14 @@ BASELINE_EXCLUDE = [".git/", ".sandbox-runtime/", "__pycache__/"]
 
 
 class CopyInStep:
+    """Keeps, per environment, the sources already prepared in the workspace while Gitea started."""
+
     def __init__(self, deps: Deps) -> None:
         self.deps = deps
+        self._prepared: dict[Key, set[str]] = {}
+
+    def forget(self, key: Key) -> None:
+        self._prepared.pop(key, None)
 
     def note_uploads(self, state: Pass) -> None:
         """Record when the client's uploads had all arrived (their annotations wake the pass at once)."""
@@ -31,6 +43,49 @@ class CopyInStep:
         forked = env.spec.workspace.from_ is not None  # a fork's sources came with its clone
         if uploads and not forked and all(c.ANNOTATION_UPLOAD_PREFIX + n in annotations for n in uploads):
             state.mark("uploaded")
+
+    async def prepare(self, state: Pass) -> None:
+        """The workspace side of the copy-in, while Gitea is not ready: clone each git source and snapshot
+        each upload that arrived, once. Nothing goes to status; a source that cannot be fetched fails now."""
+        env = state.env
+        if env.spec.workspace.from_ is not None:
+            return  # a fork's sources came with its clone
+        key = (env.namespace, env.name)
+        prepared = self._prepared.setdefault(key, set())
+        done = {s.name for s in state.status.sources or ()}
+        annotations = env.metadata.annotations
+        todo = [
+            p
+            for p in plans(state)
+            if p.name not in done
+            and p.name not in prepared
+            and not (p.upload and (c.ANNOTATION_UPLOAD_PREFIX + p.name) not in annotations)
+        ]
+        if not todo:
+            return
+        async with self.deps.runtime_for(env.namespace, env.name, state.status.runtime_url) as runtime:
+            for plan in todo:
+                await self._snapshot(runtime, plan, None, None)
+                prepared.add(plan.name)
+
+    async def _snapshot(
+        self, runtime: Runtime, plan: SourcePlan, target: pushes.Target | None, token: str | None
+    ) -> tuple[str, str]:
+        """Snapshot the source in the workspace and push it to `target` (None: nowhere); (commit, branch)."""
+        try:
+            return await pushes.snapshot_and_push(runtime, plan, target, self.deps.push_settings)
+        except RuntimeUnavailable as exc:
+            raise StepFailed(None, "RuntimeUnreachable", str(exc)) from None
+        except (pushes.SnapshotFailed, gitpush.PushFailed) as exc:
+            what = f"cloning {plan.git_url}" if plan.git_url else "snapshotting the upload"
+            if isinstance(exc, gitpush.PushFailed):
+                what = f"pushing the snapshot to Gitea {plan.full_repo}"
+            raise StepFailed(
+                "SourceFetchFailed",
+                "SourceFetchFailed",
+                f"source {plan.name!r}: {what} failed: {copyin.redact(str(exc), [token or ''])}",
+                retry=RETRY_SECONDS,
+            ) from None
 
     async def copy_in(self, state: Pass, token: str | None) -> None:
         env, deps = state.env, self.deps
@@ -61,20 +116,7 @@ class CopyInStep:
                 target = None
                 if push_url and token:
                     target = pushes.Target(f"{deps.gitea_api_url(env)}/{plan.full_repo}.git", push_url, token)
-                try:
-                    commit, branch = await pushes.snapshot_and_push(runtime, plan, target, deps.push_settings)
-                except RuntimeUnavailable as exc:
-                    raise StepFailed(None, "RuntimeUnreachable", str(exc)) from None
-                except (pushes.SnapshotFailed, gitpush.PushFailed) as exc:
-                    what = f"cloning {plan.git_url}" if plan.git_url else "snapshotting the upload"
-                    if isinstance(exc, gitpush.PushFailed):
-                        what = f"pushing the snapshot to Gitea {plan.full_repo}"
-                    raise StepFailed(
-                        "SourceFetchFailed",
-                        "SourceFetchFailed",
-                        f"source {plan.name!r}: {what} failed: {copyin.redact(str(exc), [token or ''])}",
-                        retry=RETRY_SECONDS,
-                    ) from None
+                commit, branch = await self._snapshot(runtime, plan, target, token)
                 if gitea is not None:
                     try:
                         await gitea.set_default_branch(plan.org, plan.repo, branch)

@@ -1,6 +1,10 @@
 """The Gitea step: its Secret (credentials generated once), Service, NetworkPolicies and StatefulSet, then the
 bootstrap once its Pod is Ready: the operator's API token, one organization per owner, one repository per
-source."""
+source.
+
+Gitea's data is on an emptyDir unless spec.gitea.persistence.enabled, so a new Gitea Pod may start empty: the
+bootstrap runs again for every new Pod (status.giteaPodUID), and a copied-in source whose snapshot branch
+Gitea no longer has is dropped from status.sources, for the copy-in step to push it again."""
 
 from __future__ import annotations
 
@@ -38,6 +42,7 @@ class GiteaStep:
         """Apply Gitea's objects; returns its StatefulSet and the admin credentials."""
         creds = await self._ensure_secret(env)
         body, deps = env.body, self.deps
+        current = deps.cache.store(STATEFUL_SET).get(env.namespace, res.gitea_name(env.name))
         await deps.apply(SERVICE, res.build_gitea_service(body), env)
         for policy in gitea_policy.build_gitea_network_policies(body, deps.config.operator_namespace):
             await deps.apply(NETWORK_POLICY, policy, env)
@@ -49,6 +54,7 @@ class GiteaStep:
                 cluster_domain=deps.config.cluster_domain,
                 pull_policy=deps.config.gitea_image_pull_policy,
                 resources=dict(deps.config.gitea_resources),
+                on_volume=res.gitea_on_volume(body, current),
             ),
             env,
         )
@@ -67,25 +73,29 @@ class GiteaStep:
         """Whether Gitea is up and bootstrapped for this generation; bootstraps it when it just came up."""
         env = state.env
         key = (env.namespace, env.name)
+        pod = self.deps.cache.store(POD).get(env.namespace, f"{sts['metadata']['name']}-0")
+        if pod is not None and controller_uid(pod) != sts["metadata"].get("uid"):
+            pod = None  # not the StatefulSet's: nothing to learn from it
         if (sts.get("status") or {}).get("readyReplicas", 0) < 1:
-            pod = self.deps.cache.store(POD).get(env.namespace, f"{sts['metadata']['name']}-0")
-            if pod is not None and controller_uid(pod) != sts["metadata"].get("uid"):
-                pod = None  # not the StatefulSet's: nothing to learn from it
             failure = res.pod_failure(pod, "Gitea Pod", datetime.now(UTC))
             if failure:
                 raise StepFailed(failure[0], failure[0], failure[1])
             state.set(c.COND_GITEA_READY, False, "GiteaStarting", "waiting for the Gitea Pod")
             return False
+        # The Pod whose data the bootstrap saw (None while the cache has not seen it: nothing to compare).
+        pod_uid = (pod or {}).get("metadata", {}).get("uid")
         done = conds.find(state.conditions, c.COND_GITEA_READY)
         if (
             done
             and done.get("status") == "True"
             and done.get("observedGeneration") == env.metadata.generation
             and creds.get(c.GITEA_SECRET_TOKEN)
+            and (pod_uid is None or pod_uid == state.status.gitea_pod_uid)
         ):
             return True
+        copied = {s.name: s.branch for s in state.status.sources or ()}
         try:
-            created = await self._bootstrap(env, creds, plans(state))
+            created, lost = await self._bootstrap(env, creds, plans(state), copied)
         except GiteaError as exc:
             failures = self._failures.get(key, 0) + 1
             self._failures[key] = failures
@@ -99,7 +109,20 @@ class GiteaStep:
                 ) from None
             raise StepFailed(None, "GiteaBootstrapRetrying", f"setting up Gitea: {message}") from None
         self._failures.pop(key, None)
-        state.set(c.COND_GITEA_READY, True, "GiteaReady", "Gitea is up; organizations and repositories exist")
+        if pod_uid is not None:
+            state.status.gitea_pod_uid = pod_uid
+        message = "Gitea is up; organizations and repositories exist"
+        if lost:
+            # Pushed again by the copy-in step, from the workspace as it is now.
+            state.status.sources = [s for s in state.status.sources or () if s.name not in lost]
+            what = (
+                f"Gitea lost its data (its Pod was replaced and its storage is an emptyDir, "
+                f"spec.gitea.persistence.enabled: false): the snapshots of {', '.join(lost)} are pushed again "
+                "from the workspace as it is now; branches pushed by promote or publish are gone"
+            )
+            self.deps.recorder.warn(env.body, reason="GiteaDataLost", message=what)
+            message = f"{message}; {what}"
+        state.set(c.COND_GITEA_READY, True, "GiteaReady", message)
         state.mark("gitea_ready")
         if created:
             self.deps.recorder.info(
@@ -108,9 +131,14 @@ class GiteaStep:
         return True
 
     async def _bootstrap(
-        self, env: ShadowEnvironment, creds: dict[str, str], plans: list[SourcePlan]
-    ) -> list[str]:
-        """Token, organizations, repositories: each created only when missing. Returns what was created."""
+        self,
+        env: ShadowEnvironment,
+        creds: dict[str, str],
+        plans: list[SourcePlan],
+        copied: dict[str, str],
+    ) -> tuple[list[str], list[str]]:
+        """Token, organizations, repositories: each created only when missing. Returns what was created, and
+        the copied-in sources (`copied`: name -> snapshot branch) whose branch Gitea does not have."""
         open_gitea = self.deps.open_gitea
         url = self.deps.gitea_api_url(env)
         username = creds[c.GITEA_SECRET_USERNAME]
@@ -132,6 +160,7 @@ class GiteaStep:
             )
             creds[c.GITEA_SECRET_TOKEN] = token
         created: list[str] = []
+        lost: list[str] = []
         orgs = {p.org for p in plans} | {r.to for r in env.spec.git_rewrites or ()}
         async with open_gitea(url, username=username, token=token) as gitea:
             for org in sorted(orgs):
@@ -141,4 +170,7 @@ class GiteaStep:
                 _, new = await gitea.ensure_repo(plan.org, plan.repo)
                 if new:
                     created.append(plan.full_repo)
-        return created
+                branch = copied.get(plan.name)
+                if branch is not None and await gitea.branch_commit(plan.org, plan.repo, branch) is None:
+                    lost.append(plan.name)
+        return created, lost

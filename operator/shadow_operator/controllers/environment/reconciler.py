@@ -11,6 +11,8 @@ restart of the operator (or a second replica taking over) resumes where the last
 3. a Pod that will not start surfaces as `ImagePullFailed`, `Unschedulable` or `StorageUnavailable`;
 4. Gitea bootstrap: the operator's API token, one organization per owner, one repository per source;
 4b. a fork by copy: the source workspace's tree and its diff baseline are streamed into the new one;
+4c. while Gitea is not ready yet, the workspace side of the copy-in runs: git sources are cloned and arrived
+   uploads snapshotted (copyin.py `prepare`), so that only the push waits for Gitea;
 5. copy-in (copyin.py): each source is cloned (or waits for its upload), snapshotted with its uncommitted
    work and pushed to Gitea; then the runtime captures the baseline that diffs are taken against;
 6. verification (verify.py): seed 001's rubric, scored into `status.verdict`; then idleness (idle.py).
@@ -134,6 +136,7 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
 
     async def deleted(self, key: Key) -> None:
         self.gitea.forget(key)
+        self.copy_in.forget(key)
 
     # ------------------------------------------------------------------------------------------ the pass
     async def reconcile(self, env: ShadowEnvironment) -> float | None:
@@ -202,13 +205,24 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
         workspace_ready = await self._workspace(state, sb_status)
 
         gitea_ready = not gitea_on
+        gitea_pending: StepFailed | None = None
         if gitea_on:
             assert sts is not None
-            gitea_ready = await self.gitea.ready(state, sts, creds)
+            try:
+                gitea_ready = await self.gitea.ready(state, sts, creds)
+            except StepFailed as pending:
+                if pending.code is not None:
+                    raise
+                gitea_pending = pending  # being set up: the workspace side need not wait for it
         else:
             state.remove(c.COND_GITEA_READY)
         if workspace_ready and restore is not None:
             await self.clone.finish(state)
+        if workspace_ready and not gitea_ready:
+            # Clones and snapshots in the workspace while Gitea starts; only the push waits for it.
+            await self.copy_in.prepare(state)
+        if gitea_pending is not None:
+            raise gitea_pending
         if not (workspace_ready and gitea_ready):
             return POLL_SECONDS
 
