@@ -79,6 +79,20 @@ def test_health_follows_conditions_and_failure_codes() -> None:
     assert health(stale)[0] == "Progressing"
 
 
+def test_idle_suspended_environment_is_suspended_not_progressing() -> None:
+    message = "suspended after 60s without activity; its volume is kept"
+    suspended = env(
+        conditions=[cond("Ready", "False", "Suspended", message), cond("Verified", "True")],
+        idle={"suspendedAt": "2026-11-24T08:00:00Z"},
+    )
+    assert health(suspended) == ("Suspended", f"Suspended: {message}")
+    resumed = env(
+        conditions=[cond("Ready", "False", "Progressing", "waiting for WorkspaceReady")],
+        idle={"resumeRequest": "1"},
+    )
+    assert health(resumed)[0] == "Progressing"
+
+
 def test_sandbox_health() -> None:
     script = ARGOCD / "sandbox-health.lua"
     assert health({"metadata": {"generation": 1}}, script)[0] == "Progressing"

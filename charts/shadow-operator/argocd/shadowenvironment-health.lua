@@ -36,6 +36,10 @@ if ready ~= nil and ready.status == "True" then
   return hs
 end
 if ready ~= nil then
+  -- Suspended for idleness (spec.idleTimeoutSeconds): nothing to wait for until someone resumes it.
+  if ready.reason == "Suspended" then
+    hs.status = "Suspended"
+  end
   hs.message = ready.reason .. ": " .. (ready.message or "")
 end
 return hs
