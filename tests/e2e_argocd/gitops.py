@@ -119,8 +119,11 @@ CHART_VALUES: dict[str, Any] = {
 
 def platform_apps(tenant: bool) -> dict[str, str]:
     """apps/: the tenant namespace (wave -1), the chart's Application and, with `tenant`, team-a's."""
-    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": TEAM_NS}}
-    namespace["metadata"]["annotations"] = {"argocd.argoproj.io/sync-wave": "-1"}
+    namespace = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": TEAM_NS, "annotations": {"argocd.argoproj.io/sync-wave": "-1"}},
+    }
     apps = {
         "apps/namespaces.yaml": dump(namespace),
         "apps/shadow-operator.yaml": dump(
