@@ -176,6 +176,17 @@ up() {
   # Server-side: the Application CRD is too large for the last-applied annotation of a client-side apply.
   k kustomize "${BUILD}" >"${BUILD}/rendered.yaml"
   k apply --server-side --force-conflicts -f "${BUILD}/rendered.yaml" >/dev/null
+  # The project the Applications name; ArgoCD's API server creates it, and the core install has none.
+  k wait --for condition=established --timeout 60s crd/appprojects.argoproj.io >/dev/null
+  k apply -f - >/dev/null <<EOF
+apiVersion: argoproj.io/v1alpha1
+kind: AppProject
+metadata: {name: default, namespace: ${ARGOCD_NS}}
+spec:
+  sourceRepos: ['*']
+  destinations: [{namespace: '*', server: '*'}]
+  clusterResourceWhitelist: [{group: '*', kind: '*'}]
+EOF
   git_server
   k -n "${ARGOCD_NS}" rollout status statefulset/argocd-application-controller --timeout 180s >/dev/null
   k -n "${ARGOCD_NS}" rollout status deploy/argocd-repo-server --timeout 180s >/dev/null
