@@ -203,8 +203,14 @@ run_tests() {
 down() {
   export KUBECONFIG="${KUBECONFIG_PATH}"
   if k get crd applications.argoproj.io >/dev/null 2>&1; then
-    # Tenants' Applications before the platform's: the operator finalizes environments while it still runs.
+    # The root's automated sync would bring back what is deleted under it: switched off first. Then the
+    # tenants' Applications before the platform's: the operator finalizes environments while it still runs.
+    # A sync still retrying holds up the deletion of its Application: stopped too.
     local app
+    for app in gitops team-a shadow-operator; do
+      k -n "${ARGOCD_NS}" patch application "$app" --type merge -p '{"spec": {"syncPolicy": null}, "operation": null}' \
+        >/dev/null 2>&1 || true
+    done
     for app in team-a shadow-operator gitops; do
       k -n "${ARGOCD_NS}" delete application "$app" --ignore-not-found --wait=true --timeout 5m >/dev/null
     done

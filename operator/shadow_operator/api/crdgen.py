@@ -78,10 +78,14 @@ def structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         or closed
     ):
         out.setdefault("type", "object")
-    if out.get("type") == "object" and not closed and not (
-        "properties" in out
-        or "additionalProperties" in out
-        or out.get("x-kubernetes-preserve-unknown-fields")
+    if (
+        out.get("type") == "object"
+        and not closed
+        and not (
+            "properties" in out
+            or "additionalProperties" in out
+            or out.get("x-kubernetes-preserve-unknown-fields")
+        )
     ):
         out["x-kubernetes-preserve-unknown-fields"] = True
     return out
