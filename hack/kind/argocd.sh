@@ -177,7 +177,12 @@ up() {
   k kustomize "${BUILD}" >"${BUILD}/rendered.yaml"
   k apply --server-side --force-conflicts -f "${BUILD}/rendered.yaml" >/dev/null
   # The project the Applications name; ArgoCD's API server creates it, and the core install has none.
-  k wait --for condition=established --timeout 60s crd/appprojects.argoproj.io >/dev/null
+  local i
+  for ((i = 0; i < 60; i++)); do
+    [[ $(k get crd appprojects.argoproj.io -o jsonpath='{.status.conditions[?(@.type=="Established")].status}') == True ]] \
+      && break
+    sleep 1
+  done
   k apply -f - >/dev/null <<EOF
 apiVersion: argoproj.io/v1alpha1
 kind: AppProject
