@@ -66,8 +66,8 @@ for r in json.load(sys.stdin):
 }
 
 # ArgoCD's core install through kustomize: the local images, low CPU requests (one 2-CPU node carries the
-# control plane, the operator and the environments), no ApplicationSet controller, and the chart's health
-# checks in argocd-cm under the keys charts/shadow-operator/README.md gives.
+# control plane, the operator and the environments), no ApplicationSet controller, the chart's health
+# checks in argocd-cm under the keys charts/shadow-operator/README.md gives, health kept in the status.
 kustomization() {
   local argocd redis
   argocd=$(sed -n 's/^SHADOW_ARGOCD_IMAGE=//p' "${SHADOW_CACHE}/images/argocd.env")
@@ -99,6 +99,12 @@ configMapGenerator:
       - resource.customizations.health.shadow.dev_ShadowEnvironment=health/shadowenvironment-health.lua
       - resource.customizations.health.agents.x-k8s.io_Sandbox=health/sandbox-health.lua
       - resource.customizations.health.extensions.agents.x-k8s.io_SandboxClaim=health/sandboxclaim-health.lua
+  # Each object's health in the Application's status.resources (ArgoCD 2's behaviour; 3 keeps it only in
+  # the resource tree the API server serves, and a core install has no API server): what the tests read.
+  - name: argocd-cmd-params-cm
+    behavior: merge
+    literals:
+      - controller.resource.health.persist=true
 patches:
   - target: {kind: Deployment, name: argocd-applicationset-controller}
     patch: '[{"op": "replace", "path": "/spec/replicas", "value": 0}]'
