@@ -10,7 +10,7 @@ export SHADOW_CACHE := $(CACHE)
 export PATH := $(TOOLS_BIN):$(PATH)
 PYTEST_ARGS ?=
 
-.PHONY: help dev tools snapshot-tools snapshot-test test unit integration lint fmt crds cluster-up cluster-down images kind-up kind-down e2e upgrade-check demo release clean
+.PHONY: help dev tools snapshot-tools snapshot-test test unit integration lint fmt crds cluster-up cluster-down images kind-up kind-down e2e e2e-argocd upgrade-check demo release clean
 
 help: ## list targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -71,6 +71,9 @@ kind-down: ## delete the kind cluster
 
 e2e: dev ## dockerd, images, kind cluster, helm install, then the e2e tests on real pods
 	hack/e2e.sh
+
+e2e-argocd: dev ## a real ArgoCD (built offline) installs the chart and a team's environments from git on the kind cluster, then its tests; not part of make e2e
+	hack/kind/argocd.sh
 
 upgrade-check: dev ## upgrade an earlier version on the kind cluster to this checkout, nothing lost (FROM=git ref, default the newest v* tag)
 	hack/upgrade-check.sh $(if $(FROM),--from $(FROM)) --replace

@@ -6,9 +6,11 @@
 #                                       # csi-sanity, snapshot-crds (both small)
 #   hack/build-tools.sh kind helm node  # named groups (control-plane, etcd, kwok, kind, helm, node,
 #                                       # coredns, local-path-provisioner, gitea, snapshots, csi-sanity,
-#                                       # snapshot-crds)
+#                                       # snapshot-crds, argocd)
 #   hack/build-tools.sh snapshots       # snapshot-controller, csi-snapshotter, csi-provisioner, csi-sanity
 #                                       # and the snapshot CRDs (share/snapshot-crds-VERSION)
+#   hack/build-tools.sh argocd          # argocd (every ArgoCD component, by argv[0]) and its CRDs and
+#                                       # install manifests (share/argocd-VERSION); only on request
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -189,24 +191,30 @@ build_gitea() {
 # module_dir MODULE@VERSION: the module's directory in the Go module cache, downloading it when missing.
 module_dir() { (cd "${SRC_DIR}" && go mod download -json "$1" | sed -n 's/.*"Dir": "\(.*\)",/\1/p'); }
 
-# build_main_module NAME VERSION MODULE CMD...: modules whose go.mod has replace directives cannot be
-# built with `go install`; the downloaded module is copied and built as the main module, with its own
-# go.mod and go.sum (so every dependency is checked against upstream's sums). `prepare_NAME DIR`, when
-# defined, completes the copy first. CMD names packages under cmd/; each binary is stamped with VERSION.
+# copy_main_module NAME VERSION MODULE: modules whose go.mod has replace directives cannot be built with
+# `go install`; the downloaded module is copied to SRC_DIR/NAME-VERSION and built there as the main module,
+# with its own go.mod and go.sum (so every dependency is checked against upstream's sums).
+# `prepare_NAME DIR`, when defined, completes the copy first.
+copy_main_module() {
+  local name=$1 v=$2 module=$3 mod dir="${SRC_DIR}/$1-$2"
+  [[ -f "$dir/.prepared" ]] && return
+  mod=$(module_dir "$module@$v")
+  [[ -f "$mod/go.mod" ]] || die "$module@$v not found in the Go module cache"
+  rm -rf "$dir" && cp -r "$mod" "$dir" && chmod -R u+w "$dir"
+  if declare -F "prepare_${name//-/_}" >/dev/null; then "prepare_${name//-/_}" "$dir"; fi
+  touch "$dir/.prepared"
+}
+
+# build_main_module NAME VERSION MODULE CMD...: build the copied module's packages under cmd/; each
+# binary is stamped with VERSION.
 build_main_module() {
-  local name=$1 v=$2 module=$3 missing=() c mod dir out
+  local name=$1 v=$2 module=$3 missing=() c dir out
   shift 3
   for c in "$@"; do have "$c" "$v" || missing+=("$c"); done
   if ((${#missing[@]} == 0)); then info "$* $v: cached"; for c in "$@"; do link "$c" "$v"; done; return; fi
   step "building ${missing[*]} $v from $module"
+  copy_main_module "$name" "$v" "$module"
   dir="${SRC_DIR}/$name-$v"
-  if [[ ! -f "$dir/.prepared" ]]; then
-    mod=$(module_dir "$module@$v")
-    [[ -f "$mod/go.mod" ]] || die "$module@$v not found in the Go module cache"
-    rm -rf "$dir" && cp -r "$mod" "$dir" && chmod -R u+w "$dir"
-    if declare -F "prepare_${name//-/_}" >/dev/null; then "prepare_${name//-/_}" "$dir"; fi
-    touch "$dir/.prepared"
-  fi
   out=$(mktemp -d)
   for c in "${missing[@]}"; do
     (cd "$dir" && go build "${GO_BUILD_FLAGS[@]}" -ldflags="-s -w -X main.version=$v" -o "$out/$c" "./cmd/$c")
@@ -255,6 +263,66 @@ build_snapshots() {
 # csi-sanity, the CSI conformance suite, runs against images/csi-hostpath in the integration tests.
 build_csi_sanity() { install_module csi-sanity "${CSI_TEST_VERSION}" github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity; }
 
+# ArgoCD (issue 22; not in the default set): one binary, built from cmd/main.go, runs as argocd-server,
+# argocd-repo-server, argocd-application-controller, ... by the name it is invoked as (argv[0], or
+# $ARGOCD_BINARY_NAME); an image links those names to it. Its go.mod asks for Go >= 1.27, so this build alone
+# runs the toolchain pinned as ARGOCD_GO_TOOLCHAIN, which the go command fetches from the module proxy.
+# It replaces gitops-engine with ./gitops-engine, a nested module its zip leaves out; the same release is
+# served as github.com/argoproj/argo-cd/gitops-engine/v3 and copied in (3.5 and 3.4 name it without /v3,
+# and the proxy serves that at no version: why 3.6 and a newer Go rather than a 3.5 the machine's Go builds).
+# The web UI (ui/dist/app, built with pnpm) is not built: the zip keeps the placeholder files its go:embed
+# needs, and the server answers its API without it (only the HTML pages are missing).
+argocd_share_dir() { echo "${SHADOW_CACHE}/share/argocd-${ARGOCD_VERSION}"; }
+
+prepare_argocd() {
+  local engine
+  grep -q '^replace github.com/argoproj/argo-cd/gitops-engine/v3 => ./gitops-engine$' "$1/go.mod" ||
+    die "argo-cd ${ARGOCD_VERSION} no longer replaces gitops-engine/v3 with ./gitops-engine"
+  engine=$(module_dir "github.com/argoproj/argo-cd/gitops-engine/v3@${ARGOCD_VERSION}")
+  [[ -f "$engine/go.mod" ]] || die "gitops-engine ${ARGOCD_VERSION} not downloaded"
+  rm -rf "$1/gitops-engine" && cp -r "$engine" "$1/gitops-engine" && chmod -R u+w "$1/gitops-engine"
+  rm -rf "$1/docs" # 190 of its 250 MB (mostly vulnerability reports); nothing in the build reads it
+}
+
+# For the e2e, in share/argocd-VERSION: crds/ holds the Application, ApplicationSet and AppProject CRDs
+# (for `kubectl apply -f`); manifests/ holds install.yaml, core-install.yaml (no API server, UI or Dex) and
+# the kustomize tree they are built from, so a kustomization can swap upstream's images (quay.io/argoproj/
+# argocd, redis) for the locally built ones; bin/ holds the two scripts the repo server runs from PATH for
+# every revision it renders, GPG enabled or not (upstream's image puts them in /usr/local/bin).
+ARGOCD_MANIFESTS=(install.yaml core-install.yaml base crds cluster-rbac cluster-install core-install namespace-install)
+ARGOCD_SCRIPTS=(git-verify-wrapper.sh gpg-wrapper.sh)
+
+install_argocd_manifests() {
+  local src=$1 share m
+  share=$(argocd_share_dir)
+  rm -rf "$share.tmp" && mkdir -p "$share.tmp/crds" "$share.tmp/manifests" "$share.tmp/bin"
+  cp "$src"/manifests/crds/*-crd.yaml "$share.tmp/crds/"
+  for m in "${ARGOCD_MANIFESTS[@]}"; do cp -r "$src/manifests/$m" "$share.tmp/manifests/"; done
+  for m in "${ARGOCD_SCRIPTS[@]}"; do install -m 0755 "$src/hack/$m" "$share.tmp/bin/"; done
+  touch "$share.tmp/.complete"
+  rm -rf "$share" && mv "$share.tmp" "$share"
+}
+
+build_argocd() {
+  local v=${ARGOCD_VERSION} dir share tmp kubectl_v pkg=github.com/argoproj/argo-cd/v3/common
+  local -x GOTOOLCHAIN=${ARGOCD_GO_TOOLCHAIN}
+  share=$(argocd_share_dir)
+  if have argocd "$v" && [[ -f "$share/.complete" ]]; then info "argocd $v: cached"; link argocd "$v"; return; fi
+  step "building argocd $v from github.com/argoproj/argo-cd/v3 with ${GOTOOLCHAIN} (cold: ~5 minutes on 2 cores, 1.4 GB of modules)"
+  copy_main_module argocd "$v" github.com/argoproj/argo-cd/v3
+  dir="${SRC_DIR}/argocd-$v"
+  if ! have argocd "$v"; then
+    # Stamped as upstream's Makefile does (the module zip has no commit, so it reports v3.x.y+unknown).
+    kubectl_v=$(cd "$dir" && go list -m -f '{{with .Replace}}{{.Version}}{{else}}{{.Version}}{{end}}' k8s.io/client-go)
+    tmp="${TOOLS_BIN}/.argocd-$v.tmp"
+    (cd "$dir" && go build "${GO_BUILD_FLAGS[@]}" -o "$tmp" \
+      -ldflags="-s -w -X $pkg.version=${v#v} -X $pkg.kubectlVersion=${kubectl_v}" ./cmd)
+    mv "$tmp" "${TOOLS_BIN}/argocd-$v"
+  fi
+  install_argocd_manifests "$dir"
+  link argocd "$v"
+}
+
 build_group() {
   case $1 in
     control-plane) build_etcd; build_k8s kube-apiserver kube-controller-manager kube-scheduler
@@ -271,7 +339,8 @@ build_group() {
     snapshots) build_snapshots ;;
     csi-sanity) build_csi_sanity ;;
     snapshot-crds) install_snapshot_crds ;;
-    *) die "unknown tool group '$1' (control-plane, etcd, kwok, kind, helm, node, coredns, local-path-provisioner, gitea, snapshots, csi-sanity, snapshot-crds)" ;;
+    argocd) build_argocd ;;
+    *) die "unknown tool group '$1' (control-plane, etcd, kwok, kind, helm, node, coredns, local-path-provisioner, gitea, snapshots, csi-sanity, snapshot-crds, argocd)" ;;
   esac
 }
 

@@ -13,6 +13,8 @@
 #   hack/images.sh push            # push apps and system images to the local registry
 #   hack/images.sh snapshots       # snapshot-controller, csi-provisioner, csi-snapshotter, csi-hostpath:
 #                                  # build and push (for hack/kind/snapshots.sh; not part of the default)
+#   hack/images.sh argocd          # argocd and argocd-redis: build and push (for hack/kind/argocd.sh; not
+#                                  # part of the default)
 #   hack/images.sh env             # print the resolved image references as shell assignments
 #   hack/images.sh app-refs        # NAME=REF of the app images for the current sources (built or not;
 #                                  # hack/release.sh tags them)
@@ -257,6 +259,43 @@ push_snapshot_images() {
   done < <(snapshot_refs) >"${STATE_DIR}/snapshots.env"
 }
 
+# -------------------------------------------------------------------------------------------- argocd
+# ArgoCD for hack/kind/argocd.sh (make e2e-argocd): the binary from `hack/build-tools.sh argocd`, its two
+# wrapper scripts and helm in images/argocd; Debian's redis-server in images/argocd-redis. Tags are content
+# hashes, as for the app images.
+argocd_ref() {
+  echo "${PREFIX}/argocd:${ARGOCD_VERSION}-$(hash_inputs images/argocd "${ARGOCD_VERSION}" "${HELM_VERSION}" \
+    "$(image_id "${BASE_IMAGE}")")"
+}
+argocd_redis_ref() { echo "${PREFIX}/argocd-redis:$(hash_inputs images/argocd-redis "$(image_id "${BASE_IMAGE}")")"; }
+
+build_argocd_images() {
+  local ref ctx share
+  ref=$(argocd_ref)
+  if image_exists "$ref"; then info "$ref: cached"; else
+    ctx=$(stage argocd)
+    cp "$(tool argocd "${ARGOCD_VERSION}" argocd)" "$ctx/argocd"
+    share="${SHADOW_CACHE}/share/argocd-${ARGOCD_VERSION}"
+    [[ -f "$share/.complete" ]] || die "argocd ${ARGOCD_VERSION}: $share was not installed (hack/build-tools.sh argocd)"
+    cp "$share"/bin/*.sh "$ctx/"
+    cp "$(tool helm "${HELM_VERSION}" helm)" "$ctx/helm"
+    docker_build "$ref" "$ctx"
+  fi
+  ref=$(argocd_redis_ref)
+  image_exists "$ref" || docker_build "$ref" "$(stage argocd-redis)"
+}
+
+# push_argocd_images: push them and record the references kind nodes pull in argocd.env (hack/kind/argocd.sh).
+push_argocd_images() {
+  "${HACK_DIR}/docker.sh" registry
+  local registry
+  registry=$("${HACK_DIR}/docker.sh" registry-host)
+  push_one "$(argocd_ref)"
+  push_one "$(argocd_redis_ref)"
+  printf 'SHADOW_ARGOCD_IMAGE=%s/%s\nSHADOW_ARGOCD_REDIS_IMAGE=%s/%s\n' \
+    "$registry" "$(argocd_ref)" "$registry" "$(argocd_redis_ref)" >"${STATE_DIR}/argocd.env"
+}
+
 # ---------------------------------------------------------------------------------------------- push
 # registry_path REF: where REF lives in the local registry. Mirrored registries keep their path
 # (registry.k8s.io/pause:3.10.1 -> pause:3.10.1, docker.io/kindest/x -> kindest/x), which is what a
@@ -433,6 +472,8 @@ prune_all() {
   [[ -f "${STATE_DIR}/node-image" ]] && prune_old "${PREFIX}/kind-node" "$(<"${STATE_DIR}/node-image")"
   local line
   while read -r line; do prune_old "${PREFIX}/${line%%=*}" "${line#*=}"; done < <(snapshot_refs)
+  prune_old "${PREFIX}/argocd" "$(argocd_ref)"
+  prune_old "${PREFIX}/argocd-redis" "$(argocd_redis_ref)"
   return 0
 }
 
@@ -441,6 +482,7 @@ print_env() {
   cat "${STATE_DIR}/pushed.env"
   echo "SHADOW_NODE_IMAGE=$(cat "${STATE_DIR}/node-image" 2>/dev/null)"
   if [[ -f "${STATE_DIR}/snapshots.env" ]]; then cat "${STATE_DIR}/snapshots.env"; fi
+  if [[ -f "${STATE_DIR}/argocd.env" ]]; then cat "${STATE_DIR}/argocd.env"; fi
 }
 
 case "${1:-}" in
@@ -467,7 +509,8 @@ for t in "${targets[@]}"; do
     kind-base) build_base; build_kind_base ;;
     node) build_base; build_system; build_node ;;
     snapshots) build_snapshot_images; push_snapshot_images ;;
-    *) die "unknown target '$t' (base, apps, system, push, node, snapshots, env)" ;;
+    argocd) build_argocd_images; push_argocd_images ;;
+    *) die "unknown target '$t' (base, apps, system, push, node, snapshots, argocd, env)" ;;
   esac
 done
 prune_all

@@ -14,14 +14,14 @@ import pytest
 
 from tests.support.controlplane import ControlPlane, wait_for
 
-TIERS = ("unit", "integration", "e2e", "storage")
+TIERS = ("unit", "integration", "e2e", "storage", "argocd")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     untiered = [item.nodeid for item in items if not any(item.get_closest_marker(t) for t in TIERS)]
     if untiered:
         raise pytest.UsageError(
-            "every test needs exactly one tier marker (unit, integration, e2e, storage); missing on:\n  "
+            "every test needs exactly one tier marker (unit, integration, e2e, storage, argocd); missing on:\n  "
             + "\n  ".join(untiered)
         )
 

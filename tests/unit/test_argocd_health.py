@@ -61,7 +61,11 @@ def cond(
 
 def test_health_follows_conditions_and_failure_codes() -> None:
     assert health(env())[0] == "Progressing"
-    assert health(env(conditions=[cond("Ready", "True", message="all good")])) == ("Healthy", "all good")
+    verdict = {"result": "PASS", "observedGeneration": 1}
+    assert health(env(conditions=[cond("Ready", "True", message="all good")], verdict=verdict)) == (
+        "Healthy",
+        "all good",
+    )
     status, message = health(
         env(conditions=[cond("Ready", "False", "Progressing", "waiting for SourcesReady")])
     )
@@ -77,6 +81,38 @@ def test_health_follows_conditions_and_failure_codes() -> None:
     assert health(verdict_failed) == ("Degraded", "FAIL: score 50/100")
     stale = env(generation=2, conditions=[cond("Ready", "True", generation=1)])
     assert health(stale)[0] == "Progressing"
+
+
+def test_ready_environment_waits_for_its_verdict() -> None:
+    """Ready comes a pass before the verdict: Healthy only once the verdict of this generation is in (seen on
+    a real ArgoCD, which reported Healthy before the verification had run)."""
+    verdict = {"result": "PASS", "observedGeneration": 1}
+    ready = [cond("Ready", "True", message="all good")]
+    status, message = health(env(conditions=ready))
+    assert status == "Progressing" and "verdict" in message
+    assert health(env(conditions=[*ready, cond("Verified", "True")], verdict=verdict)) == (
+        "Healthy",
+        "all good",
+    )
+    stale = env(generation=2, conditions=[cond("Ready", "True", generation=2)], verdict=verdict)
+    assert health(stale)[0] == "Progressing"
+    unverified = env(conditions=ready)
+    unverified["spec"] = {"verify": {"enabled": False}}
+    assert health(unverified) == ("Healthy", "all good")
+
+
+def test_idle_suspended_environment_is_suspended_not_progressing() -> None:
+    message = "suspended after 60s without activity; its volume is kept"
+    suspended = env(
+        conditions=[cond("Ready", "False", "Suspended", message), cond("Verified", "True")],
+        idle={"suspendedAt": "2026-11-24T08:00:00Z"},
+    )
+    assert health(suspended) == ("Suspended", f"Suspended: {message}")
+    resumed = env(
+        conditions=[cond("Ready", "False", "Progressing", "waiting for WorkspaceReady")],
+        idle={"resumeRequest": "1"},
+    )
+    assert health(resumed)[0] == "Progressing"
 
 
 def test_sandbox_health() -> None:

@@ -65,6 +65,25 @@ def test_schemas_are_structural(kind: ResourceKind) -> None:
             assert node.get("additionalProperties") is not True, path
 
 
+@pytest.mark.parametrize("kind", CUSTOM_KINDS, ids=lambda k: k.kind)
+def test_schemas_are_what_the_api_server_stores(kind: ResourceKind) -> None:
+    """The API server drops an empty `properties: {}`: a CRD that has one never matches its live copy, and
+    ArgoCD shows it OutOfSync forever (seen with ShadowEnvironment's `upload: {}` on a real ArgoCD)."""
+    crd = crdgen.build_crd(kind)
+    for version in crd["spec"]["versions"]:
+        for path, node in _walk(version["schema"]["openAPIV3Schema"]):
+            if not path.endswith(".properties"):
+                assert node.get("properties") != {}, f"{path} has an empty properties"
+
+
+def test_an_empty_object_stays_closed() -> None:
+    """`upload: {}` takes no field: without properties it must not become preserve-unknown-fields."""
+    crd = crdgen.build_crd(SHADOW_ENVIRONMENT)
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    upload = schema["properties"]["spec"]["properties"]["sources"]["items"]["properties"]["upload"]
+    assert upload["type"] == "object" and "x-kubernetes-preserve-unknown-fields" not in upload, upload
+
+
 def _without_defaults(node: Any) -> Any:
     if isinstance(node, dict):
         return {k: _without_defaults(v) for k, v in node.items() if k != "default"}

@@ -31,11 +31,23 @@ if ready ~= nil and ready.status == "True" then
     hs.message = verified.message
     return hs
   end
+  -- Ready comes before the verification has run: not Healthy until this generation's verdict is in.
+  local verifying = obj.spec == nil or obj.spec.verify == nil or obj.spec.verify.enabled ~= false
+  local verdict = obj.status.verdict
+  if verifying and (verdict == nil or (verdict.observedGeneration ~= nil and obj.metadata.generation ~= nil
+      and verdict.observedGeneration < obj.metadata.generation)) then
+    hs.message = "Ready; waiting for the verdict"
+    return hs
+  end
   hs.status = "Healthy"
   hs.message = ready.message
   return hs
 end
 if ready ~= nil then
+  -- Suspended for idleness (spec.idleTimeoutSeconds): nothing to wait for until someone resumes it.
+  if ready.reason == "Suspended" then
+    hs.status = "Suspended"
+  end
   hs.message = ready.reason .. ": " .. (ready.message or "")
 end
 return hs

@@ -55,8 +55,11 @@ def structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         del schema["default"]
 
     out: dict[str, Any] = {}
+    # A model without fields (`upload: {}`): an object that takes none. The API server drops an empty
+    # `properties`, so it is left out here too, or the CRD would never match its live copy (ArgoCD drift).
+    closed = schema.get("properties") == {}
     for key, value in schema.items():
-        if key in _DROP_KEYS:
+        if key in _DROP_KEYS or (key == "properties" and not value):
             continue
         if key == "properties":
             out[key] = {name: structural(sub, defs) for name, sub in value.items()}
@@ -72,12 +75,17 @@ def structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         "properties" in out
         or "additionalProperties" in out
         or out.get("x-kubernetes-preserve-unknown-fields")
+        or closed
     ):
         out.setdefault("type", "object")
-    if out.get("type") == "object" and not (
-        "properties" in out
-        or "additionalProperties" in out
-        or out.get("x-kubernetes-preserve-unknown-fields")
+    if (
+        out.get("type") == "object"
+        and not closed
+        and not (
+            "properties" in out
+            or "additionalProperties" in out
+            or out.get("x-kubernetes-preserve-unknown-fields")
+        )
     ):
         out["x-kubernetes-preserve-unknown-fields"] = True
     return out
