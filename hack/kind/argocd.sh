@@ -42,6 +42,16 @@ release_chart() {
 
 uninstall_helm_releases() {
   local ns name
+  # Namespaces the e2e tests deleted finish first, while the operator still runs their finalizers: what they
+  # hold would otherwise keep the CRDs below (and, without the operator, never go).
+  local deadline=$((SECONDS + 180))
+  while [[ -n $(k get namespaces --no-headers 2>/dev/null | awk '$2 == "Terminating" {print $1}') ]]; do
+    if ((SECONDS > deadline)); then
+      info "namespaces still terminating after 180 s: $(k get namespaces --no-headers | awk '$2 == "Terminating" {print $1}' | tr '\n' ' ')"
+      break
+    fi
+    sleep 2
+  done
   while read -r ns name; do
     [[ -n $name ]] || continue
     step "uninstalling the Helm release ${ns}/${name} (one install of the chart per cluster)"
