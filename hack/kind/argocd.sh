@@ -35,7 +35,7 @@ release_chart() {
   local registry
   registry=$("${HACK_DIR}/docker.sh" registry-host)
   "${HACK_DIR}/release.sh" "${VERSION}" "${registry}/shadow-operator" \
-    --push-to "127.0.0.1:${SHADOW_REGISTRY_PORT:-5000}/shadow-operator" --no-build --skip-python \
+    --push-to "127.0.0.1:${SHADOW_REGISTRY_PORT:-5000}/shadow-operator" --skip-python \
     --out "${SHADOW_CACHE}/release" >"${SHADOW_CACHE}/logs/release-kind.log" 2>&1 \
     || { tail -n 20 "${SHADOW_CACHE}/logs/release-kind.log" >&2; die "hack/release.sh failed (log above)"; }
 }

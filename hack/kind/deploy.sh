@@ -28,7 +28,7 @@ OUT="${SHADOW_CACHE}/release"
 
 step "releasing ${VERSION} into the local registry (images pulled by nodes from ${NODE_REGISTRY})"
 "${HACK_DIR}/release.sh" "${VERSION}" "${NODE_REGISTRY}/shadow-operator" --push-to "${PUSH_HOST}/shadow-operator" \
-  --no-build --skip-python --out "${OUT}" >"${SHADOW_CACHE}/logs/release-kind.log" 2>&1 \
+  --skip-python --out "${OUT}" >"${SHADOW_CACHE}/logs/release-kind.log" 2>&1 \
   || { tail -n 20 "${SHADOW_CACHE}/logs/release-kind.log" >&2; die "hack/release.sh failed (log above)"; }
 CHART_REF="oci://${PUSH_HOST}/shadow-operator/charts/shadow-operator"
 
