@@ -269,43 +269,24 @@ def test_deleting_the_applications_removes_everything(
     admission = client.AdmissionregistrationV1Api(cluster.api)
     apps = client.AppsV1Api(cluster.api)
 
+    listers = {
+        "clusterrole": rbac.list_cluster_role,
+        "clusterrolebinding": rbac.list_cluster_role_binding,
+        "validatingadmissionpolicy": admission.list_validating_admission_policy,
+        "validatingadmissionpolicybinding": admission.list_validating_admission_policy_binding,
+        "deployment": apps.list_deployment_for_all_namespaces,
+        "serviceaccount": cluster.core.list_service_account_for_all_namespaces,
+        "configmap": cluster.core.list_config_map_for_all_namespaces,
+        "role": rbac.list_role_for_all_namespaces,
+        "rolebinding": rbac.list_role_binding_for_all_namespaces,
+    }
+
     def orphans() -> list[str]:
-        found = [
-            f"clusterrole/{o.metadata.name}" for o in rbac.list_cluster_role(label_selector=selector).items
+        return [
+            "/".join(filter(None, (kind, o.metadata.namespace, o.metadata.name)))
+            for kind, list_all in listers.items()
+            for o in list_all(label_selector=selector).items
         ]
-        found += [
-            f"clusterrolebinding/{o.metadata.name}"
-            for o in rbac.list_cluster_role_binding(label_selector=selector).items
-        ]
-        found += [
-            f"validatingadmissionpolicy/{o.metadata.name}"
-            for o in admission.list_validating_admission_policy(label_selector=selector).items
-        ]
-        found += [
-            f"validatingadmissionpolicybinding/{o.metadata.name}"
-            for o in admission.list_validating_admission_policy_binding(label_selector=selector).items
-        ]
-        found += [
-            f"deployment/{o.metadata.name}"
-            for o in apps.list_deployment_for_all_namespaces(label_selector=selector).items
-        ]
-        found += [
-            f"serviceaccount/{o.metadata.namespace}/{o.metadata.name}"
-            for o in cluster.core.list_service_account_for_all_namespaces(label_selector=selector).items
-        ]
-        found += [
-            f"configmap/{o.metadata.namespace}/{o.metadata.name}"
-            for o in cluster.core.list_config_map_for_all_namespaces(label_selector=selector).items
-        ]
-        found += [
-            f"role/{o.metadata.namespace}/{o.metadata.name}"
-            for o in rbac.list_role_for_all_namespaces(label_selector=selector).items
-        ]
-        found += [
-            f"rolebinding/{o.metadata.namespace}/{o.metadata.name}"
-            for o in rbac.list_role_binding_for_all_namespaces(label_selector=selector).items
-        ]
-        return found
 
     eventually(lambda: not orphans() or None, f"no object labelled {selector} left", 180)
     assert not orphans()
