@@ -195,7 +195,7 @@ up() {
   # The project the Applications name; ArgoCD's API server creates it, and the core install has none.
   local i
   for ((i = 0; i < 60; i++)); do
-    [[ $(k get crd appprojects.argoproj.io -o jsonpath='{.status.conditions[?(@.type=="Established")].status}') == True ]] \
+    [[ $(k get crd appprojects.argoproj.io -o jsonpath='{.status.conditions[?(@.type=="Established")].status}' 2>/dev/null) == True ]] \
       && break
     sleep 1
   done
