@@ -31,6 +31,14 @@ RELEASE = os.environ.get("SHADOW_RELEASE", "sandboxes")
 FULLNAME = RELEASE if "shadow-operator" in RELEASE else f"{RELEASE}-shadow-operator"
 DEFAULT_TEMPLATE = "workspace"
 EXT_GROUP, CORE_GROUP, VERSION = "extensions.agents.x-k8s.io", "agents.x-k8s.io", "v1beta1"
+# The group and version each custom resource plural is served at (the Sandbox API's others: EXT_GROUP).
+API_OF = {"sandboxes": (CORE_GROUP, VERSION), "shadowenvironments": ("shadow.dev", "v1alpha1")}
+
+
+def api_of(plural: str) -> tuple[str, str]:
+    return API_OF.get(plural, (EXT_GROUP, VERSION))
+
+
 READY_TIMEOUT = float(os.environ.get("SHADOW_E2E_READY_TIMEOUT", "180"))
 TIMINGS = CACHE / "e2e-timings.json"
 
@@ -78,29 +86,29 @@ class Cluster:
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
 
-    # -- Sandbox API objects -------------------------------------------------------------------------
+    # -- custom resources (the Sandbox API, ShadowEnvironments) --------------------------------------
     def create(self, namespace: str, plural: str, body: dict[str, Any]) -> dict[str, Any]:
-        group = CORE_GROUP if plural == "sandboxes" else EXT_GROUP
-        body = {"apiVersion": f"{group}/{VERSION}", **body}
-        return dict(self.custom.create_namespaced_custom_object(group, VERSION, namespace, plural, body))
+        group, version = api_of(plural)
+        body = {"apiVersion": f"{group}/{version}", **body}
+        return dict(self.custom.create_namespaced_custom_object(group, version, namespace, plural, body))
 
     def get(self, namespace: str, plural: str, name: str) -> dict[str, Any] | None:
-        group = CORE_GROUP if plural == "sandboxes" else EXT_GROUP
+        group, version = api_of(plural)
         try:
-            return dict(self.custom.get_namespaced_custom_object(group, VERSION, namespace, plural, name))
+            return dict(self.custom.get_namespaced_custom_object(group, version, namespace, plural, name))
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise
 
     def list(self, namespace: str, plural: str) -> list[dict[str, Any]]:
-        group = CORE_GROUP if plural == "sandboxes" else EXT_GROUP
-        return list(self.custom.list_namespaced_custom_object(group, VERSION, namespace, plural)["items"])
+        group, version = api_of(plural)
+        return list(self.custom.list_namespaced_custom_object(group, version, namespace, plural)["items"])
 
     def delete(self, namespace: str, plural: str, name: str) -> None:
-        group = CORE_GROUP if plural == "sandboxes" else EXT_GROUP
+        group, version = api_of(plural)
         try:
-            self.custom.delete_namespaced_custom_object(group, VERSION, namespace, plural, name)
+            self.custom.delete_namespaced_custom_object(group, version, namespace, plural, name)
         except ApiException as exc:
             if exc.status != 404:
                 raise

@@ -76,18 +76,9 @@ def environment(
     }
 
 
-def get_env(cluster: Cluster, namespace: str, name: str) -> dict[str, Any] | None:
-    try:
-        return dict(cluster.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name))
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-
-
 def wait_verdict(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
     def probe() -> dict[str, Any] | None:
-        env = get_env(cluster, namespace, name)
+        env = cluster.get(namespace, PLURAL, name)
         status = (env or {}).get("status") or {}
         if status.get("failure") and status["failure"]["code"] != "Timeout":
             pytest.fail(f"environment {name} failed: {status['failure']}")
@@ -209,7 +200,7 @@ def test_shadow_environments_end_to_end(
 
     # The idle environment: suspended without losing its workspace, then resumed.
     def suspended() -> dict[str, Any] | None:
-        env = get_env(cluster, ns, cloned)
+        env = cluster.get(ns, PLURAL, cloned)
         ready = condition(env, "Ready") or {}
         return env if ready.get("reason") == "Suspended" and not pod_exists(cluster, ns, cloned) else None
 
@@ -224,7 +215,7 @@ def test_shadow_environments_end_to_end(
         {"metadata": {"annotations": {"shadow.dev/resume-requested": "1"}}},
     )
     eventually(
-        lambda: is_ready(get_env(cluster, ns, cloned)) or None,
+        lambda: is_ready(cluster.get(ns, PLURAL, cloned)) or None,
         f"{cloned} Ready again after resume",
         ENV_TIMEOUT,
     )

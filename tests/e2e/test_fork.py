@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes.client.exceptions import ApiException
 
 from tests.e2e.cluster import Cluster, eventually, git, is_ready
 from tests.e2e.test_cli_sdk import REQUESTS, TIMEOUT, ctl, ok
@@ -62,19 +61,6 @@ def snapshots_in(cluster: Cluster, ns: str) -> list[dict[str, Any]]:
         SNAPSHOT_GROUP, SNAPSHOT_VERSION, ns, "volumesnapshots"
     )
     return list(listed["items"])
-
-
-def environment(cluster: Cluster, ns: str, name: str) -> dict[str, Any] | None:
-    try:
-        return dict(
-            cluster.custom.get_namespaced_custom_object(
-                "shadow.dev", "v1alpha1", ns, "shadowenvironments", name
-            )
-        )
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
 
 
 def assert_isolated_clones(cluster: Cluster, ns: str, source: str, forks: list[str]) -> None:
@@ -170,7 +156,7 @@ def test_fork_three_clones_by_snapshot(cluster: Cluster, e2e_namespace: str, tmp
         claim = cluster.core.read_namespaced_persistent_volume_claim(f"workspace-{fork}", ns)
         assert claim.spec.data_source.name == name
         assert claim.spec.storage_class_name == SNAPSHOT_CLASS
-        status = (environment(cluster, ns, fork) or {})["status"]
+        status = (cluster.get(ns, "shadowenvironments", fork) or {})["status"]
         assert status["cloneMethod"] == "Snapshot" and status["clone"]["source"] == f"volumesnapshot/{name}"
         assert [s["name"] for s in status["sources"]] == ["core"]  # inherited and pushed to the fork's Gitea
 
@@ -209,7 +195,7 @@ def test_fork_by_copy_where_storage_cannot_snapshot(
     for row in rows:
         assert "no VolumeSnapshotClass serves the volume's driver rancher.io/local-path" in row["reason"], row
     for fork in forks:
-        status = (environment(cluster, ns, fork) or {})["status"]
+        status = (cluster.get(ns, "shadowenvironments", fork) or {})["status"]
         cloned = next(c for c in status["conditions"] if c["type"] == "Cloned")
         assert cloned["status"] == "True" and cloned["reason"] == "Copied", cloned
         assert status["clone"]["copiedBytes"] > 0
@@ -250,7 +236,7 @@ def test_snapshot_then_start_from_it(cluster: Cluster, e2e_namespace: str, tmp_p
     cluster.custom.create_namespaced_custom_object("shadow.dev", "v1alpha1", ns, "shadowenvironments", body)
 
     def ready() -> dict[str, Any] | None:
-        env = environment(cluster, ns, restored) or {}
+        env = cluster.get(ns, "shadowenvironments", restored) or {}
         conds = {c["type"]: c for c in (env.get("status") or {}).get("conditions") or ()}
         return env if conds.get("Ready", {}).get("status") == "True" else None
 

@@ -16,7 +16,7 @@ from shadow_operator.sdk import manifest as manifestops
 
 from tests.e2e.cluster import Cluster, git
 from tests.e2e.test_cli_sdk import REQUESTS, TIMEOUT, ctl, ok
-from tests.e2e.test_fork import SNAPSHOT_CLASS, environment, read
+from tests.e2e.test_fork import SNAPSHOT_CLASS, read
 
 pytestmark = pytest.mark.e2e
 
@@ -85,13 +85,13 @@ def test_race_three_candidates_one_passes(
     # The losers are gone, the winner kept, the source untouched (its file, its diff, its verdict).
     assert sorted(result["destroyed"]) == sorted(names[:2]) and result["kept"] == [names[2]]
     for loser in names[:2]:
-        assert environment(cluster, ns, loser) is None
-    kept = environment(cluster, ns, names[2])
+        assert cluster.get(ns, "shadowenvironments", loser) is None
+    kept = cluster.get(ns, "shadowenvironments", names[2])
     assert kept is not None
     assert read(cluster, ns, source, "core/calc.py") == BROKEN
     unchanged = json.loads(ok(ctl(cluster, "diff", source, "-n", ns, "--stat", "-o", "json")))
     assert (unchanged["added"], unchanged["modified"], unchanged["deleted"]) == ([], [], [])
-    src = environment(cluster, ns, source) or {}
+    src = cluster.get(ns, "shadowenvironments", source) or {}
     assert src["status"]["verdict"]["result"] == "FAIL"
 
     # The winner's handoff manifest, from its status and diff.

@@ -63,19 +63,6 @@ def crd(cluster: Cluster, name: str) -> client.V1CustomResourceDefinition | None
         raise
 
 
-def get_env(cluster: Cluster, name: str) -> dict[str, Any] | None:
-    try:
-        return dict(
-            cluster.custom.get_namespaced_custom_object(
-                "shadow.dev", "v1alpha1", TEAM_NS, "shadowenvironments", name
-            )
-        )
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-
-
 def push_platform(
     git_server: GitServer, chart_dir: Path, *, tenant: bool, extra: tuple[dict[str, Any], ...] = ()
 ) -> None:
@@ -160,7 +147,7 @@ def test_team_application_healthy_once_environment_ready_with_verdict(
 
     def healthy() -> dict[str, Any] | None:
         app = get_app(cluster, TEAM_APP)
-        env = get_env(cluster, "shop")
+        env = cluster.get(TEAM_NS, "shadowenvironments", "shop")
         if health(app) != "Healthy":
             return None
         # Healthy is never reported before the environment is Ready with its verdict.
@@ -168,7 +155,7 @@ def test_team_application_healthy_once_environment_ready_with_verdict(
         return app
 
     app = eventually(healthy, f"Application {TEAM_APP} Healthy", ENV_TIMEOUT)
-    env = get_env(cluster, "shop") or {}
+    env = cluster.get(TEAM_NS, "shadowenvironments", "shop") or {}
     assert env["status"]["verdict"]["result"] == "PASS", env["status"]["verdict"]
     assert (condition(env, "Verified") or {}).get("status") == "True"
     assert env["status"]["sources"][0]["commit"], env["status"]["sources"]
@@ -196,7 +183,11 @@ def test_broken_environment_is_degraded_with_its_failure_code(
     # Removed from git, it is pruned.
     push_platform(git_server, chart_dir, tenant=True)
     refresh(cluster, TEAM_APP)
-    eventually(lambda: get_env(cluster, "broken") is None or None, "the broken environment pruned", 300)
+    eventually(
+        lambda: cluster.get(TEAM_NS, "shadowenvironments", "broken") is None or None,
+        "the broken environment pruned",
+        300,
+    )
 
 
 def test_idle_environment_is_suspended_not_progressing(cluster: Cluster, root: dict[str, Any]) -> None:
@@ -206,7 +197,7 @@ def test_idle_environment_is_suspended_not_progressing(cluster: Cluster, root: d
         return app if entry.get("status") == "Suspended" else None
 
     app = eventually(suspended, f"shop Suspended in ArgoCD after {IDLE_SECONDS}s idle", 300)
-    env = get_env(cluster, "shop") or {}
+    env = cluster.get(TEAM_NS, "shadowenvironments", "shop") or {}
     assert env["status"]["idle"]["suspendedAt"], env["status"]
     assert health(app) == "Suspended", app["status"].get("health")
     assert sync_status(app) == "Synced", out_of_sync(app)
@@ -238,7 +229,7 @@ def test_deleting_the_applications_removes_everything(
     push_platform(git_server, chart_dir, tenant=False)
     refresh(cluster, ROOT_APP)
     eventually(lambda: get_app(cluster, TEAM_APP) is None or None, f"Application {TEAM_APP} deleted", 300)
-    assert get_env(cluster, "shop") is None
+    assert cluster.get(TEAM_NS, "shadowenvironments", "shop") is None
     assert not cluster.list(TEAM_NS, "sandboxclaims")
     assert not cluster.list(TEAM_NS, "sandboxes")
     eventually(
