@@ -102,6 +102,10 @@ class FakeClient:
         self.writes.append(("patch", kind.kind, name))
         return body
 
+    async def delete(self, kind: ResourceKind, namespace: str, name: str, *, uid: str | None = None) -> bool:
+        self.writes.append(("delete", kind.kind, name))
+        return self.objects.pop((kind.kind, namespace, name), None) is not None
+
 
 class FakeRecorder:
     def __init__(self) -> None:

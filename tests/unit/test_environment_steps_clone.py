@@ -3,6 +3,8 @@ flush and waited for, the clone finished once the new workspace runs."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
@@ -16,9 +18,14 @@ from shadow_operator.api.kinds import (
     VOLUME_SNAPSHOT_CLASS,
 )
 from shadow_operator.controllers.environment.clone import BASELINE_DIR, CloneStep
-from shadow_operator.controllers.environment.state import StepFailed, to_patch
+from shadow_operator.controllers.environment.state import (
+    SNAPSHOT_EARLY_POLL_SECONDS,
+    SNAPSHOT_POLL_SECONDS,
+    StepFailed,
+    to_patch,
+)
 
-from tests.support.environment_fakes import NAMESPACE, World, environment, new_pass
+from tests.support.environment_fakes import FIXED_NOW, NAMESPACE, World, environment, new_pass
 
 pytestmark = pytest.mark.unit
 
@@ -119,32 +126,150 @@ async def test_method_snapshot_without_a_class_is_snapshot_unsupported() -> None
     assert failed.value.code == "SnapshotUnsupported"
 
 
-async def test_snapshot_is_cut_after_a_flush_and_restored_once_ready() -> None:
+def fork_claim(storage: str, *, version: str = "1") -> dict:
+    """The fork's workspace claim as the Sandbox controller made it (in the cache)."""
+    return {
+        "metadata": {
+            "name": naming.pvc_name(c.WORKSPACE_VOLUME, "fork"),
+            "namespace": NAMESPACE,
+            "uid": "uid-fork-claim",
+            "resourceVersion": version,
+        },
+        "spec": {"resources": {"requests": {"storage": storage}}},
+        "status": {"phase": "Pending"},
+    }
+
+
+async def test_the_volume_is_claimed_while_the_snapshot_is_cut_and_provisioned_once_ready() -> None:
     world = origin_world(snapshot_class=True)
     step = CloneStep(world.deps)
     state = new_pass(fork())
-    with pytest.raises(StepFailed) as waiting:
-        await step.restore(state)
-    assert waiting.value.code is None and waiting.value.reason == "Snapshotting"
+    restore = await step.restore(state)
     assert world.runtime(ORIGIN_URL).calls == ["flush"]
     assert world.runtime(ORIGIN_URL).token == "origin-token"
     clone = state.status.clone
     assert clone is not None and clone.method == "Snapshot" and clone.snapshot_class_name == "snap"
     snapshot = await world.client.get_live(VOLUME_SNAPSHOT, NAMESPACE, clone.snapshot or "")
     assert snapshot is not None and snapshot["spec"]["volumeSnapshotClassName"] == "snap"
+    # Not ready yet, and its restoreSize unknown: the volume is claimed now, as large as the one it is cut
+    # from (capacity 2Gi beyond the 1Gi asked for), and the step looks again soon.
+    data_source = {"apiGroup": c.SNAPSHOT_GROUP, "kind": "VolumeSnapshot", "name": clone.snapshot}
+    assert (
+        restore.data_source == data_source and restore.min_size == "2Gi" and restore.storage_class == "fast"
+    )
+    assert restore.poll == SNAPSHOT_EARLY_POLL_SECONDS
+    assert state.conditions[0]["reason"] == "Snapshotting" and not state.is_true(c.COND_CLONED)
 
     # The next pass starts from the status written: the decision is not taken again, nor the snapshot cut.
-    snapshot["status"] = {"readyToUse": True, "restoreSize": "3Gi"}
-    state = new_pass(fork(status=to_patch(state.status)))
+    state = new_pass(fork(status=to_patch(state.finish())))
+    assert (await step.restore(state)) == restore
+    world.cache.store(PVC).upsert(fork_claim("2Gi"))
+    snapshot["status"] = {"readyToUse": True, "restoreSize": "1Gi"}
+    state = new_pass(fork(status=to_patch(state.finish())))
     restore = await step.restore(state)
-    assert restore.data_source == {
-        "apiGroup": c.SNAPSHOT_GROUP,
-        "kind": "VolumeSnapshot",
-        "name": clone.snapshot,
-    }
-    assert restore.min_size == "3Gi" and world.runtime(ORIGIN_URL).calls == ["flush"]
+    assert restore.data_source == data_source and restore.min_size == "2Gi" and restore.poll is None
+    assert state.conditions[0]["reason"] == "Restoring" and world.runtime(ORIGIN_URL).calls == ["flush"]
+    # Ready now: the claim made meanwhile is updated, which wakes csi-provisioner out of its backoff; once.
+    claim = await world.client.get_live(PVC, NAMESPACE, naming.pvc_name(c.WORKSPACE_VOLUME, "fork"))
+    assert claim is not None
+    assert claim["metadata"]["annotations"] == {c.ANNOTATION_SNAPSHOT_READY: clone.snapshot}
+    writes = list(world.client.writes)
+    state = new_pass(fork(status=to_patch(state.finish())))
+    await step.restore(state)
+    assert world.client.writes == writes
+
     await step.finish(state)
-    assert state.conditions[0]["reason"] == "SnapshotRestored"
+    assert state.conditions[0]["reason"] == "SnapshotRestored" and state.is_true(c.COND_CLONED)
+
+
+async def test_a_snapshot_ready_at_once_is_restored_without_touching_the_claim() -> None:
+    world = origin_world(snapshot_class=True)
+    world.client.put(
+        VOLUME_SNAPSHOT,
+        {
+            "metadata": {"name": "fork-fork", "namespace": NAMESPACE},
+            "spec": {"source": {"persistentVolumeClaimName": naming.pvc_name(c.WORKSPACE_VOLUME, "origin")}},
+            "status": {"readyToUse": True, "restoreSize": "3Gi"},
+        },
+    )
+    step = CloneStep(world.deps)
+    state = new_pass(fork())
+    restore = await step.restore(state)
+    assert restore.min_size == "3Gi" and restore.poll is None
+    world.cache.store(PVC).upsert(fork_claim("3Gi"))
+    await step.restore(new_pass(fork(status=to_patch(state.finish()))))
+    assert not [w for w in world.client.writes if w[1] == PVC.kind]
+
+
+async def test_a_restore_larger_than_the_claim_makes_the_claim_again() -> None:
+    """A driver that does not hold volumes to their size may report a restoreSize beyond it."""
+    world = origin_world(snapshot_class=True)
+    step = CloneStep(world.deps)
+    state = new_pass(fork())
+    assert (await step.restore(state)).min_size == "2Gi"
+    world.cache.store(PVC).upsert(fork_claim("2Gi"))
+    snapshot = await world.client.get_live(VOLUME_SNAPSHOT, NAMESPACE, "fork-fork")
+    assert snapshot is not None
+    snapshot["status"] = {"readyToUse": True, "restoreSize": "5Gi"}
+    # First the Sandbox asks for the size; the claim, which can never be provisioned, goes in the next pass.
+    state = new_pass(fork(status=to_patch(state.finish())))
+    assert (await step.restore(state)).min_size == "5Gi"
+    assert ("delete", PVC.kind, naming.pvc_name(c.WORKSPACE_VOLUME, "fork")) not in world.client.writes
+    state = new_pass(fork(status=to_patch(state.finish())))
+    assert (await step.restore(state)).min_size == "5Gi"
+    assert world.client.writes[-1] == ("delete", PVC.kind, naming.pvc_name(c.WORKSPACE_VOLUME, "fork"))
+    # Made again at that size: left alone.
+    world.cache.store(PVC).upsert(fork_claim("5Gi", version="2"))
+    writes = list(world.client.writes)
+    await step.restore(new_pass(fork(status=to_patch(state.finish()))))
+    assert world.client.writes == writes
+
+
+async def test_a_snapshot_of_a_volume_that_is_gone_is_waited_for_before_the_claim() -> None:
+    """Nothing to size the restore by: the volume is claimed once the snapshot reports its size."""
+    world = origin_world(snapshot_class=True)
+    shared = {
+        "metadata": {"name": "kept", "namespace": NAMESPACE},
+        "spec": {
+            "volumeSnapshotClassName": "snap",
+            "source": {"persistentVolumeClaimName": "workspace-gone"},
+        },
+        "status": {"boundVolumeSnapshotContentName": "content-1"},
+    }
+    world.client.put(VOLUME_SNAPSHOT, shared)
+    spec = {"workspace": {"from": {"snapshot": "kept"}}}
+    step = CloneStep(world.deps)
+    state = new_pass(environment("fork", spec=spec))
+    with pytest.raises(StepFailed) as waiting:
+        await step.restore(state)
+    assert waiting.value.code is None and waiting.value.reason == "Snapshotting"
+    assert waiting.value.retry == SNAPSHOT_EARLY_POLL_SECONDS
+    shared["status"] = {"readyToUse": True, "restoreSize": "3Gi"}
+    state = new_pass(environment("fork", spec=spec, status=to_patch(state.finish())))
+    restore = await step.restore(state)
+    assert restore.min_size == "3Gi" and restore.data_source is not None
+
+
+async def test_a_failed_snapshot_fails_the_fork_after_the_claim_was_made() -> None:
+    world = origin_world(snapshot_class=True)
+    step = CloneStep(world.deps)
+    state = new_pass(fork())
+    await step.restore(state)
+    snapshot = await world.client.get_live(VOLUME_SNAPSHOT, NAMESPACE, "fork-fork")
+    assert snapshot is not None
+    snapshot["status"] = {"error": {"message": "the driver refused"}}
+    with pytest.raises(StepFailed) as failed:
+        await step.restore(new_pass(fork(status=to_patch(state.finish()))))
+    assert failed.value.code == "SnapshotFailed" and "the driver refused" in failed.value.message
+
+
+async def test_a_snapshot_is_read_often_in_its_first_seconds_only() -> None:
+    world = origin_world(snapshot_class=True)
+    step = CloneStep(world.deps)
+    state = new_pass(fork())
+    assert (await step.restore(state)).poll == SNAPSHOT_EARLY_POLL_SECONDS
+    later = new_pass(fork(status=to_patch(state.finish())), now=FIXED_NOW + timedelta(seconds=6))
+    assert (await step.restore(later)).poll == SNAPSHOT_POLL_SECONDS
 
 
 async def test_a_snapshot_that_stays_pending_times_out() -> None:

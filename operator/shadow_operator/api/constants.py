@@ -121,6 +121,10 @@ COMPONENT_SNAPSHOT: Final = "snapshot"
 LABEL_SNAPSHOT_OF: Final = f"{OPERATOR_PREFIX}/snapshot-of"
 ANNOTATION_SNAPSHOT_SOURCES: Final = f"{OPERATOR_PREFIX}/sources"
 SNAPSHOT_GROUP: Final = "snapshot.storage.k8s.io"
+# On a fork's volume claim, restored from a snapshot that was still being cut when the claim was made: the
+# snapshot's name, written once it is ready to use. The update wakes csi-provisioner, which otherwise retries
+# the claim only after its exponential backoff (1 s, 2 s, 4 s, ...).
+ANNOTATION_SNAPSHOT_READY: Final = f"{OPERATOR_PREFIX}/snapshot-ready"
 GITEA_HTTP_PORT: Final = 3000
 # The ref a snapshot bundle carries the snapshot commit under (the operator pushes it to the branch it names).
 GIT_SNAPSHOT_REF: Final = "refs/shadow/snapshot"

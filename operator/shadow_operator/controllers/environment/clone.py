@@ -9,7 +9,7 @@ The operator-side orchestration of a snapshot lives here alone; common/snapshots
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from shadow_operator.api import constants as c
@@ -33,6 +33,8 @@ from shadow_operator.clients.runtime import RuntimeRefused, RuntimeUnavailable
 from shadow_operator.common import snapshots
 from shadow_operator.controllers.environment.state import (
     RETRY_SECONDS,
+    SNAPSHOT_EARLY_POLL_SECONDS,
+    SNAPSHOT_EARLY_SECONDS,
     SNAPSHOT_POLL_SECONDS,
     Deps,
     Pass,
@@ -40,6 +42,7 @@ from shadow_operator.controllers.environment.state import (
 )
 from shadow_operator.engine.cache import Body
 from shadow_operator.resources import conditions as conds
+from shadow_operator.resources.environment import parse_quantity
 
 # The runtime's diff baseline, in its state directory on the volume (a copy-fork takes it along).
 BASELINE_DIR = ".sandbox-runtime/baseline"
@@ -52,6 +55,8 @@ class Restore:
     data_source: dict[str, str] | None  # a VolumeSnapshot, or None (an empty volume the copy fills)
     storage_class: str | None
     min_size: str | None
+    # Seconds after which the step wants another pass (a snapshot still being cut); None: none of its own.
+    poll: float | None = None
 
 
 class CloneStep:
@@ -59,10 +64,14 @@ class CloneStep:
         self.deps = deps
 
     async def restore(self, state: Pass) -> Restore:
-        """Decide how to clone (once), take the snapshot and wait until it can be restored.
+        """Decide how to clone (once), take the snapshot, and say what the workspace volume is made from.
 
-        Returns what the workspace volume is made from. Raises StepFailed while the snapshot is being cut, so
-        the Sandbox (and its volume) is only created from a snapshot that is ready to use.
+        The volume is claimed as soon as the snapshot exists, not once it is ready to use, so that the Sandbox's
+        Pod is created and waits beside it: csi-provisioner restores the claim once the snapshot is ready (this
+        step then wakes it up, see `_check_claim`). The claim must be at least the snapshot's restoreSize,
+        which drivers report with readiness: until then it is the size of the volume the snapshot was cut from,
+        which a restore of that volume does not exceed. Where neither is known (the snapshot's volume is gone),
+        this raises StepFailed until the snapshot is ready, as it does while the snapshot does not exist yet.
         """
         env = state.env
         origin = env.spec.workspace.from_
@@ -78,51 +87,106 @@ class CloneStep:
             return Restore(None, clone.storage_class_name, clone.restore_size)
         name = clone.snapshot
         assert name is not None
-        if not clone.restore_size:
-            snapshot = await self.deps.client.get_live(VOLUME_SNAPSHOT, env.namespace, name)
-            if snapshot is None:
-                if origin.snapshot:
-                    raise StepFailed(
-                        "CloneSourceNotFound",
-                        "CloneSourceNotFound",
-                        f"VolumeSnapshot {name!r} does not exist in namespace {env.namespace} any more",
-                        retry=None,
-                    )
-                snapshot = await self._take_snapshot(env, clone)
-            phase, detail = snapshots.snapshot_state(snapshot)
-            if phase == "Failed":
+        restore = Restore(snapshots.data_source(name), clone.storage_class_name, None)
+        if clone.completed_at is not None:
+            return replace(restore, min_size=_size_or_none(clone.restore_size))
+        snapshot = await self.deps.client.get_live(VOLUME_SNAPSHOT, env.namespace, name)
+        if snapshot is None:
+            if origin.snapshot:
                 raise StepFailed(
-                    "SnapshotFailed", "SnapshotFailed", f"VolumeSnapshot {name}: {detail}", retry=None
+                    "CloneSourceNotFound",
+                    "CloneSourceNotFound",
+                    f"VolumeSnapshot {name!r} does not exist in namespace {env.namespace} any more",
+                    retry=None,
                 )
-            if phase == "Pending":
-                timeout = origin.timeout_seconds
-                started = clone.started_at or state.now()
-                if (state.now() - started).total_seconds() > timeout:
-                    raise StepFailed(
-                        "SnapshotTimeout",
-                        "SnapshotTimeout",
-                        f"VolumeSnapshot {name} was not ready to use {timeout}s after it was requested "
-                        f"({detail}); check the snapshot controller and the CSI driver "
-                        "(kubectl describe volumesnapshot), or fork with spec.workspace.from.method: Copy",
-                        retry=None,
-                    )
-                message = f"VolumeSnapshot {name}: {detail}"
+            snapshot = await self._take_snapshot(env, clone)
+        phase, detail = snapshots.snapshot_state(snapshot)
+        if phase == "Failed":
+            raise StepFailed(
+                "SnapshotFailed", "SnapshotFailed", f"VolumeSnapshot {name}: {detail}", retry=None
+            )
+        size = (snapshot.get("status") or {}).get("restoreSize")
+        if phase == "Pending":
+            timeout = origin.timeout_seconds
+            elapsed = (state.now() - (clone.started_at or state.now())).total_seconds()
+            if elapsed > timeout:
+                raise StepFailed(
+                    "SnapshotTimeout",
+                    "SnapshotTimeout",
+                    f"VolumeSnapshot {name} was not ready to use {timeout}s after it was requested "
+                    f"({detail}); check the snapshot controller and the CSI driver "
+                    "(kubectl describe volumesnapshot), or fork with spec.workspace.from.method: Copy",
+                    retry=None,
+                )
+            message = f"VolumeSnapshot {name}: {detail}"
+            poll = SNAPSHOT_EARLY_POLL_SECONDS if elapsed < SNAPSHOT_EARLY_SECONDS else SNAPSHOT_POLL_SECONDS
+            clone.restore_size = clone.restore_size or (str(size) if size else self._source_size(snapshot))
+            if not clone.restore_size:
                 state.set(c.COND_CLONED, False, "Snapshotting", message)
-                raise StepFailed(None, "Snapshotting", message, retry=SNAPSHOT_POLL_SECONDS)
-            size = (snapshot.get("status") or {}).get("restoreSize")
-            clone.restore_size = str(size) if size else clone.restore_size or "0"
-        if clone.completed_at is None:
+                raise StepFailed(None, "Snapshotting", message, retry=poll)
             state.set(
                 c.COND_CLONED,
                 False,
-                "Restoring",
-                f"restoring VolumeSnapshot {name} into the workspace volume",
+                "Snapshotting",
+                f"{message}; the workspace volume is restored from it once it is ready",
             )
-        return Restore(
-            snapshots.data_source(name),
-            clone.storage_class_name,
-            clone.restore_size if clone.restore_size != "0" else None,
+            return replace(restore, min_size=clone.restore_size, poll=poll)
+        # Whether the last pass saw it being cut: the claim may have been made, and failed, meanwhile.
+        was_cut_since = any(
+            x["type"] == c.COND_CLONED and x.get("reason") == "Snapshotting" for x in state.conditions
         )
+        planned = clone.restore_size
+        if size and (not planned or parse_quantity(str(size)) > parse_quantity(planned)):
+            clone.restore_size = str(size)  # the Sandbox asks for it from this pass on
+        clone.restore_size = clone.restore_size or "0"
+        if planned is not None and clone.restore_size == planned:
+            await self._check_claim(state, name, planned, wake=was_cut_since)
+        state.set(
+            c.COND_CLONED,
+            False,
+            "Restoring",
+            f"restoring VolumeSnapshot {name} into the workspace volume",
+        )
+        return replace(restore, min_size=_size_or_none(clone.restore_size))
+
+    async def _check_claim(self, state: Pass, snapshot: str, size: str, *, wake: bool) -> None:
+        """The snapshot is ready; the workspace's claim, if made and not bound yet, is restored from it.
+
+        `wake`: the claim was made while the snapshot was being cut, and csi-provisioner retries such a claim
+        with a growing backoff (1 s, 2 s, 4 s, ...); an update of the claim requeues it at once, so it gets an
+        annotation. A claim that asks for less than `size` (a driver reported a restoreSize beyond the size of
+        the volume it was cut from) can never be provisioned: it is deleted, and the Sandbox, which asks for
+        `size` since an earlier pass, makes it again.
+        """
+        env, client = state.env, self.deps.client
+        claim_name = naming.pvc_name(c.WORKSPACE_VOLUME, env.name)
+        claim = self.deps.cache.store(PVC).get(env.namespace, claim_name)
+        if claim is None or (claim.get("status") or {}).get("phase") == "Bound":
+            return
+        meta = claim["metadata"]
+        requested = ((claim["spec"].get("resources") or {}).get("requests") or {}).get("storage")
+        if requested and size != "0" and parse_quantity(str(requested)) < parse_quantity(size):
+            await client.delete(PVC, env.namespace, claim_name, uid=meta.get("uid"))
+            return
+        if wake and (meta.get("annotations") or {}).get(c.ANNOTATION_SNAPSHOT_READY) != snapshot:
+            await client.patch(
+                PVC,
+                env.namespace,
+                claim_name,
+                {"metadata": {"annotations": {c.ANNOTATION_SNAPSHOT_READY: snapshot}}},
+            )
+
+    def _source_size(self, snapshot: Body) -> str | None:
+        """The size of the volume the snapshot was cut from (its capacity, or what it asked for if more)."""
+        claim_name = ((snapshot.get("spec") or {}).get("source") or {}).get("persistentVolumeClaimName")
+        namespace = snapshot["metadata"].get("namespace") or ""
+        claim = self.deps.cache.store(PVC).get(namespace, claim_name) if claim_name else None
+        if claim is None:
+            return None
+        requested = ((claim["spec"].get("resources") or {}).get("requests") or {}).get("storage")
+        capacity = ((claim.get("status") or {}).get("capacity") or {}).get("storage")
+        sizes = [str(q) for q in (requested, capacity) if q]
+        return max(sizes, key=parse_quantity) if sizes else None
 
     async def _plan(self, env: ShadowEnvironment, started: datetime) -> CloneStatus:
         origin = env.spec.workspace.from_
@@ -372,3 +436,8 @@ def _runtime_url(source: Body | None) -> str | None:
     """The runtime URL of the environment being forked (its status, validated into the model)."""
     status = ShadowEnvironment.from_body(source).status if source else None
     return status.runtime_url if status else None
+
+
+def _size_or_none(size: str | None) -> str | None:
+    """A restore size to ask for; "0" records a snapshot that reported none."""
+    return size if size and size != "0" else None

@@ -216,15 +216,16 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
                 gitea_pending = pending  # being set up: the workspace side need not wait for it
         else:
             state.remove(c.COND_GITEA_READY)
-        if workspace_ready and restore is not None:
+        if workspace_ready and restore is not None and status.clone and status.clone.completed_at is None:
             await self.clone.finish(state)
+            return 0.0  # Cloned goes to status now, not after the copy-in (a fork's sources: the next pass)
         if workspace_ready and not gitea_ready:
             # Clones and snapshots in the workspace while Gitea starts; only the push waits for it.
             await self.copy_in.prepare(state)
         if gitea_pending is not None:
             raise gitea_pending
         if not (workspace_ready and gitea_ready):
-            return POLL_SECONDS
+            return min(POLL_SECONDS, restore.poll or POLL_SECONDS) if restore else POLL_SECONDS
 
         sources_were_ready = state.is_true(c.COND_SOURCES_READY)
         await self.copy_in.copy_in(state, creds.get(c.GITEA_SECRET_TOKEN))

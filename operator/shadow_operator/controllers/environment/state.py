@@ -35,8 +35,11 @@ from shadow_operator.resources import environment as res
 
 POLL_SECONDS = 3.0  # while Pods start: start-up failures must show quickly
 RETRY_SECONDS = 30.0  # after a failure that may heal (a source that could not be fetched, a missing class)
-# VolumeSnapshots are not watched (their API is optional): one is read this often while it is being cut.
+# VolumeSnapshots are not watched (their API is optional): one is read this often while it is being cut, and
+# more often in its first seconds, when a copy-on-write snapshot is ready (it holds back the fork's volume).
 SNAPSHOT_POLL_SECONDS = 0.5
+SNAPSHOT_EARLY_POLL_SECONDS = 0.1
+SNAPSHOT_EARLY_SECONDS = 5.0
 
 
 class StepFailed(Exception):
@@ -69,6 +72,10 @@ class Children(Protocol):
     async def patch(
         self, kind: ResourceKind, namespace: str, name: str, patch: Mapping[str, Any]
     ) -> Body: ...
+
+    async def delete(
+        self, kind: ResourceKind, namespace: str, name: str, *, uid: str | None = None
+    ) -> bool: ...
 
 
 class Recorder(Protocol):
