@@ -38,7 +38,7 @@ RETRY_SECONDS = 30.0  # after a failure that may heal (a source that could not b
 # VolumeSnapshots are not watched (their API is optional): one is read this often while it is being cut, and
 # more often in its first seconds, when a copy-on-write snapshot is ready (it holds back the fork's volume).
 SNAPSHOT_POLL_SECONDS = 0.5
-SNAPSHOT_EARLY_POLL_SECONDS = 0.1
+SNAPSHOT_EARLY_POLL_SECONDS = 0.2
 SNAPSHOT_EARLY_SECONDS = 5.0
 
 
