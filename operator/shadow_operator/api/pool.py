@@ -25,6 +25,19 @@ from shadow_operator.api.models import (
 )
 
 MAX_POOL_REPLICAS = 100
+# The ShadowEnvironment fields that shape an instance's Pods (the pool has fields of the same names), and of
+# spec.workspace the volume's (`from` makes a fork, which never takes an instance).
+SHAPING_FIELDS = ("template", "workspace", "gitea", "gitRewrites", "env", "resources", "preview", "journal")
+WORKSPACE_FIELDS = ("mountPath", "size", "storageClassName")
+
+
+def pool_fields(pool_spec: dict[str, Any]) -> dict[str, Any]:
+    """The pool's values of the shaping fields, as an environment's spec would give them (set ones only):
+    what `shadowctl create --pool` starts an environment's spec from, so the environment matches its pool."""
+    fields = {k: v for k, v in pool_spec.items() if k in SHAPING_FIELDS and v is not None}
+    if "workspace" in fields:
+        fields["workspace"] = {k: v for k, v in fields["workspace"].items() if k in WORKSPACE_FIELDS}
+    return fields
 
 
 class ShadowEnvironmentPoolSpec(ApiModel):

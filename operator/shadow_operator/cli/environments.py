@@ -98,6 +98,13 @@ def create(
         ),
     ] = None,
     template: Annotated[str | None, typer.Option(help="SandboxTemplate of the workspace.")] = None,
+    pool: Annotated[
+        str | None,
+        typer.Option(
+            help="ShadowEnvironmentPool to take a started workspace and Gitea from (seconds sooner); the "
+            "environment starts from the pool's values.",
+        ),
+    ] = None,
     mount_path: Annotated[
         str | None, typer.Option("--mount-path", help="Where the workspace is mounted (default /workspace).")
     ] = None,
@@ -130,6 +137,7 @@ def create(
         git=[parse_git(x) for x in git or ()],
         rewrites=parse_rewrites(rewrite or []),
         template=template,
+        pool=pool,
         mount_path=mount_path,
         storage_class=storage_class,
         verify_commands=verify_command or (),

@@ -18,15 +18,12 @@ from typing import Any
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
 from shadow_operator.api.kinds import NETWORK_POLICY, SECRET, SERVICE, STATEFUL_SET, ResourceKind
+from shadow_operator.api.pool import SHAPING_FIELDS, WORKSPACE_FIELDS
 from shadow_operator.resources import environment as res
 from shadow_operator.resources import gitea_policy
 
 Body = Mapping[str, Any]
 
-# The ShadowEnvironment fields that shape an instance's Pods (and the pool's fields of the same names).
-SHAPING_FIELDS = ("template", "workspace", "gitea", "gitRewrites", "env", "resources", "preview", "journal")
-# Of spec.workspace, the volume's fields (`from` makes a fork, which never takes an instance).
-WORKSPACE_FIELDS = ("mountPath", "size", "storageClassName")
 # An instance's name: the pool's (cut to leave the Gitea StatefulSet's name unhashed) and a random suffix.
 NAME_PREFIX_MAX = 40
 SUFFIX_ALPHABET = string.ascii_lowercase + string.digits
