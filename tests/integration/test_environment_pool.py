@@ -18,6 +18,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
+from shadow_operator.controllers import metrics
 from shadow_operator.resources import environment as res
 from shadow_operator.resources import gitea_policy
 
@@ -128,6 +129,14 @@ def gitea_objects(objs: Objects, instance: str) -> list[Any]:
     ]
 
 
+def gauge(objs: Objects, state: str) -> float:
+    return float(metrics.ENVIRONMENT_POOL_INSTANCES.labels(objs.namespace, "warm", state)._value.get())
+
+
+def takes(objs: Objects, reason: str) -> float:
+    return float(metrics.POOL_TAKES.labels(objs.namespace, "warm", reason)._value.get())
+
+
 def scale(objs: Objects, pool: str, replicas: int) -> None:
     objs.custom.patch_namespaced_custom_object_scale(
         "shadow.dev", V, objs.namespace, "shadowenvironmentpools", pool, {"spec": {"replicas": replicas}}
@@ -141,6 +150,8 @@ def test_an_environment_takes_a_started_instance_and_the_pool_refills(objs: Obje
         objs.create(ENVIRONMENT_POOL, pool_body("warm", 1), version=V)
         pool = wait_ready_instances(objs, volumes, "warm", 1)
         assert pool["status"]["selector"] == f"{c.LABEL_POOL}=warm"
+        # Exported for the platform team (the operator runs in this process).
+        assert gauge(objs, "ready") == 1 and gauge(objs, "desired") == 1 and gauge(objs, "starting") == 0
         [instance] = instances(objs, "warm")
         name = instance["metadata"]["name"]
         assert name.startswith("warm-") and controller(instance)["kind"] == "ShadowEnvironmentPool"
@@ -183,6 +194,8 @@ def test_an_environment_takes_a_started_instance_and_the_pool_refills(objs: Obje
             assert [o["username"] for o in gitea.api("GET", "admin/orgs")] == ["microsoft"]
             assert objs.get(SANDBOX, "taker") is None
 
+        assert takes(objs, "Adopted") == 1
+
         # The pool starts another instance in the background.
         wait_ready_instances(objs, volumes, "warm", 1)
         [fresh] = instances(objs, "warm")
@@ -210,6 +223,7 @@ def test_an_environment_takes_a_started_instance_and_the_pool_refills(objs: Obje
         )
         assert other["status"]["pool"]["reason"] == "PoolMismatch"
         assert "spec.workspace.size" in other["status"]["pool"]["message"]
+        assert takes(objs, "PoolMismatch") == 1 and takes(objs, "PoolEmpty") == 1
         assert other["status"]["sandbox"] == "other"
 
         # `kubectl scale` to 0: the unclaimed instance goes, the taken ones stay with their environments.
