@@ -218,6 +218,8 @@ def print_status(env: ShadowEnvironment, output: str) -> None:
         out.print(f"  [red]failure[/red] {st.failure.code}: {st.failure.message}")
     if st.clone:
         out.print(f"  cloned from {st.clone.source} by {st.clone.method}: {st.clone.reason}", markup=False)
+    if st.pool:
+        out.print(f"  pool {st.pool.name}: {st.pool.reason}: {st.pool.message or ''}", markup=False)
     for src in st.sources or ():
         out.print(f"  source {src.name}: {src.repo}@{src.commit[:12]} ({src.branch}) in {src.path}")
     phases = envops.phase_seconds(env)
