@@ -218,6 +218,12 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
             state.set(c.COND_WORKSPACE_READY, False, "Suspended", message)
             raise StepFailed(None, "Suspended", message, retry=None)
         workspace_ready = await self._workspace(state, sb_status)
+        if workspace_ready and not conds.is_true(
+            (env.body.get("status") or {}).get("conditions"), c.COND_WORKSPACE_READY
+        ):
+            # Said at once, before Gitea is set up: the client waits for it to upload (a pool's instance is
+            # Ready in the first pass).
+            await self._write_status(env, state)
 
         gitea_ready = not gitea_on
         gitea_pending: StepFailed | None = None
@@ -305,7 +311,7 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
     # ------------------------------------------------------------------------------------------ status
     async def _write_status(self, env: ShadowEnvironment, state: Pass) -> None:
         new = to_patch(state.finish())
-        old = env.body.get("status") or {}
+        old = state.written if state.written is not None else env.body.get("status") or {}
         unchanged = all(old.get(k) == v for k, v in new.items() if k != "conditions")
         if unchanged and conds.same(old.get("conditions"), new.get("conditions")):
             return
@@ -313,18 +319,18 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
         if failure and failure != old_failure:
             self.recorder.warn(env.body, reason=failure["code"], message=failure["message"][:1000])
         if await self.client.patch_status(SHADOW_ENVIRONMENT, env.body, new) is not None:
-            _observe_timings(env, state.status.timings)
+            _observe_timings(env, old.get("timings") or {}, state.status.timings)
+            state.written = new
 
 
-def _observe_timings(env: ShadowEnvironment, timings: PhaseTimings | None) -> None:
-    """Each phase that finished in this pass, in seconds since the environment's creation."""
+def _observe_timings(env: ShadowEnvironment, before: dict[str, Any], timings: PhaseTimings | None) -> None:
+    """Each phase that finished since the status `before` was written, in seconds since the environment's
+    creation."""
     created = env.metadata.creation_timestamp
     if timings is None or created is None:
         return
-    before = (env.status.timings if env.status else None) or PhaseTimings()
     finished = timings.model_dump(by_alias=True, exclude_none=True)
-    already = before.model_dump(by_alias=True, exclude_none=True)
     for phase, at in finished.items():
-        if phase not in already:
+        if phase not in before:
             seconds = max((at - created).total_seconds(), 0.0)
             metrics.ENVIRONMENT_PHASE_SECONDS.labels(env.namespace, phase).observe(seconds)

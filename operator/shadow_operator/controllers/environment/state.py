@@ -151,6 +151,7 @@ class Pass:
         ]
         self.failure: Failure | None = None
         self.stopped_at: str | None = None  # reason of the step that could not complete in this pass
+        self.written: dict[str, Any] | None = None  # the status this pass already wrote (a partial one)
 
     # ---------------------------------------------------------------------------------------- instance
     @property
