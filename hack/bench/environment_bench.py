@@ -17,6 +17,9 @@ just before the create request (the client's clock; kind runs on the same host):
   verified        the verdict written (source checks, pip install from the rewritten URL)
 
     .venv/bin/python hack/bench/environment_bench.py --runs 5 --size-mib 10
+
+With --pool N, each run is made twice, side by side: cold (as above) and from a ShadowEnvironmentPool of N
+instances (spec.pool; the run waits until the pool has N Ready instances again, so each is a warm start).
 """
 
 from __future__ import annotations
@@ -86,8 +89,43 @@ def make_source(root: Path, size_mib: int) -> Path:
     return root
 
 
+# What the environments and the pool share (the fields an environment must match to take an instance).
+SHAPE = {
+    "workspace": {"size": "1Gi"},
+    "gitRewrites": [{"from": "https://github.com/bench/", "to": "bench"}],
+}
+POOL = "bench-pool"
+
+
+def ensure_pool(api: client.ApiClient, namespace: str, replicas: int, timeout: float) -> None:
+    """The pool, with `replicas` Ready instances (created or scaled; waits for them)."""
+    custom = client.CustomObjectsApi(api)
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "ShadowEnvironmentPool",
+        "metadata": {"name": POOL},
+        "spec": {"replicas": replicas, **SHAPE},
+    }
+    try:
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "shadowenvironmentpools", body)
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+        custom.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, "shadowenvironmentpools", POOL, {"spec": body["spec"]}
+        )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pool = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "shadowenvironmentpools", POOL)
+        status = pool.get("status") or {}
+        if status.get("readyReplicas") == replicas and status.get("replicas") == replicas:
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"pool {POOL} not refilled to {replicas} Ready instances in {timeout}s")
+
+
 def one_run(
-    api: client.ApiClient, namespace: str, size_mib: int, work: Path, timeout: float
+    api: client.ApiClient, namespace: str, size_mib: int, work: Path, timeout: float, pool: bool = False
 ) -> dict[str, float]:
     custom = client.CustomObjectsApi(api)
     name = f"bench-{uuid.uuid4().hex[:6]}"
@@ -98,8 +136,8 @@ def one_run(
         "metadata": {"name": name},
         "spec": {
             "sources": [{"name": "pkg", "repo": "bench/benchpkg", "upload": {}}],
-            "workspace": {"size": "1Gi"},
-            "gitRewrites": [{"from": "https://github.com/bench/", "to": "bench"}],
+            **SHAPE,
+            **({"pool": POOL} if pool else {}),
         },
     }
     marks: dict[str, float] = {}
@@ -120,6 +158,8 @@ def one_run(
         env = wait_verified(custom, namespace, name, timeout, errors)
     finally:
         custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+    if pool and not (env["status"].get("pool") or {}).get("adopted"):
+        raise RuntimeError(f"{name} did not take a pool instance: {env['status'].get('pool')}")
     for phase, at in (env["status"].get("timings") or {}).items():
         marks[phase] = (datetime.fromisoformat(at.replace("Z", "+00:00")) - started).total_seconds()
     return {phase: marks[phase] for phase in PHASES if phase in marks}
@@ -198,6 +238,17 @@ def ensure_namespace(api: client.ApiClient, namespace: str) -> None:
             raise
 
 
+def table(results: list[dict[str, float]]) -> list[str]:
+    lines = ["| phase | p50 | min | max |", "|---|---:|---:|---:|"]
+    for phase in PHASES:
+        values = [r[phase] for r in results if phase in r]
+        if values:
+            lines.append(
+                f"| {phase} | {statistics.median(values):.2f} | {min(values):.2f} | {max(values):.2f} |"
+            )
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5)
@@ -205,22 +256,29 @@ def main() -> int:
     parser.add_argument("--namespace", default="bench-env")
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--kubeconfig", default=KIND_KUBECONFIG)
+    parser.add_argument(
+        "--pool", type=int, default=0, help="also run each from a pool of this many instances, side by side"
+    )
     args = parser.parse_args()
     api = kind_api(args.kubeconfig)
     ensure_namespace(api, args.namespace)
-    results = []
+    forms = ["cold", "pool"] if args.pool else ["cold"]
+    results: dict[str, list[dict[str, float]]] = {form: [] for form in forms}
     with tempfile.TemporaryDirectory() as work:
         for i in range(args.runs):
-            marks = one_run(api, args.namespace, args.size_mib, Path(work), args.timeout)
-            results.append(marks)
-            print(f"run {i + 1}: " + ", ".join(f"{k} {v:.2f}s" for k, v in marks.items()), flush=True)
-    print(f"\n{args.runs} runs, {args.size_mib} MiB source; seconds from the create request:\n")
-    print("| phase | p50 | min | max |")
-    print("|---|---:|---:|---:|")
-    for phase in PHASES:
-        values = [r[phase] for r in results if phase in r]
-        if values:
-            print(f"| {phase} | {statistics.median(values):.2f} | {min(values):.2f} | {max(values):.2f} |")
+            for form in forms:
+                if form == "pool":
+                    ensure_pool(api, args.namespace, args.pool, args.timeout)
+                marks = one_run(api, args.namespace, args.size_mib, Path(work), args.timeout, form == "pool")
+                results[form].append(marks)
+                print(
+                    f"run {i + 1} {form}: " + ", ".join(f"{k} {v:.2f}s" for k, v in marks.items()), flush=True
+                )
+    if args.pool:
+        ensure_pool(api, args.namespace, 0, args.timeout)
+    for form in forms:
+        print(f"\n{form}: {args.runs} runs, {args.size_mib} MiB source; seconds from the create request:\n")
+        print("\n".join(table(results[form])))
     return 0
 
 

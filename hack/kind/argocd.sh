@@ -107,6 +107,7 @@ configMapGenerator:
     behavior: merge
     files:
       - resource.customizations.health.shadow.dev_ShadowEnvironment=health/shadowenvironment-health.lua
+      - resource.customizations.health.shadow.dev_ShadowEnvironmentPool=health/shadowenvironmentpool-health.lua
       - resource.customizations.health.agents.x-k8s.io_Sandbox=health/sandbox-health.lua
       - resource.customizations.health.extensions.agents.x-k8s.io_SandboxClaim=health/sandboxclaim-health.lua
   # Each object's health in the Application's status.resources (ArgoCD 2's behaviour; 3 keeps it only in

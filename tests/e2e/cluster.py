@@ -32,7 +32,11 @@ FULLNAME = RELEASE if "shadow-operator" in RELEASE else f"{RELEASE}-shadow-opera
 DEFAULT_TEMPLATE = "workspace"
 EXT_GROUP, CORE_GROUP, VERSION = "extensions.agents.x-k8s.io", "agents.x-k8s.io", "v1beta1"
 # The group and version each custom resource plural is served at (the Sandbox API's others: EXT_GROUP).
-API_OF = {"sandboxes": (CORE_GROUP, VERSION), "shadowenvironments": ("shadow.dev", "v1alpha1")}
+API_OF = {
+    "sandboxes": (CORE_GROUP, VERSION),
+    "shadowenvironments": ("shadow.dev", "v1alpha1"),
+    "shadowenvironmentpools": ("shadow.dev", "v1alpha1"),
+}
 
 
 def api_of(plural: str) -> tuple[str, str]:

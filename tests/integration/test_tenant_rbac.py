@@ -31,6 +31,9 @@ TENANT_CALLS = [
     # shadowctl create / get / list / wait (watch), verify and push requests (patch), destroy
     *[(v, "shadow.dev", "shadowenvironments", "") for v in ("create", "get", "list", "watch", "patch", "delete")],
     ("get", "shadow.dev", "shadowenvironments", "status"),
+    # create --pool reads the pool; a team keeps its own pools (kubectl apply, kubectl scale)
+    *[(v, "shadow.dev", "shadowenvironmentpools", "") for v in ("create", "get", "list", "watch", "patch", "delete")],
+    *[(v, "shadow.dev", "shadowenvironmentpools", "scale") for v in ("get", "update", "patch")],
     # exec, diff, promote, upload, shell: the runtime token, then the pod proxy (GET/POST/PUT/DELETE)
     ("get", "", "secrets", ""),
     *[(v, "", "pods", "proxy") for v in ("get", "create", "update", "delete")],
@@ -59,6 +62,7 @@ PLATFORM_CALLS = [
     ("update", "extensions.agents.x-k8s.io", "sandboxwarmpools", ""),
     ("create", "agents.x-k8s.io", "sandboxes", ""),
     ("update", "shadow.dev", "shadowenvironments", "status"),
+    ("update", "shadow.dev", "shadowenvironmentpools", "status"),
 ]
 VIEW_READS = [c for c in TENANT_CALLS if c[0] in ("get", "list", "watch") and c[2:] not in (("secrets", ""), ("pods", "proxy"))]  # fmt: skip
 

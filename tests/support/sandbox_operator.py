@@ -30,12 +30,14 @@ CLAIM = ("extensions.agents.x-k8s.io", "sandboxclaims")
 TEMPLATE = ("extensions.agents.x-k8s.io", "sandboxtemplates")
 POOL = ("extensions.agents.x-k8s.io", "sandboxwarmpools")
 ENVIRONMENT = ("shadow.dev", "shadowenvironments")
+ENVIRONMENT_POOL = ("shadow.dev", "shadowenvironmentpools")
 KINDS = {
     SANDBOX: "Sandbox",
     CLAIM: "SandboxClaim",
     TEMPLATE: "SandboxTemplate",
     POOL: "SandboxWarmPool",
     ENVIRONMENT: "ShadowEnvironment",
+    ENVIRONMENT_POOL: "ShadowEnvironmentPool",
 }
 OPERATOR_ENV = {"SHADOW_METRICS_PORT": "0"}
 

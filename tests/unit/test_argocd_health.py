@@ -1,5 +1,5 @@
-"""The ArgoCD health checks (ShadowEnvironment, Sandbox, SandboxClaim), run by a real Lua interpreter on
-sample objects shaped like the operator's status."""
+"""The ArgoCD health checks (ShadowEnvironment, ShadowEnvironmentPool, Sandbox, SandboxClaim), run by a real
+Lua interpreter on sample objects shaped like the operator's status."""
 
 from __future__ import annotations
 
@@ -141,3 +141,18 @@ def test_sandbox_claim_health() -> None:
     assert health(missing, script) == ("Degraded", "TemplateNotFound: SandboxTemplate 'x' not found")
     pending = env(conditions=[cond("Ready", "False", "SandboxNotReady", "Sandbox is not ready")])
     assert health(pending, script)[0] == "Progressing"
+
+
+def test_environment_pool_health() -> None:
+    script = ARGOCD / "shadowenvironmentpool-health.lua"
+    assert health(env(), script)[0] == "Progressing"
+    full = env(conditions=[cond("Ready", "True", "Ready", "2 of 2 instances Ready")])
+    assert health(full, script) == ("Healthy", "Ready: 2 of 2 instances Ready")
+    starting = env(conditions=[cond("Ready", "False", "Starting", "1 of 2 instances Ready")])
+    assert health(starting, script) == ("Progressing", "Starting: 1 of 2 instances Ready")
+    missing = env(
+        conditions=[cond("Ready", "False", "TemplateNotFound", "SandboxTemplate 'x' does not exist")]
+    )
+    assert health(missing, script)[0] == "Degraded"
+    stale = env(generation=3, conditions=[cond("Ready", "True", generation=2)])
+    assert health(stale, script)[0] == "Progressing"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from shadow_operator.api.environment import ShadowEnvironment
+from shadow_operator.api.environment import PoolAdoption, ShadowEnvironment
 from shadow_operator.cli import environments
 from shadow_operator.sdk import environment as envops
 from shadow_operator.sdk import fork as forkops
@@ -60,3 +60,18 @@ def test_a_forks_clone_time_comes_from_its_timing_when_there_is_one() -> None:
     }
     assert forkops.clone_seconds(env({"cloned": "2026-01-01T00:00:03.440Z"}, clone)) == 3.4
     assert forkops.clone_seconds(env(None, clone)) == 4.0
+
+
+def test_status_says_what_came_of_the_pool() -> None:
+    taken = env(TIMINGS)
+    assert taken.status is not None
+    taken.status.pool = PoolAdoption(
+        name="warm",
+        adopted=True,
+        reason="Adopted",
+        message="took instance warm-x1y2z of ShadowEnvironmentPool warm",
+    )
+    with environments.out.capture() as captured:
+        environments.print_status(taken, "text")
+    text = " ".join(captured.get().split())
+    assert "pool warm: Adopted: took instance warm-x1y2z of ShadowEnvironmentPool warm" in text

@@ -8,10 +8,15 @@ from typing import Any
 import pytest
 import yaml
 from shadow_operator.api import crdgen
-from shadow_operator.api.kinds import CUSTOM_KINDS, SHADOW_ENVIRONMENT, ResourceKind
+from shadow_operator.api.kinds import (
+    CUSTOM_KINDS,
+    SHADOW_ENVIRONMENT,
+    SHADOW_ENVIRONMENT_POOL,
+    ResourceKind,
+)
 
-# The agent-sandbox kinds (v1beta1 storage, v1alpha1 served); ShadowEnvironment is our own v1alpha1 API.
-SANDBOX_KINDS = [k for k in CUSTOM_KINDS if k is not SHADOW_ENVIRONMENT]
+# The agent-sandbox kinds (v1beta1 storage, v1alpha1 served); the shadow.dev kinds are our own v1alpha1 API.
+SANDBOX_KINDS = [k for k in CUSTOM_KINDS if k.group != SHADOW_ENVIRONMENT.group]
 
 pytestmark = pytest.mark.unit
 
@@ -136,12 +141,13 @@ def test_names_columns_and_subresources() -> None:
         assert not set(names["categories"]) & {names["singular"], *names.get("shortNames", [])}
     columns = [col["name"] for col in sandbox["versions"][0]["additionalPrinterColumns"]]
     assert columns[:2] == ["Ready", "Reason"] and columns[-1] == "Age"
-    pool = crds["SandboxWarmPool"]["spec"]["versions"][0]["subresources"]
-    assert pool["scale"] == {
-        "specReplicasPath": ".spec.replicas",
-        "statusReplicasPath": ".status.replicas",
-        "labelSelectorPath": ".status.selector",
-    }
+    for pool_kind in ("SandboxWarmPool", SHADOW_ENVIRONMENT_POOL.kind):
+        pool = crds[pool_kind]["spec"]["versions"][0]["subresources"]
+        assert pool["scale"] == {
+            "specReplicasPath": ".spec.replicas",
+            "statusReplicasPath": ".status.replicas",
+            "labelSelectorPath": ".status.selector",
+        }, pool_kind
     assert "subresources" not in crds["SandboxTemplate"]["spec"]["versions"][0]
 
 

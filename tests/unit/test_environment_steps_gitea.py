@@ -30,7 +30,7 @@ def ready(sts: dict) -> dict:
 async def test_children_are_applied_and_the_credentials_generated_once() -> None:
     world, env = World(), environment(spec=SPEC)
     step = GiteaStep(world.deps)
-    sts, creds = await step.children(env)
+    sts, creds = await step.children(new_pass(env))
     assert sts["metadata"]["name"] == res.gitea_name("demo")
     kinds = [kind for _, kind, _ in world.client.writes]
     assert kinds.count(SECRET.kind) == 1 and SERVICE.kind in kinds and STATEFUL_SET.kind in kinds
@@ -40,7 +40,7 @@ async def test_children_are_applied_and_the_credentials_generated_once() -> None
     secret = await world.client.get_live(SECRET, NAMESPACE, res.gitea_secret_name("demo"))
     assert secret is not None
     world.cache.store(SECRET).upsert({**secret, "metadata": {**secret["metadata"], "resourceVersion": "1"}})
-    _, again = await step.children(env)
+    _, again = await step.children(new_pass(env))
     assert again[c.GITEA_SECRET_PASSWORD] == creds[c.GITEA_SECRET_PASSWORD]
     assert [kind for _, kind, _ in world.client.writes].count(SECRET.kind) == 1
 
@@ -66,7 +66,7 @@ def gitea_pod(sts: dict, controller_uid: str) -> dict:
 async def test_a_pod_that_cannot_pull_its_image_is_a_failure_not_a_wait() -> None:
     world, env = World(), environment(spec=SPEC)
     step = GiteaStep(world.deps)
-    sts, creds = await step.children(env)
+    sts, creds = await step.children(new_pass(env))
     # Read from the cache (the engine's additional feed of Gitea Pods), only when the StatefulSet controls it.
     world.cache.store(POD).upsert(gitea_pod(sts, "someone-else"))
     assert await step.ready(new_pass(env), sts, creds) is False
@@ -84,7 +84,7 @@ async def test_a_pod_that_cannot_pull_its_image_is_a_failure_not_a_wait() -> Non
 async def test_starting_then_bootstrapped_with_a_token_orgs_and_repos() -> None:
     world, env = World(), environment(spec=SPEC)
     step = GiteaStep(world.deps)
-    sts, creds = await step.children(env)
+    sts, creds = await step.children(new_pass(env))
     state = new_pass(env)
     assert await step.ready(state, sts, creds) is False
     assert state.conditions[0]["reason"] == "GiteaStarting"
@@ -106,7 +106,7 @@ async def test_starting_then_bootstrapped_with_a_token_orgs_and_repos() -> None:
 async def test_a_token_gitea_no_longer_knows_is_replaced() -> None:
     world, env = World(), environment(spec=SPEC)
     step = GiteaStep(world.deps)
-    sts, creds = await step.children(env)
+    sts, creds = await step.children(new_pass(env))
     creds[c.GITEA_SECRET_TOKEN] = "from-a-lost-volume"
     assert await step.ready(new_pass(env), ready(sts), creds) is True
     assert creds[c.GITEA_SECRET_TOKEN] == "token-1"
@@ -115,7 +115,7 @@ async def test_a_token_gitea_no_longer_knows_is_replaced() -> None:
 async def test_bootstrap_failures_retry_then_fail_with_the_password_redacted() -> None:
     world, env = World(), environment(spec=SPEC)
     step = GiteaStep(world.deps)
-    sts, creds = await step.children(env)
+    sts, creds = await step.children(new_pass(env))
     world.gitea.fail_with = GiteaError("create token", 500, f"boom {creds[c.GITEA_SECRET_PASSWORD]}")
     for _ in range(BOOTSTRAP_ATTEMPTS - 1):
         with pytest.raises(StepFailed) as failed:
@@ -134,11 +134,11 @@ async def test_bootstrap_failures_retry_then_fail_with_the_password_redacted() -
 async def test_gitea_gets_an_emptydir_unless_persistence_is_enabled() -> None:
     world = World()
     step = GiteaStep(world.deps)
-    sts, _ = await step.children(environment(spec=SPEC))
+    sts, _ = await step.children(new_pass(environment(spec=SPEC)))
     assert "volumeClaimTemplates" not in sts["spec"]
     assert sts["spec"]["template"]["spec"]["volumes"][0]["emptyDir"] == {"sizeLimit": "1Gi"}
     persistent = environment("kept", spec={**SPEC, "gitea": {"persistence": {"enabled": True}}})
-    sts, _ = await step.children(persistent)
+    sts, _ = await step.children(new_pass(persistent))
     assert [t["metadata"]["name"] for t in sts["spec"]["volumeClaimTemplates"]] == [res.GITEA_DATA_VOLUME]
 
 
@@ -150,7 +150,7 @@ async def test_a_gitea_statefulset_made_with_a_claim_keeps_it() -> None:
     old = res.build_gitea_statefulset(env.body, image="g", cluster_domain="c", on_volume=True)
     old["metadata"].update(resourceVersion="1", uid="sts-uid")
     world.cache.store(STATEFUL_SET).upsert(old)
-    sts, _ = await step.children(env)
+    sts, _ = await step.children(new_pass(env))
     assert [t["metadata"]["name"] for t in sts["spec"]["volumeClaimTemplates"]] == [res.GITEA_DATA_VOLUME]
 
 
@@ -177,7 +177,7 @@ async def test_a_new_gitea_pod_that_lost_the_data_gets_the_sources_pushed_again(
     world = World()
     step = GiteaStep(world.deps)
     env = environment(spec=SPEC, status={"sources": copied})
-    sts, creds = await step.children(env)
+    sts, creds = await step.children(new_pass(env))
     world.gitea.branches["acme/app@main"] = "c" * 40  # the copy-in pushed it
     world.cache.store(POD).upsert(running_pod(sts, "pod-1"))
     state = new_pass(env)
@@ -205,7 +205,7 @@ async def test_a_new_gitea_pod_with_its_data_loses_nothing() -> None:
     world = World()
     step = GiteaStep(world.deps)
     env = environment(spec={**SPEC, "gitea": {"persistence": {"enabled": True}}}, status={"sources": copied})
-    sts, creds = await step.children(env)
+    sts, creds = await step.children(new_pass(env))
     world.gitea.branches["acme/app@main"] = "c" * 40
     world.cache.store(POD).upsert(running_pod(sts, "pod-1"))
     state = new_pass(env)

@@ -223,8 +223,9 @@ def test_long_names_stay_bounded_and_distinct() -> None:
 
 
 def test_only_an_environments_own_workspace_pod_carries_its_environment_label() -> None:
-    """Gitea's NetworkPolicies admit the Pod labelled with its environment: a label the Sandbox's podTemplate
-    or metadata names is not enough, only the environment controlling a Sandbox of its own name."""
+    """Gitea's NetworkPolicies admit the Pod labelled with its environment's instance: a label the Sandbox's
+    podTemplate or metadata names is not enough, only a ShadowEnvironment (or a ShadowEnvironmentPool, whose
+    instances environments take) controlling the Sandbox, and the value is always the Sandbox's own name."""
     plain = make_sandbox()
     plain["metadata"]["labels"] = {c.LABEL_ENVIRONMENT: "demo"}
     plain["spec"]["podTemplate"]["metadata"]["labels"][c.LABEL_ENVIRONMENT] = "demo"
@@ -243,6 +244,19 @@ def test_only_an_environments_own_workspace_pod_carries_its_environment_label() 
     assert labels[c.LABEL_ENVIRONMENT] == "demo"
     assert labels[c.LABEL_SANDBOX_NAME_HASH] == naming.name_hash("demo")
 
+    # An environment that took a pool instance: the label names the instance (the Sandbox), never the
+    # environment, so it cannot match another Sandbox's Gitea.
     owned["metadata"]["ownerReferences"] = [{**ref, "name": "other"}]
     labels, _ = res.build_pod_labels_and_annotations(owned)
-    assert c.LABEL_ENVIRONMENT not in labels
+    assert labels[c.LABEL_ENVIRONMENT] == "demo"
+    owned["metadata"]["ownerReferences"] = [{**ref, "kind": "ShadowEnvironmentPool", "name": "pool"}]
+    labels, _ = res.build_pod_labels_and_annotations(owned)
+    assert labels[c.LABEL_ENVIRONMENT] == "demo"
+
+    for kind, api_version in (
+        ("SandboxWarmPool", f"{c.EXTENSIONS_GROUP}/v1beta1"),
+        ("ShadowEnvironment", "x.io/v1"),
+    ):
+        owned["metadata"]["ownerReferences"] = [{**ref, "kind": kind, "apiVersion": api_version, "name": "d"}]
+        labels, _ = res.build_pod_labels_and_annotations(owned)
+        assert c.LABEL_ENVIRONMENT not in labels, kind

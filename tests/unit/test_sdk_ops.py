@@ -66,6 +66,31 @@ def test_environment_manifest_records_local_directories(tmp_path: Path) -> None:
         build_environment("e1", "ns", twice)
 
 
+def test_an_environment_from_a_pool_starts_from_the_pools_values(tmp_path: Path) -> None:
+    """`shadowctl create --pool`: the pool's shaping fields (not its replicas, not a workspace `from`), then
+    what the user gave explicitly on top, so the environment matches the pool unless told otherwise."""
+    pool_spec = {
+        "replicas": 4,
+        "template": "python",
+        "workspace": {"mountPath": "/src", "size": "5Gi", "from": {"environment": "x"}},
+        "gitRewrites": [{"from": "https://github.com/acme/", "to": "acme"}],
+        "journal": False,
+        "preview": None,
+    }
+    (tmp_path / "app").mkdir()
+    spec = EnvironmentSpec(local=[LocalSource(tmp_path / "app")], pool="warm")
+    body = build_environment("e1", "ns", spec, pool_spec)["spec"]
+    assert body["pool"] == "warm" and body["template"] == "python" and body["journal"] is False
+    assert body["workspace"] == {"mountPath": "/src", "size": "5Gi"}
+    assert body["gitRewrites"] == pool_spec["gitRewrites"]
+    assert "replicas" not in body and "preview" not in body
+    override = EnvironmentSpec(
+        local=[LocalSource(tmp_path / "app")], pool="warm", mount_path="/app", template="t"
+    )
+    body = build_environment("e1", "ns", override, pool_spec)["spec"]
+    assert body["workspace"] == {"mountPath": "/app", "size": "5Gi"} and body["template"] == "t"
+
+
 def test_claim_manifest_and_status() -> None:
     assert sandbox_ops.build_claim("c", "ns", template="py", warmpool=None)["spec"] == {
         "sandboxTemplateRef": {"name": "py"}

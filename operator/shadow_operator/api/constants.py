@@ -109,6 +109,11 @@ ANNOTATION_UPLOAD_PREFIX: Final = f"uploads.{OPERATOR_PREFIX}/"
 ANNOTATION_VERIFY_REQUEST: Final = f"{OPERATOR_PREFIX}/verify-requested"
 # Changing its value resumes a workspace suspended for idleness.
 ANNOTATION_RESUME_REQUEST: Final = f"{OPERATOR_PREFIX}/resume-requested"
+# ShadowEnvironmentPool: its instances' Sandboxes carry the pool's name until an environment takes one, and
+# a hash of what they were made from (the pool's environment fields and its template), which an environment
+# asking for the pool must match.
+LABEL_POOL: Final = f"{OPERATOR_PREFIX}/pool"
+ANNOTATION_POOL_HASH: Final = f"{OPERATOR_PREFIX}/pool-hash"
 COND_WORKSPACE_READY: Final = "WorkspaceReady"
 COND_GITEA_READY: Final = "GiteaReady"
 COND_SOURCES_READY: Final = "SourcesReady"
@@ -134,6 +139,8 @@ ANNOTATION_PUSH_REQUEST: Final = f"{OPERATOR_PREFIX}/push-request"
 # Labels of the operator's own Pods (the chart's), which Gitea admits.
 OPERATOR_POD_COMPONENT: Final = "operator"
 GITEA_SECRET_USERNAME: Final = "username"
+# The admin user the operator creates in each Gitea (its password is generated per Gitea).
+GITEA_ADMIN_USERNAME: Final = "shadow-admin"
 GITEA_SECRET_PASSWORD: Final = "password"
 GITEA_SECRET_TOKEN: Final = "token"
 # Environment variables the workspace gets: the Gitea base URL (seed 000's AMPLIFIER_GIT_HOST) and its org.

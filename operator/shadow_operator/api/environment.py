@@ -164,7 +164,7 @@ class WorkspaceFrom(ApiModel):
     )
 
 
-class WorkspaceSpec(ApiModel):
+class WorkspaceVolume(ApiModel):
     """The workspace volume."""
 
     mount_path: str = Field(
@@ -181,6 +181,11 @@ class WorkspaceSpec(ApiModel):
         description="StorageClass of the volume; default: the cluster's default (for a fork: the class of "
         "the volume it starts from).",
     )
+
+
+class WorkspaceSpec(WorkspaceVolume):
+    """The workspace volume, and what it starts as."""
+
     from_: WorkspaceFrom | None = Field(
         default=None,
         alias="from",
@@ -364,6 +369,16 @@ class ShadowEnvironmentSpec(ApiModel):
         max_length=253,
         description="SandboxTemplate (same namespace) the workspace starts from; default: the operator's "
         "default template.",
+    )
+    pool: str | None = Field(
+        default=None,
+        max_length=63,
+        pattern=DNS_LABEL,
+        description="ShadowEnvironmentPool (same namespace) to take a started workspace and Gitea from, "
+        "instead of starting them (seconds sooner). Taken only when this environment's template, workspace, "
+        "gitea, gitRewrites, env, resources, preview and journal equal the pool's and it is not a fork; "
+        "otherwise, or when the pool has no Ready instance, they are started as usual and status.pool says "
+        "why. Read once, at creation.",
     )
     env: list[ClaimEnvVar] | None = Field(
         default=None,
@@ -587,12 +602,31 @@ class PhaseTimings(ApiModel):
     )
 
 
+class PoolAdoption(ApiModel):
+    """Whether the environment took its workspace and Gitea from its pool (spec.pool)."""
+
+    name: str = Field(description="The ShadowEnvironmentPool asked for.")
+    adopted: bool = Field(
+        description="The workspace and Gitea came from the pool (status.sandbox names them)."
+    )
+    reason: str = Field(
+        description="Adopted; PoolNotFound; PoolEmpty (no Ready instance); PoolMismatch (a field differs "
+        "from the pool's); Fork (a fork's volume comes from its source)."
+    )
+    message: str | None = Field(default=None, description="What happened, for people.")
+
+
 class ShadowEnvironmentStatus(ApiModel):
     """Observed state of a ShadowEnvironment."""
 
     conditions: list[Condition] | None = CONDITIONS_FIELD
     observed_generation: int | None = Field(default=None, description="Generation last acted upon.")
-    sandbox: str | None = Field(default=None, description="The workspace Sandbox.")
+    sandbox: str | None = Field(
+        default=None,
+        description="The workspace Sandbox. Its name is the environment's, or the pool instance's it adopted "
+        "(spec.pool); the Gitea StatefulSet, Service and Secret are named after it too (`<sandbox>-gitea`).",
+    )
+    pool: PoolAdoption | None = Field(default=None, description="What came of spec.pool.")
     runtime_url: str | None = Field(
         default=None, alias="runtimeURL", description="In-cluster URL of the workspace's runtime API."
     )

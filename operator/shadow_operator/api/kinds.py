@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from shadow_operator.api import constants as c
 from shadow_operator.api import environment as env
 from shadow_operator.api import models as m
+from shadow_operator.api import pool
 
 READY_COLUMNS: tuple[dict[str, Any], ...] = (
     {
@@ -205,6 +206,33 @@ SHADOW_ENVIRONMENT = ResourceKind(
     ),
 )
 
+SHADOW_ENVIRONMENT_POOL = ResourceKind(
+    c.SHADOW_GROUP,
+    c.SHADOW_VERSION,
+    "shadowenvironmentpools",
+    "ShadowEnvironmentPool",
+    pool.ShadowEnvironmentPool,
+    CrdSpec(
+        ("shpool", "shadowpool"),
+        (
+            {"name": "Desired", "type": "integer", "jsonPath": ".spec.replicas"},
+            {"name": "Current", "type": "integer", "jsonPath": ".status.replicas"},
+            {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
+            {"name": "Template", "type": "string", "jsonPath": ".spec.template", "priority": 1},
+            AGE_COLUMN,
+        ),
+        versions=(c.SHADOW_VERSION,),
+        storage_version=c.SHADOW_VERSION,
+        deprecated_versions=(),
+        categories=("shadow",),
+        scale={
+            "specReplicasPath": ".spec.replicas",
+            "statusReplicasPath": ".status.replicas",
+            "labelSelectorPath": ".status.selector",
+        },
+    ),
+)
+
 POD = ResourceKind("", "v1", "pods", "Pod")
 SERVICE = ResourceKind("", "v1", "services", "Service")
 SECRET = ResourceKind("", "v1", "secrets", "Secret")
@@ -226,6 +254,7 @@ CUSTOM_KINDS: tuple[ResourceKind, ...] = (
     SANDBOX_TEMPLATE,
     SANDBOX_WARM_POOL,
     SHADOW_ENVIRONMENT,
+    SHADOW_ENVIRONMENT_POOL,
 )
 ALL_KINDS: tuple[ResourceKind, ...] = (
     *CUSTOM_KINDS,

@@ -98,6 +98,13 @@ def create(
         ),
     ] = None,
     template: Annotated[str | None, typer.Option(help="SandboxTemplate of the workspace.")] = None,
+    pool: Annotated[
+        str | None,
+        typer.Option(
+            help="ShadowEnvironmentPool to take a started workspace and Gitea from (seconds sooner); the "
+            "environment starts from the pool's values.",
+        ),
+    ] = None,
     mount_path: Annotated[
         str | None, typer.Option("--mount-path", help="Where the workspace is mounted (default /workspace).")
     ] = None,
@@ -130,6 +137,7 @@ def create(
         git=[parse_git(x) for x in git or ()],
         rewrites=parse_rewrites(rewrite or []),
         template=template,
+        pool=pool,
         mount_path=mount_path,
         storage_class=storage_class,
         verify_commands=verify_command or (),
@@ -210,6 +218,8 @@ def print_status(env: ShadowEnvironment, output: str) -> None:
         out.print(f"  [red]failure[/red] {st.failure.code}: {st.failure.message}")
     if st.clone:
         out.print(f"  cloned from {st.clone.source} by {st.clone.method}: {st.clone.reason}", markup=False)
+    if st.pool:
+        out.print(f"  pool {st.pool.name}: {st.pool.reason}: {st.pool.message or ''}", markup=False)
     for src in st.sources or ():
         out.print(f"  source {src.name}: {src.repo}@{src.commit[:12]} ({src.branch}) in {src.path}")
     phases = envops.phase_seconds(env)

@@ -7,6 +7,7 @@ from shadow_operator.controllers import settings
 from shadow_operator.controllers.claim import ClaimReconciler
 from shadow_operator.controllers.config import Config
 from shadow_operator.controllers.environment import EnvironmentReconciler
+from shadow_operator.controllers.envpool import EnvironmentPoolReconciler
 from shadow_operator.controllers.sandbox import SandboxReconciler
 from shadow_operator.controllers.template import TemplateReconciler
 from shadow_operator.controllers.warmpool import WarmPoolReconciler
@@ -18,6 +19,7 @@ RECONCILERS = (
     WarmPoolReconciler,
     TemplateReconciler,
     EnvironmentReconciler,
+    EnvironmentPoolReconciler,
 )
 
 manager = Manager(RECONCILERS, load_config=Config.from_env, configure=settings.configure)
@@ -28,6 +30,7 @@ __all__ = [
     "RECONCILERS",
     "ClaimReconciler",
     "Config",
+    "EnvironmentPoolReconciler",
     "EnvironmentReconciler",
     "SandboxReconciler",
     "TemplateReconciler",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import Gauge, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 CLAIM_STARTUP_LATENCY = Histogram(
     "agent_sandbox_claim_startup_latency_ms",
@@ -25,4 +25,16 @@ ENVIRONMENT_PHASE_SECONDS = Histogram(
     "workspaceReady, giteaReady, uploaded, copiedIn, ready, verified, cloned.",
     ["namespace", "phase"],
     buckets=(0.5, 1, 2, 3, 5, 8, 10, 15, 20, 30, 45, 60, 120, 300, 600),
+)
+ENVIRONMENT_POOL_INSTANCES = Gauge(
+    "shadow_operator_environment_pool_instances",
+    "Unclaimed instances of a ShadowEnvironmentPool, by state: ready (workspace and Gitea Ready), starting, "
+    "desired (spec.replicas).",
+    ["namespace", "pool", "state"],
+)
+POOL_TAKES = Counter(
+    "shadow_operator_environment_pool_takes_total",
+    "ShadowEnvironments created naming a pool, by outcome (status.pool.reason): Adopted, PoolEmpty, "
+    "PoolMismatch, PoolNotFound, Fork.",
+    ["namespace", "pool", "reason"],
 )

@@ -19,7 +19,14 @@ from typing import Any
 
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
-from shadow_operator.resources.environment import environment_labels, gitea_selector
+from shadow_operator.api.kinds import NETWORK_POLICY, SERVICE, STATEFUL_SET, ResourceKind
+from shadow_operator.resources.environment import (
+    build_gitea_service,
+    build_gitea_statefulset,
+    environment_labels,
+    gitea_on_volume,
+    gitea_selector,
+)
 
 Body = Mapping[str, Any]
 Manifest = dict[str, Any]
@@ -89,3 +96,28 @@ def build_gitea_network_policies(env: Body, operator_namespace: str) -> list[Man
         },
     }
     return [gitea, workspace]
+
+
+def build_gitea_children(
+    env: Body,
+    *,
+    operator_namespace: str,
+    image: str,
+    cluster_domain: str,
+    pull_policy: str,
+    resources: Mapping[str, Any],
+    current: Body | None,
+) -> list[tuple[ResourceKind, Manifest]]:
+    """Gitea's Service, NetworkPolicies and StatefulSet (in the order they are applied) for an environment or
+    a pool's instance (`env` names them); `current` is the StatefulSet as it is (None: not made yet)."""
+    children: list[tuple[ResourceKind, Manifest]] = [(SERVICE, build_gitea_service(env))]
+    children += [(NETWORK_POLICY, p) for p in build_gitea_network_policies(env, operator_namespace)]
+    sts = build_gitea_statefulset(
+        env,
+        image=image,
+        cluster_domain=cluster_domain,
+        pull_policy=pull_policy,
+        resources=dict(resources),
+        on_volume=gitea_on_volume(env, current),
+    )
+    return [*children, (STATEFUL_SET, sts)]

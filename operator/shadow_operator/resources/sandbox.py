@@ -160,16 +160,16 @@ def build_pod_labels_and_annotations(sandbox: Body) -> tuple[dict[str, str], dic
 
 
 def environment_of(sandbox: Body) -> str | None:
-    """The ShadowEnvironment whose workspace this Sandbox is: its controller, of the same name. Only then
-    does the Pod carry `shadow.dev/environment` (its Gitea's NetworkPolicies select it by that label and the
-    name hash), so no other Sandbox's Pod can claim it through labels."""
+    """The environment instance whose workspace this Sandbox is: the Sandbox's own name, when a
+    ShadowEnvironment or a ShadowEnvironmentPool controls it. Only then does the Pod carry
+    `shadow.dev/environment`, set to that name; its Gitea's NetworkPolicies select it by that label and the
+    name's hash, and no other Sandbox of the namespace has that name, so no other Pod can claim the label."""
     meta = sandbox["metadata"]
     for ref in meta.get("ownerReferences") or ():
         if (
             ref.get("controller")
-            and ref.get("kind") == "ShadowEnvironment"
+            and ref.get("kind") in ("ShadowEnvironment", "ShadowEnvironmentPool")
             and ref.get("apiVersion", "").startswith(f"{c.SHADOW_GROUP}/")
-            and ref.get("name") == meta["name"]
         ):
             return str(meta["name"])
     return None

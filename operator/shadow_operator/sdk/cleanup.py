@@ -38,17 +38,29 @@ def _items(kind: ResourceKind, namespace: str | None, selector: str) -> Op[list[
 def find(namespace: str | None) -> Op[list[Orphan]]:
     """Every labelled object whose environment (same namespace) is gone. `namespace=None`: all namespaces."""
     envs = yield from kube.get(SHADOW_ENVIRONMENT.path(namespace), "list ShadowEnvironments")
+    # An environment's objects are labelled with its instance: its own name, or the pool instance it took.
     alive = {(e["metadata"]["namespace"], e["metadata"]["name"]) for e in envs["items"]}
+    alive |= {
+        (e["metadata"]["namespace"], e["status"]["sandbox"])
+        for e in envs["items"]
+        if (e.get("status") or {}).get("sandbox")
+    }
     orphans = []
     for kind in KINDS:
         for obj in (yield from _items(kind, namespace, c.LABEL_ENVIRONMENT)):
             meta = obj["metadata"]
             env = meta["labels"][c.LABEL_ENVIRONMENT]
-            if (meta["namespace"], env) in alive:
+            if (meta["namespace"], env) in alive or _controlled(meta):
                 continue
             size = ((obj.get("spec") or {}).get("resources") or {}).get("requests", {}).get("storage", "")
             orphans.append(Orphan(kind.kind, meta["namespace"], meta["name"], env, str(size)))
     return orphans
+
+
+def _controlled(meta: kube.Body) -> bool:
+    """Whether something still controls the object (a Sandbox its volume, a pool its instance's): it goes
+    with its owner by garbage collection, it is not left behind."""
+    return any(ref.get("controller") for ref in meta.get("ownerReferences") or ())
 
 
 def delete(orphan: Orphan) -> Op[None]:

@@ -24,7 +24,8 @@ from shadow_operator.api.environment import (
     ShadowEnvironmentStatus,
     Verdict,
 )
-from shadow_operator.api.kinds import SHADOW_ENVIRONMENT
+from shadow_operator.api.kinds import SHADOW_ENVIRONMENT, SHADOW_ENVIRONMENT_POOL
+from shadow_operator.api.pool import pool_fields
 from shadow_operator.common.sources import SourcePlan, plan_sources
 from shadow_operator.sdk import discovery, kube, localdirs, runtime
 from shadow_operator.sdk.errors import (
@@ -93,6 +94,9 @@ class EnvironmentSpec:
     storage_class: str | None = None  # of the workspace volume; forks by snapshot need one that supports it
     verify_commands: Sequence[str] = ()
     requests: dict[str, str] = field(default_factory=dict)  # resource requests of the workspace, e.g. cpu
+    # A ShadowEnvironmentPool to take a started workspace and Gitea from: the environment starts from the
+    # pool's values (template, workspace, rewrites, ...), and the fields set here override them.
+    pool: str | None = None
 
 
 def source_name(text: str) -> str:
@@ -101,8 +105,13 @@ def source_name(text: str) -> str:
     return "-".join(p for p in cleaned.split("-") if p)[:63] or "src"
 
 
-def build_environment(name: str, namespace: str, spec: EnvironmentSpec) -> Body:
-    """The ShadowEnvironment manifest; local directories are recorded in annotations for `promote`."""
+def build_environment(
+    name: str, namespace: str, spec: EnvironmentSpec, pool_spec: Body | None = None
+) -> Body:
+    """The ShadowEnvironment manifest; local directories are recorded in annotations for `promote`.
+
+    With `pool_spec` (the spec of the pool `spec.pool` names), the pool's values come first, so that the
+    environment can take one of its instances; what `spec` sets explicitly overrides them."""
     sources: list[Body] = [{"name": s.source_name, "repo": s.repo_name, "upload": {}} for s in spec.local] + [
         {
             "name": s.source_name,
@@ -119,13 +128,16 @@ def build_environment(name: str, namespace: str, spec: EnvironmentSpec) -> Body:
             f"two sources would have the same name ({', '.join(sorted(names))})",
             hint="name them apart (LocalSource(name=...)), or rename a directory",
         )
-    body_spec: Body = {"sources": sources}
+    body_spec: Body = {**pool_fields(dict(pool_spec or {})), "sources": sources}
+    if spec.pool:
+        body_spec["pool"] = spec.pool
     if spec.rewrites:
         body_spec["gitRewrites"] = [{"from": k, "to": v} for k, v in spec.rewrites.items()]
     if spec.template:
         body_spec["template"] = spec.template
     workspace = {
-        k: v for k, v in (("mountPath", spec.mount_path), ("storageClassName", spec.storage_class)) if v
+        **body_spec.get("workspace", {}),
+        **{k: v for k, v in (("mountPath", spec.mount_path), ("storageClassName", spec.storage_class)) if v},
     }
     if workspace:
         body_spec["workspace"] = workspace
@@ -168,6 +180,20 @@ def list_(namespace: str | None) -> Op[list[ShadowEnvironment]]:
     where = f"in {namespace}" if namespace else "in all namespaces"
     body = yield from kube.get(SHADOW_ENVIRONMENT.path(namespace), f"list ShadowEnvironments {where}")
     return [ShadowEnvironment.from_body({**item, "kind": SHADOW_ENVIRONMENT.kind}) for item in body["items"]]
+
+
+def get_pool_spec(namespace: str, name: str) -> Op[Body]:
+    """The spec of a ShadowEnvironmentPool (what an environment taking its instances must match)."""
+    what = f"ShadowEnvironmentPool {namespace}/{name}"
+    try:
+        body = yield from kube.get(SHADOW_ENVIRONMENT_POOL.path(namespace, name), what)
+    except NotFound:
+        raise ShadowError(
+            f"{what} does not exist",
+            hint=f"list the pools: kubectl get shadowenvironmentpools -n {namespace}",
+        ) from None
+    spec: Body = body.get("spec") or {}
+    return spec
 
 
 def create(body: Body) -> Op[ShadowEnvironment]:

@@ -83,7 +83,8 @@ class _Ops:
 
     def create(self, spec: EnvironmentSpec) -> Op[ShadowEnvironment]:
         self._endpoint = None  # a new environment: a new runtime token
-        env = yield from envops.create(envops.build_environment(self.name, self.namespace, spec))
+        pool = (yield from envops.get_pool_spec(self.namespace, spec.pool)) if spec.pool else None
+        env = yield from envops.create(envops.build_environment(self.name, self.namespace, spec, pool))
         self.forget()
         localdirs.record(self.cluster, self.namespace, self.name, {s.source_name: s.path for s in spec.local})
         return env

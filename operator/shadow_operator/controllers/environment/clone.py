@@ -159,7 +159,7 @@ class CloneStep:
         `size` since an earlier pass, makes it again.
         """
         env, client = state.env, self.deps.client
-        claim_name = naming.pvc_name(c.WORKSPACE_VOLUME, env.name)
+        claim_name = naming.pvc_name(c.WORKSPACE_VOLUME, state.instance)
         claim = self.deps.cache.store(PVC).get(env.namespace, claim_name)
         if claim is None or (claim.get("status") or {}).get("phase") == "Bound":
             return
@@ -236,7 +236,7 @@ class CloneStep:
                 f"waiting for environment {name} to have its sources copied in",
                 retry=None,
             )
-        pvc = self.deps.cache.store(PVC).get(ns, naming.pvc_name(c.WORKSPACE_VOLUME, name))
+        pvc = self.deps.cache.store(PVC).get(ns, naming.pvc_name(c.WORKSPACE_VOLUME, _instance(source)))
         if pvc is None:
             raise StepFailed(None, "WaitingForSource", f"environment {name} has no workspace volume yet")
         source_class = pvc["spec"].get("storageClassName")
@@ -326,11 +326,12 @@ class CloneStep:
         assert origin is not None and origin.environment and clone.snapshot and clone.snapshot_class_name
         source_name, ns, deps = origin.environment, env.namespace, self.deps
         source = deps.cache.store(SHADOW_ENVIRONMENT).get(ns, source_name)
-        sandbox = deps.cache.store(SANDBOX).get(ns, source_name)
+        instance = _instance(source) if source else source_name
+        sandbox = deps.cache.store(SANDBOX).get(ns, instance)
         # A suspended workspace has no Pod and nothing to flush; a running one must flush first.
         if conds.is_true(((sandbox or {}).get("status") or {}).get("conditions"), c.COND_READY):
             try:
-                async with deps.runtime_for(ns, source_name, _runtime_url(source)) as rt:
+                async with deps.runtime_for(ns, instance, _runtime_url(source)) as rt:
                     await rt.flush()
             except RuntimeUnavailable as exc:
                 raise StepFailed(
@@ -339,7 +340,7 @@ class CloneStep:
         manifest = snapshots.build_volume_snapshot(
             name=clone.snapshot,
             namespace=ns,
-            pvc=naming.pvc_name(c.WORKSPACE_VOLUME, source_name),
+            pvc=naming.pvc_name(c.WORKSPACE_VOLUME, instance),
             class_name=clone.snapshot_class_name,
             environment=env.name,
             snapshot_of=source_name,
@@ -404,8 +405,8 @@ class CloneStep:
         url = _runtime_url(source)
         try:
             async with (
-                deps.runtime_for(env.namespace, source_name, url) as origin,
-                deps.runtime_for(env.namespace, env.name, state.status.runtime_url) as target,
+                deps.runtime_for(env.namespace, _instance(source), url) as origin,
+                deps.runtime_for(env.namespace, state.instance, state.status.runtime_url) as target,
             ):
                 async with asyncio.timeout(remaining):
                     copied = await origin.copy_tree_to(target, "", timeout=remaining)
@@ -441,3 +442,10 @@ def _runtime_url(source: Body | None) -> str | None:
 def _size_or_none(size: str | None) -> str | None:
     """A restore size to ask for; "0" records a snapshot that reported none."""
     return size if size and size != "0" else None
+
+
+def _instance(source: Body) -> str:
+    """What the workspace of the environment being forked is named after (its status.sandbox: a pool
+    instance it took, or its own name)."""
+    status = ShadowEnvironment.from_body(source).status
+    return (status.sandbox if status else None) or source["metadata"]["name"]

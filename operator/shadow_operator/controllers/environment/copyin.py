@@ -63,7 +63,7 @@ class CopyInStep:
         ]
         if not todo:
             return
-        async with self.deps.runtime_for(env.namespace, env.name, state.status.runtime_url) as runtime:
+        async with self.deps.runtime_for(env.namespace, state.instance, state.status.runtime_url) as runtime:
             for plan in todo:
                 await self._snapshot(runtime, plan, None, None)
                 prepared.add(plan.name)
@@ -98,12 +98,12 @@ class CopyInStep:
         waiting = []
         async with contextlib.AsyncExitStack() as stack:
             runtime = await stack.enter_async_context(
-                deps.runtime_for(env.namespace, env.name, state.status.runtime_url)
+                deps.runtime_for(env.namespace, state.instance, state.status.runtime_url)
             )
             gitea: Gitea | None = None
             if base_url and token:
                 gitea = await stack.enter_async_context(
-                    deps.open_gitea(deps.gitea_api_url(env), username="", token=token)
+                    deps.open_gitea(deps.gitea_api_url(state.named), username="", token=token)
                 )
             for plan in planned:
                 if plan.name in done:
@@ -115,7 +115,9 @@ class CopyInStep:
                 push_url = f"{base_url}/{plan.full_repo}.git" if base_url else None
                 target = None
                 if push_url and token:
-                    target = pushes.Target(f"{deps.gitea_api_url(env)}/{plan.full_repo}.git", push_url, token)
+                    target = pushes.Target(
+                        f"{deps.gitea_api_url(state.named)}/{plan.full_repo}.git", push_url, token
+                    )
                 commit, branch = await self._snapshot(runtime, plan, target, token)
                 if gitea is not None:
                     try:
@@ -183,8 +185,8 @@ class CopyInStep:
         copied = {s.name for s in state.status.sources or ()}
         try:
             async with (
-                deps.runtime_for(env.namespace, env.name, state.status.runtime_url) as runtime,
-                deps.open_gitea(deps.gitea_api_url(env), username="", token=token) as gitea,
+                deps.runtime_for(env.namespace, state.instance, state.status.runtime_url) as runtime,
+                deps.open_gitea(deps.gitea_api_url(state.named), username="", token=token) as gitea,
             ):
                 answer = await pushes.perform(
                     request,
@@ -192,7 +194,7 @@ class CopyInStep:
                     gitea,
                     plans(state),
                     copied,
-                    push_base=deps.gitea_api_url(env),
+                    push_base=deps.gitea_api_url(state.named),
                     clone_base=str(state.status.gitea_url),
                     token=token,
                     settings=deps.push_settings,

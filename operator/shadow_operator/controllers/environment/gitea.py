@@ -12,8 +12,7 @@ import secrets
 from datetime import UTC, datetime
 
 from shadow_operator.api import constants as c
-from shadow_operator.api.environment import ShadowEnvironment
-from shadow_operator.api.kinds import NETWORK_POLICY, POD, SECRET, SERVICE, STATEFUL_SET
+from shadow_operator.api.kinds import POD, SECRET, STATEFUL_SET
 from shadow_operator.clients.gitea import GiteaError
 from shadow_operator.common.sources import SourcePlan
 from shadow_operator.controllers.environment.state import Deps, Pass, StepFailed, plans, secret_data
@@ -25,7 +24,6 @@ from shadow_operator.resources.sandbox import controller_uid
 
 RETRY_SECONDS = 30.0
 BOOTSTRAP_ATTEMPTS = 20  # consecutive failures of a ready Gitea before GiteaBootstrapFailed
-ADMIN_USERNAME = "shadow-admin"
 
 
 class GiteaStep:
@@ -38,34 +36,33 @@ class GiteaStep:
     def forget(self, key: Key) -> None:
         self._failures.pop(key, None)
 
-    async def children(self, env: ShadowEnvironment) -> tuple[Body, dict[str, str]]:
-        """Apply Gitea's objects; returns its StatefulSet and the admin credentials."""
-        creds = await self._ensure_secret(env)
-        body, deps = env.body, self.deps
-        current = deps.cache.store(STATEFUL_SET).get(env.namespace, res.gitea_name(env.name))
-        await deps.apply(SERVICE, res.build_gitea_service(body), env)
-        for policy in gitea_policy.build_gitea_network_policies(body, deps.config.operator_namespace):
-            await deps.apply(NETWORK_POLICY, policy, env)
-        sts = await deps.apply(
-            STATEFUL_SET,
-            res.build_gitea_statefulset(
-                body,
-                image=deps.config.gitea_image,
-                cluster_domain=deps.config.cluster_domain,
-                pull_policy=deps.config.gitea_image_pull_policy,
-                resources=dict(deps.config.gitea_resources),
-                on_volume=res.gitea_on_volume(body, current),
-            ),
-            env,
-        )
+    async def children(self, state: Pass) -> tuple[Body, dict[str, str]]:
+        """Apply Gitea's objects (named after the environment's instance); returns its StatefulSet and the
+        admin credentials."""
+        env, named, deps = state.env, state.named, self.deps
+        creds = await self._ensure_secret(state)
+        current = deps.cache.store(STATEFUL_SET).get(env.namespace, res.gitea_name(state.instance))
+        config = deps.config
+        sts: Body = {}
+        for kind, manifest in gitea_policy.build_gitea_children(
+            named,
+            operator_namespace=config.operator_namespace,
+            image=config.gitea_image,
+            cluster_domain=config.cluster_domain,
+            pull_policy=config.gitea_image_pull_policy,
+            resources=config.gitea_resources,
+            current=current,
+        ):
+            sts = await deps.apply(kind, manifest, env)
         return sts, creds
 
-    async def _ensure_secret(self, env: ShadowEnvironment) -> dict[str, str]:
+    async def _ensure_secret(self, state: Pass) -> dict[str, str]:
         """The admin credentials, generated once; the API token is added by the bootstrap."""
-        name = res.gitea_secret_name(env.name)
+        env = state.env
+        name = res.gitea_secret_name(state.instance)
         secret = self.deps.cache.store(SECRET).get(env.namespace, name)
         if secret is None:
-            manifest = res.build_gitea_secret(env.body, ADMIN_USERNAME, secrets.token_urlsafe(24))
+            manifest = res.build_gitea_secret(state.named, c.GITEA_ADMIN_USERNAME, secrets.token_urlsafe(24))
             secret = await self.deps.apply(SECRET, manifest, env)
         return secret_data(secret)
 
@@ -95,7 +92,7 @@ class GiteaStep:
             return True
         copied = {s.name: s.branch for s in state.status.sources or ()}
         try:
-            created, lost = await self._bootstrap(env, creds, plans(state), copied)
+            created, lost = await self._bootstrap(state, creds, plans(state), copied)
         except GiteaError as exc:
             failures = self._failures.get(key, 0) + 1
             self._failures[key] = failures
@@ -132,15 +129,15 @@ class GiteaStep:
 
     async def _bootstrap(
         self,
-        env: ShadowEnvironment,
+        state: Pass,
         creds: dict[str, str],
         plans: list[SourcePlan],
         copied: dict[str, str],
     ) -> tuple[list[str], list[str]]:
         """Token, organizations, repositories: each created only when missing. Returns what was created, and
         the copied-in sources (`copied`: name -> snapshot branch) whose branch Gitea does not have."""
-        open_gitea = self.deps.open_gitea
-        url = self.deps.gitea_api_url(env)
+        env, open_gitea = state.env, self.deps.open_gitea
+        url = self.deps.gitea_api_url(state.named)
         username = creds[c.GITEA_SECRET_USERNAME]
         token = creds.get(c.GITEA_SECRET_TOKEN)
         if token:
@@ -154,7 +151,7 @@ class GiteaStep:
         if not token:
             async with open_gitea(url, username=username, password=creds[c.GITEA_SECRET_PASSWORD]) as admin:
                 token = await admin.create_token()
-            name = res.gitea_secret_name(env.name)
+            name = res.gitea_secret_name(state.instance)
             await self.deps.client.patch(
                 SECRET, env.namespace, name, {"stringData": {c.GITEA_SECRET_TOKEN: token}}
             )

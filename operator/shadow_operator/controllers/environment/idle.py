@@ -30,7 +30,7 @@ class IdleStep:
         timeout = env.spec.idle_timeout_seconds
         if not timeout:
             return None
-        async with self.deps.runtime_for(env.namespace, env.name, state.status.runtime_url) as runtime:
+        async with self.deps.runtime_for(env.namespace, state.instance, state.status.runtime_url) as runtime:
             try:
                 idle_seconds = await runtime.idle_seconds()
             except RuntimeUnavailable:

@@ -40,6 +40,7 @@ from shadow_operator.api.kinds import (
     SECRET,
     SERVICE,
     SHADOW_ENVIRONMENT,
+    SHADOW_ENVIRONMENT_POOL,
     STATEFUL_SET,
     STORAGE_CLASS,
 )
@@ -50,6 +51,7 @@ from shadow_operator.controllers.environment.clone import CloneStep, Restore
 from shadow_operator.controllers.environment.copyin import CopyInStep
 from shadow_operator.controllers.environment.gitea import GiteaStep
 from shadow_operator.controllers.environment.idle import IdleStep
+from shadow_operator.controllers.environment.pool import PoolStep
 from shadow_operator.controllers.environment.state import (
     POLL_SECONDS,
     RETRY_SECONDS,
@@ -80,17 +82,25 @@ def _forks_of(env: Body, cache: Cache) -> Iterable[Key]:
 
 
 def _env_of_pod(pod: Body, cache: Cache) -> Iterable[Key]:
-    """A workspace Pod -> its Sandbox -> the environment that Sandbox belongs to; a Gitea Pod -> its
-    environment by label (a Pod of its StatefulSet: the step checks the controller before trusting it)."""
+    """A workspace Pod -> its Sandbox -> the environment controlling it; a Gitea Pod -> its StatefulSet ->
+    the environment controlling that (children are named after the environment's instance, which is not
+    always the environment's name: spec.pool)."""
     meta = pod["metadata"]
+    namespace = meta.get("namespace", "")
     labels = meta.get("labels") or {}
-    if labels.get(c.LABEL_COMPONENT) == c.COMPONENT_GITEA and labels.get(c.LABEL_ENVIRONMENT):
-        yield meta["namespace"], labels[c.LABEL_ENVIRONMENT]
+    if labels.get(c.LABEL_COMPONENT) == c.COMPONENT_GITEA:
+        for ref in meta.get("ownerReferences") or ():
+            if ref.get("controller") and ref.get("kind") == STATEFUL_SET.kind:
+                yield from _controlling_env(cache.store(STATEFUL_SET).get(namespace, ref["name"]))
         return
-    sandbox = cache.store(SANDBOX).get(meta.get("namespace", ""), meta["name"])
-    env = ((sandbox or {}).get("metadata", {}).get("labels") or {}).get(c.LABEL_ENVIRONMENT)
-    if env:
-        yield meta["namespace"], env
+    yield from _controlling_env(cache.store(SANDBOX).get(namespace, meta["name"]))
+
+
+def _controlling_env(obj: Body | None) -> Iterable[Key]:
+    meta = (obj or {}).get("metadata") or {}
+    for ref in meta.get("ownerReferences") or ():
+        if ref.get("controller") and ref.get("kind") == SHADOW_ENVIRONMENT.kind:
+            yield meta["namespace"], ref["name"]
 
 
 GITEA_PODS = f"{c.LABEL_COMPONENT}={c.COMPONENT_GITEA},{c.LABEL_ENVIRONMENT}"
@@ -111,8 +121,12 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
         Cached(SERVICE, c.MANAGED_BY_SELECTOR),
         # Gitea's Pods beside the Sandbox Pods (which the Pod cache holds by their Sandbox label).
         Cached(POD, GITEA_PODS, additional=True),
+        Cached(SHADOW_ENVIRONMENT_POOL),
     )
-    indexes = (Index(SHADOW_ENVIRONMENT, ix.FORK_OF, ix.fork_of),)
+    indexes = (
+        Index(SHADOW_ENVIRONMENT, ix.FORK_OF, ix.fork_of),
+        Index(SANDBOX, ix.BY_CONTROLLER, ix.by_controller),
+    )
     workers = 4
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -128,6 +142,7 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
                 slots=asyncio.Semaphore(self.config.git_push_concurrency),
             ),
         )
+        self.pool = PoolStep(self.steps)
         self.gitea = GiteaStep(self.steps)
         self.clone = CloneStep(self.steps)
         self.copy_in = CopyInStep(self.steps)
@@ -163,15 +178,16 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
 
     async def _steps(self, state: Pass) -> float | None:
         env, status = state.env, state.status
-        template = await self._preflight(env)
+        template = await self._preflight(state)
+        await self.pool.take(state, template)
         self.copy_in.note_uploads(state)
         gitea_on = env.spec.gitea.enabled
-        status.gitea_url = res.gitea_url(env.body, self.config.cluster_domain) if gitea_on else None
+        status.gitea_url = res.gitea_url(state.named, self.config.cluster_domain) if gitea_on else None
 
         creds: dict[str, str] = {}
         sts = None
         if gitea_on:
-            sts, creds = await self.gitea.children(env)
+            sts, creds = await self.gitea.children(state)
         restore: Restore | None = None
         if env.spec.workspace.from_ is not None:
             restore = await self.clone.restore(state)
@@ -179,7 +195,7 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
         sandbox = await self.steps.apply(
             SANDBOX,
             res.build_workspace_sandbox(
-                env.body,
+                state.named,
                 template,
                 gitea_base_url=status.gitea_url,
                 suspended=suspended,
@@ -190,7 +206,6 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
             env,
         )
         sb_status = Sandbox.from_body(sandbox).status or SandboxStatus()
-        status.sandbox = env.name
         status.runtime_url = sb_status.runtime_url
         status.runtime_token_secret = sb_status.runtime_token_secret
         status.preview_url = sb_status.preview_url
@@ -203,6 +218,12 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
             state.set(c.COND_WORKSPACE_READY, False, "Suspended", message)
             raise StepFailed(None, "Suspended", message, retry=None)
         workspace_ready = await self._workspace(state, sb_status)
+        if workspace_ready and not conds.is_true(
+            (env.body.get("status") or {}).get("conditions"), c.COND_WORKSPACE_READY
+        ):
+            # Said at once, before Gitea is set up: the client waits for it to upload (a pool's instance is
+            # Ready in the first pass).
+            await self._write_status(env, state)
 
         gitea_ready = not gitea_on
         gitea_pending: StepFailed | None = None
@@ -241,7 +262,7 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
     async def _workspace(self, state: Pass, sb_status: SandboxStatus) -> bool:
         """Whether the workspace Pod is Ready; raises StepFailed when it cannot start."""
         env = state.env
-        pod = self.cache.store(POD).get(env.namespace, env.name)
+        pod = self.cache.store(POD).get(env.namespace, state.instance)
         if conds.is_true(((pod or {}).get("status") or {}).get("conditions"), "PodScheduled"):
             state.mark("scheduled")
         if any(x.type == c.COND_READY and x.status == "True" for x in sb_status.conditions or ()):
@@ -250,7 +271,7 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
             state.mark("workspace_ready")
             return True
         failure = res.pod_failure(pod, "workspace Pod", datetime.now(UTC)) or res.pvc_failure(
-            self.cache.store(PVC).get(env.namespace, naming.pvc_name(c.WORKSPACE_VOLUME, env.name)),
+            self.cache.store(PVC).get(env.namespace, naming.pvc_name(c.WORKSPACE_VOLUME, state.instance)),
             "workspace",
         )
         if failure:
@@ -259,7 +280,8 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
         return False
 
     # ----------------------------------------------------------------------------------------- preflight
-    async def _preflight(self, env: ShadowEnvironment) -> Body:
+    async def _preflight(self, state: Pass) -> Body:
+        env = state.env
         name = env.spec.template or self.config.default_template
         template = self.cache.store(SANDBOX_TEMPLATE).get(env.namespace, name)
         if template is None:
@@ -272,7 +294,7 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
             )
         storage_class = env.spec.workspace.storage_class_name
         # Checked with a live read until the workspace's volume claim exists; after that the class is moot.
-        claim = self.cache.store(PVC).get(env.namespace, naming.pvc_name(c.WORKSPACE_VOLUME, env.name))
+        claim = self.cache.store(PVC).get(env.namespace, naming.pvc_name(c.WORKSPACE_VOLUME, state.instance))
         if (
             storage_class
             and claim is None
@@ -290,7 +312,7 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
     # ------------------------------------------------------------------------------------------ status
     async def _write_status(self, env: ShadowEnvironment, state: Pass) -> None:
         new = to_patch(state.finish())
-        old = env.body.get("status") or {}
+        old = state.written if state.written is not None else env.body.get("status") or {}
         unchanged = all(old.get(k) == v for k, v in new.items() if k != "conditions")
         if unchanged and conds.same(old.get("conditions"), new.get("conditions")):
             return
@@ -298,18 +320,18 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
         if failure and failure != old_failure:
             self.recorder.warn(env.body, reason=failure["code"], message=failure["message"][:1000])
         if await self.client.patch_status(SHADOW_ENVIRONMENT, env.body, new) is not None:
-            _observe_timings(env, state.status.timings)
+            _observe_timings(env, old.get("timings") or {}, state.status.timings)
+            state.written = new
 
 
-def _observe_timings(env: ShadowEnvironment, timings: PhaseTimings | None) -> None:
-    """Each phase that finished in this pass, in seconds since the environment's creation."""
+def _observe_timings(env: ShadowEnvironment, before: dict[str, Any], timings: PhaseTimings | None) -> None:
+    """Each phase that finished since the status `before` was written, in seconds since the environment's
+    creation."""
     created = env.metadata.creation_timestamp
     if timings is None or created is None:
         return
-    before = (env.status.timings if env.status else None) or PhaseTimings()
     finished = timings.model_dump(by_alias=True, exclude_none=True)
-    already = before.model_dump(by_alias=True, exclude_none=True)
     for phase, at in finished.items():
-        if phase not in already:
+        if phase not in before:
             seconds = max((at - created).total_seconds(), 0.0)
             metrics.ENVIRONMENT_PHASE_SECONDS.labels(env.namespace, phase).observe(seconds)

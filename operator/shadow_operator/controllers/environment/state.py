@@ -112,8 +112,9 @@ class Deps:
         token = secret_data(secret).get(c.RUNTIME_TOKEN_KEY) if secret else None
         return self.open_runtime(url, token, self.config.runtime_max_answer_bytes)
 
-    def gitea_api_url(self, env: ShadowEnvironment) -> str:
-        return self.config.gitea_api_url or res.gitea_url(env.body, self.config.cluster_domain)
+    def gitea_api_url(self, named: Body) -> str:
+        """Gitea's API, of the environment's instance (`Pass.named`)."""
+        return self.config.gitea_api_url or res.gitea_url(named, self.config.cluster_domain)
 
     async def apply(self, kind: ResourceKind, manifest: dict[str, Any], env: ShadowEnvironment) -> Body:
         try:
@@ -157,6 +158,21 @@ class Pass:
         ]
         self.failure: Failure | None = None
         self.stopped_at: str | None = None  # reason of the step that could not complete in this pass
+        self.written: dict[str, Any] | None = None  # the status this pass already wrote (a partial one)
+
+    # ---------------------------------------------------------------------------------------- instance
+    @property
+    def instance(self) -> str:
+        """What the workspace Sandbox and Gitea's objects are named after: the environment's own name, or
+        the pool instance it took (status.sandbox, set once by the pool step)."""
+        return self.status.sandbox or self.env.name
+
+    @property
+    def named(self) -> dict[str, Any]:
+        """The environment's body under its instance's name: what the builders make its children from."""
+        body = dict(self.env.body)
+        body["metadata"] = {**self.env.body["metadata"], "name": self.instance}
+        return body
 
     # ------------------------------------------------------------------------------------- conditions
     def set(self, type_: str, status: bool, reason: str, message: str) -> None:

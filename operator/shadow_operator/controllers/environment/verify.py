@@ -41,9 +41,9 @@ class VerifyStep:
             CODE_EXECUTION: [],
         }
         sources = state.status.sources or []
-        async with deps.runtime_for(env.namespace, env.name, state.status.runtime_url) as runtime:
+        async with deps.runtime_for(env.namespace, state.instance, state.status.runtime_url) as runtime:
             try:
-                gitea_url = deps.gitea_api_url(env) if env.spec.gitea.enabled else None
+                gitea_url = deps.gitea_api_url(state.named) if env.spec.gitea.enabled else None
                 await self._check_sources(gitea_url, runtime, sources, checks[SOURCE_VERIFICATION])
                 if verify.install:
                     await _check_installs(runtime, sources, checks[INSTALLATION_HEALTH])

@@ -1,0 +1,140 @@
+"""The pool step: an environment naming a ShadowEnvironmentPool (spec.pool) takes one of its started instances
+(a Ready workspace Sandbox and a Ready Gitea) instead of starting its own, once, at creation.
+
+Taking an instance moves its objects' controller reference from the pool to the environment: first the
+Sandbox, conditionally on the resourceVersion the pool's instance was seen at (two environments racing for
+one instance: one wins, the other takes the next), then Gitea's Secret, Service, NetworkPolicies and
+StatefulSet. From then on the environment owns them exactly as objects it made (they are named after the
+instance: status.sandbox), and the pool starts another instance. Each pass finishes a take-over an earlier
+pass began (an operator stopped between the writes), and a Sandbox the environment already controls is
+found again even when the status that named it was never written.
+"""
+
+from __future__ import annotations
+
+from shadow_operator.api import constants as c
+from shadow_operator.api.environment import PoolAdoption
+from shadow_operator.api.kinds import SANDBOX, SHADOW_ENVIRONMENT_POOL, STATEFUL_SET
+from shadow_operator.clients.kube import ApiError
+from shadow_operator.controllers import metrics
+from shadow_operator.controllers.environment.state import Deps, Pass
+from shadow_operator.engine.cache import Body
+from shadow_operator.resources import environment as res
+from shadow_operator.resources import indexes as ix
+from shadow_operator.resources import pool as pools
+from shadow_operator.resources.sandbox import controller_uid, owner_reference
+
+
+class PoolStep:
+    def __init__(self, deps: Deps) -> None:
+        self.deps = deps
+
+    async def take(self, state: Pass, template: Body) -> None:
+        """Decide (once) what the environment's children are named after; take a pool instance if it may."""
+        env, status = state.env, state.status
+        if status.sandbox is None:
+            status.sandbox = self._already_taken(state) or await self._choose(state, template)
+        if status.sandbox != env.name:
+            await self._take_over(state, status.sandbox)
+
+    def _already_taken(self, state: Pass) -> str | None:
+        env = state.env
+        for sandbox in self.deps.cache.store(SANDBOX).by_index(ix.BY_CONTROLLER, env.metadata.uid or ""):
+            return str(sandbox["metadata"]["name"])
+        return None
+
+    async def _choose(self, state: Pass, template: Body) -> str:
+        env, deps = state.env, self.deps
+        name = env.spec.pool
+        if not name:
+            return env.name
+        pool = deps.cache.store(SHADOW_ENVIRONMENT_POOL).get(env.namespace, name)
+        taken: str | None = None
+        if env.spec.workspace.from_ is not None:
+            reason, message = "Fork", "a fork's workspace is made from its source, not taken from a pool"
+        elif pool is None:
+            reason, message = (
+                "PoolNotFound",
+                f"ShadowEnvironmentPool {name!r} does not exist in {env.namespace}",
+            )
+        elif found := pools.differences(env.body["spec"], pool["spec"], deps.config.default_template):
+            reason = "PoolMismatch"
+            message = (
+                f"spec.{', spec.'.join(found)} differ from ShadowEnvironmentPool {name!r}'s; its instances "
+                "are made from the pool's values"
+            )
+        else:
+            made_of = pools.instance_hash(env.body["spec"], template, deps.config.default_template)
+            taken = await self._take_one(state, pool, made_of)
+            reason = "Adopted" if taken else "PoolEmpty"
+            message = (
+                f"took instance {taken} of ShadowEnvironmentPool {name}"
+                if taken
+                else f"ShadowEnvironmentPool {name!r} has no Ready instance of the current template"
+            )
+        metrics.POOL_TAKES.labels(env.namespace, name, reason).inc()
+        state.status.pool = PoolAdoption(name=name, adopted=taken is not None, reason=reason, message=message)
+        if taken:
+            deps.recorder.info(env.body, reason="PoolInstanceTaken", message=message)
+        else:
+            deps.recorder.info(env.body, reason=reason, message=f"{message}; starting a workspace and Gitea")
+        return taken or env.name
+
+    async def _take_one(self, state: Pass, pool: Body, made_of: str) -> str | None:
+        """The oldest Ready instance of the pool made from `made_of`, taken; None when there is none."""
+        env, deps = state.env, self.deps
+        gitea_on = env.spec.gitea.enabled
+        candidates = []
+        for sandbox in deps.cache.store(SANDBOX).by_index(ix.BY_CONTROLLER, pool["metadata"]["uid"]):
+            meta = sandbox["metadata"]
+            if meta.get("deletionTimestamp") or not ix.is_ready(sandbox):
+                continue
+            if (meta.get("annotations") or {}).get(c.ANNOTATION_POOL_HASH) != made_of:
+                continue
+            if gitea_on and not _gitea_ready(deps, env.namespace, meta["name"]):
+                continue
+            candidates.append(sandbox)
+        candidates.sort(key=lambda s: str(s["metadata"].get("creationTimestamp")))
+        for sandbox in candidates:
+            meta = sandbox["metadata"]
+            patch = {
+                "metadata": {
+                    "resourceVersion": meta["resourceVersion"],
+                    "ownerReferences": [owner_reference(env.body)],
+                    "labels": {c.LABEL_POOL: None},
+                }
+            }
+            try:
+                await deps.client.patch(SANDBOX, env.namespace, meta["name"], patch)
+            except ApiError as exc:
+                if exc.conflict or exc.not_found:
+                    continue  # taken by another environment, or deleted by the pool meanwhile
+                raise
+            return str(meta["name"])
+        return None
+
+    async def _take_over(self, state: Pass, instance: str) -> None:
+        """Gitea's objects of the instance move to the environment (those the pool still controls)."""
+        env, deps = state.env, self.deps
+        for kind, name in pools.instance_objects(instance):
+            obj = deps.cache.store(kind).get(env.namespace, name)
+            if obj is None or controller_uid(obj) == env.metadata.uid:
+                continue
+            if not _controlled_by_pool(obj):
+                continue  # not an instance's: the environment's apply reports the name conflict
+            patch = {"metadata": {"ownerReferences": [owner_reference(env.body)]}}
+            await deps.client.patch(kind, env.namespace, name, patch)
+
+
+def _controlled_by_pool(obj: Body) -> bool:
+    return any(
+        ref.get("controller")
+        and ref.get("kind") == SHADOW_ENVIRONMENT_POOL.kind
+        and ref.get("apiVersion", "").startswith(f"{c.SHADOW_GROUP}/")
+        for ref in obj["metadata"].get("ownerReferences") or ()
+    )
+
+
+def _gitea_ready(deps: Deps, namespace: str, instance: str) -> bool:
+    sts = deps.cache.store(STATEFUL_SET).get(namespace, res.gitea_name(instance))
+    return bool(sts) and ((sts or {}).get("status") or {}).get("readyReplicas", 0) >= 1

@@ -1,0 +1,253 @@
+"""ShadowEnvironmentPool on the local control plane: instances started ahead, taken by environments.
+
+kwok plays the kubelet (the instances' Pods become Ready without running anything); volumes are static
+PersistentVolumes bound to each instance's claim as it appears (no provisioner here); the instances' Gitea is
+the real binary on loopback, started with the credentials of the instance an environment takes.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from shadow_operator.api import constants as c
+from shadow_operator.api import naming
+from shadow_operator.controllers import metrics
+from shadow_operator.resources import environment as res
+from shadow_operator.resources import gitea_policy
+
+from tests.support.controlplane import free_port, wait_for
+from tests.support.gitea import GiteaServer
+from tests.support.sandbox_operator import (
+    ENVIRONMENT,
+    ENVIRONMENT_POOL,
+    SANDBOX,
+    TEMPLATE,
+    Objects,
+    gitea_operator,
+    template_body,
+)
+
+pytestmark = pytest.mark.integration
+V = "v1alpha1"
+GITEA_PORT = free_port()
+SHAPE = {
+    "workspace": {"size": "1Gi"},
+    "gitRewrites": [{"from": "https://github.com/microsoft/", "to": "microsoft"}],
+}
+
+
+@pytest.fixture(scope="module")
+def operator(k8s_api: client.ApiClient) -> Iterator[Any]:
+    with gitea_operator(k8s_api, f"http://127.0.0.1:{GITEA_PORT}") as runner:
+        yield runner
+
+
+class Volumes:
+    """Static PersistentVolumes pre-bound to the workspace claims of the pool's instances, as they appear."""
+
+    def __init__(self, objs: Objects, root: Path) -> None:
+        self.objs, self.root, self.made = objs, root, set[str]()
+
+    def pv_name(self, claim: str) -> str:
+        return f"pool-{naming.name_hash(self.objs.namespace)}-{claim}"[:63]
+
+    def bind_new(self) -> None:
+        for pvc in self.objs.core.list_namespaced_persistent_volume_claim(self.objs.namespace).items:
+            claim = pvc.metadata.name
+            if claim in self.made or pvc.status.phase == "Bound":
+                continue
+            self.objs.core.create_persistent_volume(
+                {
+                    "apiVersion": "v1",
+                    "kind": "PersistentVolume",
+                    "metadata": {"name": self.pv_name(claim)},
+                    "spec": {
+                        "capacity": {"storage": "10Gi"},
+                        "accessModes": ["ReadWriteOnce"],
+                        "storageClassName": "",
+                        "hostPath": {"path": str(self.root / claim)},
+                        "claimRef": {"namespace": self.objs.namespace, "name": claim},
+                        "persistentVolumeReclaimPolicy": "Delete",
+                    },
+                }
+            )
+            self.made.add(claim)
+
+    def remove(self) -> None:
+        for claim in self.made:
+            with contextlib.suppress(ApiException):
+                self.objs.core.delete_persistent_volume(self.pv_name(claim))
+
+
+def pool_body(name: str, replicas: int, **spec: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": {"replicas": replicas, **SHAPE, **spec}}
+
+
+def env_body(name: str, pool: str, **spec: Any) -> dict[str, Any]:
+    sources = [{"name": "core", "repo": "microsoft/amplifier-core", "upload": {}}]
+    return {"metadata": {"name": name}, "spec": {"sources": sources, "pool": pool, **SHAPE, **spec}}
+
+
+def controller(obj: Any) -> dict[str, Any] | None:
+    refs = obj["metadata"].get("ownerReferences") if isinstance(obj, dict) else obj.metadata.owner_references
+    for ref in refs or ():
+        ref = ref if isinstance(ref, dict) else ref.to_dict()
+        if ref.get("controller"):
+            return ref
+    return None
+
+
+def instances(objs: Objects, pool: str) -> list[dict[str, Any]]:
+    return objs.list(SANDBOX, f"{c.LABEL_POOL}={pool}")
+
+
+def wait_ready_instances(objs: Objects, volumes: Volumes, pool: str, count: int) -> dict[str, Any]:
+    def ready() -> bool:
+        volumes.bind_new()
+        status = (objs.get(ENVIRONMENT_POOL, pool, V) or {}).get("status") or {}
+        return status.get("readyReplicas") == count and status.get("replicas") == count
+
+    wait_for(ready, timeout=120, what=f"{count} Ready instances of pool {pool}", interval=0.25)
+    return objs.get(ENVIRONMENT_POOL, pool, V) or {}
+
+
+def gitea_objects(objs: Objects, instance: str) -> list[Any]:
+    apps, net = client.AppsV1Api(objs.api), client.NetworkingV1Api(objs.api)
+    return [
+        objs.core.read_namespaced_secret(res.gitea_secret_name(instance), objs.namespace),
+        objs.core.read_namespaced_service(res.gitea_name(instance), objs.namespace),
+        net.read_namespaced_network_policy(gitea_policy.gitea_network_policy_name(instance), objs.namespace),
+        net.read_namespaced_network_policy(gitea_policy.workspace_policy_name(instance), objs.namespace),
+        apps.read_namespaced_stateful_set(res.gitea_name(instance), objs.namespace),
+    ]
+
+
+def gauge(objs: Objects, state: str) -> float:
+    return float(metrics.ENVIRONMENT_POOL_INSTANCES.labels(objs.namespace, "warm", state)._value.get())
+
+
+def takes(objs: Objects, reason: str) -> float:
+    return float(metrics.POOL_TAKES.labels(objs.namespace, "warm", reason)._value.get())
+
+
+def scale(objs: Objects, pool: str, replicas: int) -> None:
+    objs.custom.patch_namespaced_custom_object_scale(
+        "shadow.dev", V, objs.namespace, "shadowenvironmentpools", pool, {"spec": {"replicas": replicas}}
+    )
+
+
+def test_an_environment_takes_a_started_instance_and_the_pool_refills(objs: Objects, tmp_path: Path) -> None:
+    objs.create(TEMPLATE, template_body("workspace"))
+    volumes = Volumes(objs, tmp_path)
+    try:
+        objs.create(ENVIRONMENT_POOL, pool_body("warm", 1), version=V)
+        pool = wait_ready_instances(objs, volumes, "warm", 1)
+        assert pool["status"]["selector"] == f"{c.LABEL_POOL}=warm"
+        # Exported for the platform team (the operator runs in this process).
+        assert gauge(objs, "ready") == 1 and gauge(objs, "desired") == 1 and gauge(objs, "starting") == 0
+        [instance] = instances(objs, "warm")
+        name = instance["metadata"]["name"]
+        assert name.startswith("warm-") and controller(instance)["kind"] == "ShadowEnvironmentPool"
+        assert all(controller(o)["kind"] == "ShadowEnvironmentPool" for o in gitea_objects(objs, name))
+        # The instance's workspace Pod carries the label its Gitea's NetworkPolicy admits (its own name).
+        [pod] = [p for p in objs.pods() if p.metadata.name == name]
+        assert pod.metadata.labels[c.LABEL_ENVIRONMENT] == name
+
+        # An environment naming the pool takes the instance: Sandbox and Gitea become its children.
+        creds = {
+            k: base64.b64decode(v).decode()
+            for k, v in objs.core.read_namespaced_secret(
+                res.gitea_secret_name(name), objs.namespace
+            ).data.items()
+        }
+        with GiteaServer(
+            tmp_path / "gitea",
+            admin_username=creds["username"],
+            admin_password=creds["password"],
+            port=GITEA_PORT,
+        ) as gitea:
+            env = objs.create(ENVIRONMENT, env_body("taker", "warm"), version=V)
+            uid = env["metadata"]["uid"]
+            env = objs.wait_condition(ENVIRONMENT, "taker", type_="GiteaReady", timeout=60, version=V)
+            assert env["status"]["sandbox"] == name
+            assert env["status"]["pool"] == {
+                "name": "warm",
+                "adopted": True,
+                "reason": "Adopted",
+                "message": f"took instance {name} of ShadowEnvironmentPool warm",
+            }
+            assert env["status"]["giteaURL"] == (
+                f"http://{res.gitea_name(name)}.{objs.namespace}.svc.cluster.local:3000"
+            )
+            sandbox = objs.get(SANDBOX, name)
+            assert sandbox is not None and controller(sandbox)["uid"] == uid
+            assert c.LABEL_POOL not in (sandbox["metadata"].get("labels") or {})
+            assert all(controller(o)["uid"] == uid for o in gitea_objects(objs, name))
+            # Its Gitea was set up for the environment's sources, with the instance's credentials.
+            assert [o["username"] for o in gitea.api("GET", "admin/orgs")] == ["microsoft"]
+            assert objs.get(SANDBOX, "taker") is None
+
+        assert takes(objs, "Adopted") == 1
+
+        # The pool starts another instance in the background.
+        wait_ready_instances(objs, volumes, "warm", 1)
+        [fresh] = instances(objs, "warm")
+        assert fresh["metadata"]["name"] != name
+
+        # Two environments racing for the one instance: exactly one takes it, the other starts cold.
+        for racer in ("racer-a", "racer-b"):
+            objs.create(ENVIRONMENT, env_body(racer, "warm"), version=V)
+        pools = [
+            objs.wait(ENVIRONMENT, r, lambda o: bool((o.get("status") or {}).get("pool")), version=V)[
+                "status"
+            ]
+            for r in ("racer-a", "racer-b")
+        ]
+        assert sorted(p["pool"]["reason"] for p in pools) == ["Adopted", "PoolEmpty"]
+        taken = next(p for p in pools if p["pool"]["adopted"])
+        cold = next(p for p in pools if not p["pool"]["adopted"])
+        assert taken["sandbox"] == fresh["metadata"]["name"]
+        assert cold["sandbox"] in ("racer-a", "racer-b")
+
+        # An environment whose fields differ starts its own, and says which fields.
+        objs.create(ENVIRONMENT, env_body("other", "warm", workspace={"size": "2Gi"}), version=V)
+        other = objs.wait(
+            ENVIRONMENT, "other", lambda o: bool((o.get("status") or {}).get("pool")), version=V
+        )
+        assert other["status"]["pool"]["reason"] == "PoolMismatch"
+        assert "spec.workspace.size" in other["status"]["pool"]["message"]
+        assert takes(objs, "PoolMismatch") == 1 and takes(objs, "PoolEmpty") == 1
+        assert other["status"]["sandbox"] == "other"
+
+        # `kubectl scale` to 0: the unclaimed instance goes, the taken ones stay with their environments.
+        wait_ready_instances(objs, volumes, "warm", 1)
+        [spare] = instances(objs, "warm")
+        scale(objs, "warm", 0)
+        wait_for(lambda: objs.get(SANDBOX, spare["metadata"]["name"]) is None, timeout=60, what="spare gone")
+        wait_for(
+            lambda: not objs.secret_exists(res.gitea_secret_name(spare["metadata"]["name"])),
+            timeout=60,
+            what="the spare's Gitea Secret gone",
+        )
+        assert objs.get(SANDBOX, name) is not None and objs.get(SANDBOX, taken["sandbox"]) is not None
+        assert (objs.get(ENVIRONMENT_POOL, "warm", V) or {})["status"]["replicas"] == 0
+
+        # Deleting the environment removes what it took (garbage collection through the moved references).
+        objs.custom.delete_namespaced_custom_object(
+            "shadow.dev", V, objs.namespace, "shadowenvironments", "taker"
+        )
+        wait_for(lambda: objs.get(SANDBOX, name) is None, timeout=60, what="the taken Sandbox to go")
+        wait_for(
+            lambda: not objs.secret_exists(res.gitea_secret_name(name)),
+            timeout=60,
+            what="its Gitea Secret to go",
+        )
+    finally:
+        volumes.remove()
