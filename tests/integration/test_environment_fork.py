@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
+from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 from shadow_operator.api import constants as c
 from shadow_operator.sdk import cleanup, kube
@@ -193,20 +193,72 @@ def test_fork_by_snapshot_owns_its_snapshot_and_times_out(
     assert json.loads(snap["metadata"]["annotations"][c.ANNOTATION_SNAPSHOT_SOURCES]) == [
         {"name": "core", "repo": "shadow/core", "path": "core"}
     ]
-    # The volume is made only from a snapshot that is ready: no Sandbox while it is being cut.
-    assert objs.get(SANDBOX, "f1") is None
-
     # No snapshot controller here: after timeoutSeconds the fork fails with a code instead of hanging.
     env = failure(objs, "f1", "SnapshotTimeout", timeout=30)
     assert "f1-fork was not ready to use 10s after it was requested" in env["status"]["failure"]["message"]
     assert condition(env, "Ready")["status"] == "False"
-    assert objs.get(SANDBOX, "f1") is None
     src = objs.get(ENVIRONMENT, "src", V)
     assert src is not None and condition(src, "Ready")["status"] == "True"  # the source keeps running
 
     # Owned: deleting the fork deletes its snapshot (garbage collection).
     objs.custom.delete_namespaced_custom_object("shadow.dev", V, objs.namespace, "shadowenvironments", "f1")
     wait_for(lambda: "f1-fork" not in snapshots(objs), timeout=60, what="the fork's VolumeSnapshot to go")
+
+
+def test_fork_volume_is_claimed_while_the_snapshot_is_cut(
+    objs: Objects, runtime: Server, tmp_path: Path
+) -> None:
+    objs.create(TEMPLATE, template_body("workspace"))
+    source_env(objs, runtime, "src", "fork-csi", tmp_path)
+    objs.create(ENVIRONMENT, env_body("f4", workspace={"from": {"environment": "src"}}), version=V)
+
+    # The Sandbox (so its claim and Pod) is made while the snapshot is cut: restored from it, and as large
+    # as the volume it is cut from (its PersistentVolume has 10Gi; restoreSize is not known yet).
+    sandbox = objs.wait(SANDBOX, "f4", lambda _: True, what="the fork's Sandbox")
+    env = objs.get(ENVIRONMENT, "f4", V)
+    assert env is not None and condition(env, "Cloned")["reason"] == "Snapshotting"
+    assert "f4-fork" in snapshots(objs) and "readyToUse" not in (
+        snapshots(objs)["f4-fork"].get("status") or {}
+    )
+    claim = sandbox["spec"]["volumeClaimTemplates"][0]["spec"]
+    assert claim["dataSource"] == {"apiGroup": SNAP[0], "kind": "VolumeSnapshot", "name": "f4-fork"}
+    assert claim["resources"]["requests"]["storage"] == "10Gi"
+
+    # Cut (there is no snapshot controller here: the test says so): csi-provisioner is woken for the claim.
+    objs.custom.patch_namespaced_custom_object_status(
+        *SNAP,
+        objs.namespace,
+        "volumesnapshots",
+        "f4-fork",
+        {"status": {"readyToUse": True, "restoreSize": "1Gi"}},
+    )
+    wait_for(
+        lambda: (objs.core.read_namespaced_persistent_volume_claim("workspace-f4", objs.namespace).metadata.annotations
+                 or {}).get(c.ANNOTATION_SNAPSHOT_READY) == "f4-fork",
+        timeout=30,
+        what="the fork's claim to be annotated",
+    )  # fmt: skip
+
+    # Restored (a volume bound to the claim), the Pod runs: Cloned is written as soon as it is known, in a
+    # status of its own, before the copy-in that follows it (for a fork: a snapshot of its sources).
+    rv = objs.custom.get_namespaced_custom_object(
+        "shadow.dev", V, objs.namespace, "shadowenvironments", "f4"
+    )["metadata"]["resourceVersion"]
+    bind(objs, "workspace-f4", "fork-csi", tmp_path)
+    seen: list[tuple[str | None, str | None]] = []
+    for event in watch.Watch().stream(
+        objs.custom.list_namespaced_custom_object, "shadow.dev", V, objs.namespace, "shadowenvironments",
+        field_selector="metadata.name=f4", resource_version=rv, timeout_seconds=90,
+    ):  # fmt: skip
+        obj = event["object"]
+        seen.append((condition(obj, "Cloned").get("status"), condition(obj, "SourcesReady").get("status")))
+        if condition(obj, "Ready").get("status") == "True":
+            break
+    assert seen[-1] == ("True", "True")
+    assert any(cloned == "True" and sources != "True" for cloned, sources in seen), seen
+    env = objs.get(ENVIRONMENT, "f4", V)
+    assert env is not None and condition(env, "Cloned")["reason"] == "SnapshotRestored"
+    assert env["status"]["clone"]["restoreSize"] == "10Gi"
 
 
 def test_retained_snapshot_outlives_the_fork_and_cleanup_finds_it(
