@@ -9,9 +9,11 @@ and Copy (a tar stream between the two runtimes), the way `shadowctl fork` makes
 no verification, so what is timed is the clone: from the fork request (a shared snapshot's flush and creation
 included) to the fork's Cloned condition turning True (its workspace Pod Ready on the restored volume, or the
 copy streamed in), polled every 50 ms. "10 clones" is `shadowctl fork --count 10`: one flushed snapshot of the
-source that all ten restore (Auto), or ten copies (Copy); timed until the last is cloned.
+source that all ten restore (Auto), or ten copies (Copy); timed until the last is cloned. Each round starts
+once the previous round's forks and their Pods are gone: their teardown would share the node's two cores.
 
     .venv/bin/python hack/bench/fork_bench.py --sizes 10,1024 --runs 3 --clones 10
+    .venv/bin/python hack/bench/fork_bench.py --sizes 10 --runs 5 --clones 10 --clone-runs 5 --methods Auto
 """
 
 from __future__ import annotations
@@ -68,6 +70,8 @@ def wait_envs(custom: client.CustomObjectsApi, ns: str, names: list[str], cond: 
 
 
 def delete_envs(custom: client.CustomObjectsApi, ns: str, names: list[str]) -> None:
+    """Delete the environments and wait until they and their workspace Pods are gone, so that the next
+    round does not share the node's two cores with this one's teardown."""
     for name in names:
         try:
             custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
@@ -77,7 +81,10 @@ def delete_envs(custom: client.CustomObjectsApi, ns: str, names: list[str]) -> N
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         items = custom.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)["items"]
-        if not {i["metadata"]["name"] for i in items} & set(names):
+        pods = client.CoreV1Api(custom.api_client).list_namespaced_pod(ns).items
+        if not {i["metadata"]["name"] for i in items} & set(names) and not {
+            p.metadata.name for p in pods
+        } & set(names):
             return
         time.sleep(0.5)
     raise TimeoutError(f"{names} not deleted after 300s")
@@ -148,6 +155,10 @@ def main() -> int:
     parser.add_argument(
         "--clones", type=int, default=10, help="forks made at once in the N-clone round (0: skip)"
     )
+    parser.add_argument("--clone-runs", type=int, default=1, help="N-clone rounds per size and method")
+    parser.add_argument(
+        "--methods", default="Auto,Copy", help="spec.workspace.from.method values, comma-separated"
+    )
     parser.add_argument("--namespace", default="bench-fork")
     parser.add_argument("--kubeconfig", default=KIND_KUBECONFIG)
     args = parser.parse_args()
@@ -160,9 +171,9 @@ def main() -> int:
             source = make_source(api, args.namespace, size, Path(work))
             try:
                 for clones in sorted({1, args.clones} - {0}):
-                    for method in ("Auto", "Copy"):
+                    for method in args.methods.split(","):
                         times, used = [], ""
-                        for _ in range(args.runs if clones == 1 else 1):
+                        for _ in range(args.runs if clones == 1 else args.clone_runs):
                             elapsed, used = fork_round(api, args.namespace, source, method, clones)
                             times.append(elapsed)
                             print(
