@@ -1,6 +1,6 @@
 """The clone step of a fork (spec.workspace.from): decide once how to clone, cut the snapshot after a flush and
-wait until it can be restored (or plan a copy streamed between the two runtimes), then finish the clone once
-the new workspace's Pod is up.
+restore the new workspace's volume from it, claimed while it is cut (or plan a copy streamed between the two
+runtimes), then finish the clone once the new workspace's Pod is up.
 
 The operator-side orchestration of a snapshot lives here alone; common/snapshots.py holds the pure pieces
 (the manifest, the class choice, a snapshot's state) that the SDK's `shadowctl snapshot` uses as well.

@@ -4,8 +4,9 @@ Each pass walks the same steps and stops at the first that is not done yet; ever
 restart of the operator (or a second replica taking over) resumes where the last one stopped:
 
 1. preflight: the SandboxTemplate and the StorageClass exist (else `TemplateNotFound`, `StorageUnavailable`);
-1b. a fork (spec.workspace.from): snapshot the source's volume after a flush and wait until it is ready to
-   use, or, when no VolumeSnapshotClass serves it, plan a copy streamed between the runtimes (clone.py);
+1b. a fork (spec.workspace.from): snapshot the source's volume after a flush and restore the workspace volume
+   from it (claimed while the snapshot is cut), or, when no VolumeSnapshotClass serves it, plan a copy
+   streamed between the runtimes (clone.py);
 2. children: Gitea's Secret (credentials generated once), Service and StatefulSet (gitea.py), and the
    workspace Sandbox;
 3. a Pod that will not start surfaces as `ImagePullFailed`, `Unschedulable` or `StorageUnavailable`;
