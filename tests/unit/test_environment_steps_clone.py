@@ -182,6 +182,25 @@ async def test_the_volume_is_claimed_while_the_snapshot_is_cut_and_provisioned_o
     assert state.conditions[0]["reason"] == "SnapshotRestored" and state.is_true(c.COND_CLONED)
 
 
+async def test_a_snapshot_seen_ready_is_not_read_again_nor_cut_again() -> None:
+    """Its restore is under way (or done): a snapshot deleted meanwhile is not taken again of a newer state."""
+    world = origin_world(snapshot_class=True)
+    step = CloneStep(world.deps)
+    state = new_pass(fork())
+    await step.restore(state)
+    snapshot = await world.client.get_live(VOLUME_SNAPSHOT, NAMESPACE, "fork-fork")
+    assert snapshot is not None
+    snapshot["status"] = {"readyToUse": True, "restoreSize": "1Gi"}
+    state = new_pass(fork(status=to_patch(state.finish())))
+    await step.restore(state)
+    del world.client.objects[(VOLUME_SNAPSHOT.kind, NAMESPACE, "fork-fork")]
+    state = new_pass(fork(status=to_patch(state.finish())))
+    restore = await step.restore(state)
+    assert restore.min_size == "2Gi" and state.conditions[0]["reason"] == "Restoring"
+    assert world.runtime(ORIGIN_URL).calls == ["flush"]
+    assert await world.client.get_live(VOLUME_SNAPSHOT, NAMESPACE, "fork-fork") is None
+
+
 async def test_a_snapshot_ready_at_once_is_restored_without_touching_the_claim() -> None:
     world = origin_world(snapshot_class=True)
     world.client.put(

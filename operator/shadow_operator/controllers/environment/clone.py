@@ -90,6 +90,10 @@ class CloneStep:
         restore = Restore(snapshots.data_source(name), clone.storage_class_name, None)
         if clone.completed_at is not None:
             return replace(restore, min_size=_size_or_none(clone.restore_size))
+        reason = next((x.get("reason") for x in state.conditions if x["type"] == c.COND_CLONED), None)
+        if reason == "Restoring":  # the snapshot was ready in an earlier pass: it is not read again
+            await self._check_claim(state, name, clone.restore_size or "0", wake=False)
+            return replace(restore, min_size=_size_or_none(clone.restore_size))
         snapshot = await self.deps.client.get_live(VOLUME_SNAPSHOT, env.namespace, name)
         if snapshot is None:
             if origin.snapshot:
@@ -131,16 +135,13 @@ class CloneStep:
                 f"{message}; the workspace volume is restored from it once it is ready",
             )
             return replace(restore, min_size=clone.restore_size, poll=poll)
-        # Whether the last pass saw it being cut: the claim may have been made, and failed, meanwhile.
-        was_cut_since = any(
-            x["type"] == c.COND_CLONED and x.get("reason") == "Snapshotting" for x in state.conditions
-        )
         planned = clone.restore_size
         if size and (not planned or parse_quantity(str(size)) > parse_quantity(planned)):
             clone.restore_size = str(size)  # the Sandbox asks for it from this pass on
         clone.restore_size = clone.restore_size or "0"
         if planned is not None and clone.restore_size == planned:
-            await self._check_claim(state, name, planned, wake=was_cut_since)
+            # The last pass saw it being cut: the claim may have been made, and refused, meanwhile.
+            await self._check_claim(state, name, planned, wake=reason == "Snapshotting")
         state.set(
             c.COND_CLONED,
             False,
