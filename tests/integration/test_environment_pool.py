@@ -22,7 +22,7 @@ from shadow_operator.controllers import metrics
 from shadow_operator.resources import environment as res
 from shadow_operator.resources import gitea_policy
 
-from tests.support.controlplane import free_port, wait_for
+from tests.support.controlplane import free_port, volume_report, wait_for
 from tests.support.gitea import GiteaServer
 from tests.support.sandbox_operator import (
     ENVIRONMENT,
@@ -114,8 +114,24 @@ def wait_ready_instances(objs: Objects, volumes: Volumes, pool: str, count: int)
         status = (objs.get(ENVIRONMENT_POOL, pool, V) or {}).get("status") or {}
         return status.get("readyReplicas") == count and status.get("replicas") == count
 
-    wait_for(ready, timeout=120, what=f"{count} Ready instances of pool {pool}", interval=0.25)
+    try:
+        wait_for(ready, timeout=120, what=f"{count} Ready instances of pool {pool}", interval=0.25)
+    except TimeoutError as exc:
+        pytest.fail(f"{exc}\n{report(objs, pool)}", pytrace=False)
     return objs.get(ENVIRONMENT_POOL, pool, V) or {}
+
+
+def report(objs: Objects, pool: str) -> str:
+    """What the pool, its Sandboxes, StatefulSets, Pods and claims look like (for a failure message)."""
+    lines = [f"pool status: {(objs.get(ENVIRONMENT_POOL, pool, V) or {}).get('status')}"]
+    for sandbox in objs.list(SANDBOX):
+        ready = [x for x in (sandbox.get("status") or {}).get("conditions") or () if x["type"] == "Ready"]
+        lines.append(f"sandbox {sandbox['metadata']['name']} controller={controller(sandbox)} ready={ready}")
+    for sts in client.AppsV1Api(objs.api).list_namespaced_stateful_set(objs.namespace).items:
+        lines.append(f"statefulset {sts.metadata.name} readyReplicas={sts.status.ready_replicas}")
+    for pod in objs.pods():
+        lines.append(f"pod {pod.metadata.name} phase={pod.status.phase} conditions={pod.status.conditions}")
+    return "\n".join([*lines, volume_report(objs.core, objs.namespace)])
 
 
 def gitea_objects(objs: Objects, instance: str) -> list[Any]:
@@ -237,7 +253,7 @@ def test_an_environment_takes_a_started_instance_and_the_pool_refills(objs: Obje
             what="the spare's Gitea Secret gone",
         )
         assert objs.get(SANDBOX, name) is not None and objs.get(SANDBOX, taken["sandbox"]) is not None
-        assert (objs.get(ENVIRONMENT_POOL, "warm", V) or {})["status"]["replicas"] == 0
+        wait_ready_instances(objs, volumes, "warm", 0)
 
         # Deleting the environment removes what it took (garbage collection through the moved references).
         objs.custom.delete_namespaced_custom_object(

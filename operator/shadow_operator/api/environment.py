@@ -305,7 +305,42 @@ class VerifySpec(ApiModel):
     pass_threshold: int = Field(default=75, ge=0, le=100, description="Score (of 100) needed to PASS.")
 
 
-class ShadowEnvironmentSpec(ApiModel):
+class WorkspaceShape(ApiModel):
+    """What an environment's workspace Pod and Gitea are made of (a ShadowEnvironmentPool has the same
+    fields: its started instances are taken by environments whose values are the pool's)."""
+
+    gitea: GiteaSpec = Field(default_factory=GiteaSpec, description="The environment's own git server.")
+    git_rewrites: list[GitRewrite] | None = Field(
+        default=None,
+        max_length=MAX_REWRITES,
+        description="URL prefixes that git, pip, uv and npm inside the workspace fetch from this "
+        "environment's Gitea instead. Only these prefixes are redirected.",
+        json_schema_extra={"x-kubernetes-list-type": "atomic"},
+    )
+    template: str | None = Field(
+        default=None,
+        max_length=253,
+        description="SandboxTemplate (same namespace) the workspace starts from; default: the operator's "
+        "default template.",
+    )
+    env: list[ClaimEnvVar] | None = Field(
+        default=None,
+        max_length=MAX_ENV,
+        description="Environment variables of the workspace.",
+        json_schema_extra={"x-kubernetes-list-type": "atomic"},
+    )
+    resources: dict[str, Any] | None = Field(
+        default=None,
+        description="core/v1 ResourceRequirements of the workspace container (replaces the template's).",
+        json_schema_extra={"type": "object", **PRESERVE},
+    )
+    preview: PreviewSpec | None = Field(default=None, description="The preview dev server.")
+    journal: bool = Field(
+        default=True, description="Record the command journal and keep HANDOFF.md in the workspace."
+    )
+
+
+class ShadowEnvironmentSpec(WorkspaceShape):
     """Desired state of a ShadowEnvironment."""
 
     model_config = ConfigDict(
@@ -356,20 +391,6 @@ class ShadowEnvironmentSpec(ApiModel):
             ]
         },
     )
-    gitea: GiteaSpec = Field(default_factory=GiteaSpec, description="The environment's own git server.")
-    git_rewrites: list[GitRewrite] | None = Field(
-        default=None,
-        max_length=MAX_REWRITES,
-        description="URL prefixes that git, pip, uv and npm inside the workspace fetch from this "
-        "environment's Gitea instead. Only these prefixes are redirected.",
-        json_schema_extra={"x-kubernetes-list-type": "atomic"},
-    )
-    template: str | None = Field(
-        default=None,
-        max_length=253,
-        description="SandboxTemplate (same namespace) the workspace starts from; default: the operator's "
-        "default template.",
-    )
     pool: str | None = Field(
         default=None,
         max_length=63,
@@ -379,17 +400,6 @@ class ShadowEnvironmentSpec(ApiModel):
         "gitea, gitRewrites, env, resources, preview and journal equal the pool's and it is not a fork; "
         "otherwise, or when the pool has no Ready instance, they are started as usual and status.pool says "
         "why. Read once, at creation.",
-    )
-    env: list[ClaimEnvVar] | None = Field(
-        default=None,
-        max_length=MAX_ENV,
-        description="Environment variables of the workspace.",
-        json_schema_extra={"x-kubernetes-list-type": "atomic"},
-    )
-    resources: dict[str, Any] | None = Field(
-        default=None,
-        description="core/v1 ResourceRequirements of the workspace container (replaces the template's).",
-        json_schema_extra={"type": "object", **PRESERVE},
     )
     shutdown_time: datetime | None = Field(
         default=None, description="Absolute time when the workspace expires (its Pod is removed)."
@@ -405,10 +415,6 @@ class ShadowEnvironmentSpec(ApiModel):
         ge=30,
         le=86400,
         description="Fail with code Timeout when the environment is not Ready this long after creation.",
-    )
-    preview: PreviewSpec | None = Field(default=None, description="The preview dev server.")
-    journal: bool = Field(
-        default=True, description="Record the command journal and keep HANDOFF.md in the workspace."
     )
     verify: VerifySpec = Field(default_factory=VerifySpec, description="The smoke test and its verdict.")
 

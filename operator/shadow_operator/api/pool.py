@@ -13,16 +13,8 @@ from typing import Any
 
 from pydantic import Field
 
-from shadow_operator.api.environment import MAX_REWRITES, GiteaSpec, GitRewrite, PreviewSpec, WorkspaceVolume
-from shadow_operator.api.models import (
-    CONDITIONS_FIELD,
-    MAX_ENV,
-    PRESERVE,
-    ApiModel,
-    ClaimEnvVar,
-    Condition,
-    Resource,
-)
+from shadow_operator.api.environment import WorkspaceShape, WorkspaceVolume
+from shadow_operator.api.models import CONDITIONS_FIELD, ApiModel, Condition, Resource
 
 MAX_POOL_REPLICAS = 100
 # The ShadowEnvironment fields that shape an instance's Pods (the pool has fields of the same names), and of
@@ -40,8 +32,9 @@ def pool_fields(pool_spec: dict[str, Any]) -> dict[str, Any]:
     return fields
 
 
-class ShadowEnvironmentPoolSpec(ApiModel):
-    """Desired state of a ShadowEnvironmentPool: how many instances, and the environment fields they match."""
+class ShadowEnvironmentPoolSpec(WorkspaceShape):
+    """Desired state of a ShadowEnvironmentPool: how many instances, and the environment fields they are made
+    from (a ShadowEnvironment's, with the same defaults; an instance's template is replaced when it changes)."""
 
     replicas: int = Field(
         default=1,
@@ -50,39 +43,8 @@ class ShadowEnvironmentPoolSpec(ApiModel):
         description="Instances to keep started and unclaimed (`kubectl scale shadowenvironmentpool/NAME "
         "--replicas=N`).",
     )
-    template: str | None = Field(
-        default=None,
-        max_length=253,
-        description="SandboxTemplate (same namespace) of the workspaces; default: the operator's default "
-        "template. Instances of an older version of the template are replaced.",
-    )
     workspace: WorkspaceVolume = Field(
         default_factory=WorkspaceVolume, description="The workspace volume, as in a ShadowEnvironment."
-    )
-    gitea: GiteaSpec = Field(
-        default_factory=GiteaSpec, description="The Gitea of each instance, as in a ShadowEnvironment."
-    )
-    git_rewrites: list[GitRewrite] | None = Field(
-        default=None,
-        max_length=MAX_REWRITES,
-        description="The git rewrites of the workspaces (they are in the Pod's environment), as in a "
-        "ShadowEnvironment.",
-        json_schema_extra={"x-kubernetes-list-type": "atomic"},
-    )
-    env: list[ClaimEnvVar] | None = Field(
-        default=None,
-        max_length=MAX_ENV,
-        description="Environment variables of the workspaces.",
-        json_schema_extra={"x-kubernetes-list-type": "atomic"},
-    )
-    resources: dict[str, Any] | None = Field(
-        default=None,
-        description="core/v1 ResourceRequirements of the workspace container (replaces the template's).",
-        json_schema_extra={"type": "object", **PRESERVE},
-    )
-    preview: PreviewSpec | None = Field(default=None, description="The preview dev server.")
-    journal: bool = Field(
-        default=True, description="Record the command journal and keep HANDOFF.md in the workspace."
     )
 
 

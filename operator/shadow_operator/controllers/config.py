@@ -10,6 +10,7 @@ from typing import Any
 
 from shadow_operator.clients.runtime import DEFAULT_MAX_ANSWER_BYTES
 from shadow_operator.resources.environment import GITEA_RESOURCES
+from shadow_operator.resources.gitea_policy import GiteaSettings
 from shadow_operator.resources.networkpolicy import denied_ranges
 from shadow_operator.resources.podsecurity import PodSecurity
 
@@ -48,6 +49,16 @@ class Config:
     git_work_dir: str | None = None
     max_bundle_bytes: int = 1 << 30
     git_push_concurrency: int = 2
+
+    @property
+    def gitea(self) -> GiteaSettings:
+        return GiteaSettings(
+            operator_namespace=self.operator_namespace,
+            image=self.gitea_image,
+            cluster_domain=self.cluster_domain,
+            pull_policy=self.gitea_image_pull_policy,
+            resources=self.gitea_resources,
+        )
 
     @classmethod
     def from_env(cls) -> Config:

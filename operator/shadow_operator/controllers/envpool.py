@@ -25,7 +25,6 @@ from shadow_operator.api.kinds import (
     STATEFUL_SET,
 )
 from shadow_operator.api.pool import ShadowEnvironmentPool
-from shadow_operator.clients.kube import ApiError
 from shadow_operator.controllers import metrics
 from shadow_operator.engine import Cache, Index, NotOwned, Reconciler, Watch
 from shadow_operator.engine.cache import Body, Key
@@ -143,21 +142,12 @@ class EnvironmentPoolReconciler(Reconciler[ShadowEnvironmentPool]):
         if not pool.spec.gitea.enabled:
             return
         body = pools.instance_body(pool.body, instance)
-        config = self.config
         try:
             if self.cache.store(SECRET).get(pool.namespace, res.gitea_secret_name(instance)) is None:
                 secret = res.build_gitea_secret(body, c.GITEA_ADMIN_USERNAME, secrets.token_urlsafe(24))
                 await self.client.apply(SECRET, secret, owner=pool.body)
             current = self.cache.store(STATEFUL_SET).get(pool.namespace, res.gitea_name(instance))
-            for kind, manifest in gitea_policy.build_gitea_children(
-                body,
-                operator_namespace=config.operator_namespace,
-                image=config.gitea_image,
-                cluster_domain=config.cluster_domain,
-                pull_policy=config.gitea_image_pull_policy,
-                resources=config.gitea_resources,
-                current=current,
-            ):
+            for kind, manifest in gitea_policy.build_gitea_children(body, self.config.gitea, current):
                 await self.client.apply(kind, manifest, owner=pool.body)
         except NotOwned:
             return  # taken by an environment meanwhile
@@ -166,23 +156,12 @@ class EnvironmentPoolReconciler(Reconciler[ShadowEnvironmentPool]):
         """Remove an instance, unless an environment takes it first: the Sandbox goes on the condition that
         it is as this pass saw it (409 if taken meanwhile, and then nothing else is touched)."""
         meta = sandbox["metadata"]
-        try:
-            await self.client.delete(
-                SANDBOX,
-                meta["namespace"],
-                meta["name"],
-                uid=meta["uid"],
-                resource_version=meta["resourceVersion"],
-            )
-        except ApiError as exc:
-            if exc.conflict:
-                return
-            if not exc.not_found:
-                raise
+        if not await self.client.delete_as_seen(SANDBOX, sandbox):
+            return
         for kind, name in pools.instance_objects(meta["name"]):
             obj = self.cache.store(kind).get(meta["namespace"], name)
             if obj is not None and controller_uid(obj) == pool.metadata.uid:
-                await self.client.delete(kind, meta["namespace"], name, uid=obj["metadata"]["uid"])
+                await self.client.delete_as_seen(kind, obj)
 
     def _ready(self, pool: ShadowEnvironmentPool, sandbox: Body) -> bool:
         if not ix.is_ready(sandbox):

@@ -16,7 +16,6 @@ from shadow_operator.api import constants as c
 from shadow_operator.api import naming
 from shadow_operator.api.kinds import SANDBOX, SANDBOX_TEMPLATE, SANDBOX_WARM_POOL
 from shadow_operator.api.models import SandboxWarmPool
-from shadow_operator.clients.kube import ApiError
 from shadow_operator.controllers import metrics
 from shadow_operator.engine import Cache, Index, Reconciler, Watch
 from shadow_operator.resources import blueprint
@@ -129,20 +128,8 @@ class WarmPoolReconciler(Reconciler[SandboxWarmPool]):
         return members
 
     async def _delete(self, sandbox: Body) -> None:
-        meta = sandbox["metadata"]
-        # The resourceVersion precondition fails (409) if a claim adopted this sandbox since we cached it; the
-        # adoption wakes this pool again.
-        try:
-            await self.client.delete(
-                SANDBOX,
-                meta["namespace"],
-                meta["name"],
-                uid=meta["uid"],
-                resource_version=meta["resourceVersion"],
-            )
-        except ApiError as exc:
-            if not exc.conflict:
-                raise
+        # Fails (409) if a claim adopted this sandbox since we cached it; the adoption wakes this pool again.
+        await self.client.delete_as_seen(SANDBOX, sandbox)
 
     async def _write_status(self, pool: SandboxWarmPool, count: int, ready: int) -> None:
         status = {

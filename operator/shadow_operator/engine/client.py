@@ -121,6 +121,25 @@ class Client:
             kind.path(namespace, name), uid=uid, resource_version=resource_version, propagation=propagation
         )
 
+    async def delete_as_seen(self, kind: ResourceKind, obj: Mapping[str, Any]) -> bool:
+        """Delete the object only as it was seen (its uid and resourceVersion preconditions). True when it is
+        gone (deleted now or before); False when it changed since (409: e.g. a claim or an environment took a
+        pool's member), and then it is left alone."""
+        meta = obj["metadata"]
+        try:
+            await self.delete(
+                kind,
+                meta["namespace"],
+                meta["name"],
+                uid=meta["uid"],
+                resource_version=meta["resourceVersion"],
+            )
+        except ApiError as exc:
+            if exc.conflict:
+                return False
+            raise
+        return True
+
     async def apply(
         self, kind: ResourceKind, desired: Mapping[str, Any], *, owner: Mapping[str, Any]
     ) -> Body:

@@ -15,6 +15,7 @@ the network instead:
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from shadow_operator.api import constants as c
@@ -98,26 +99,30 @@ def build_gitea_network_policies(env: Body, operator_namespace: str) -> list[Man
     return [gitea, workspace]
 
 
+@dataclass(frozen=True)
+class GiteaSettings:
+    """The operator's settings every Gitea is made with (the chart's gitea.* values)."""
+
+    operator_namespace: str
+    image: str
+    cluster_domain: str
+    pull_policy: str
+    resources: Mapping[str, Any]
+
+
 def build_gitea_children(
-    env: Body,
-    *,
-    operator_namespace: str,
-    image: str,
-    cluster_domain: str,
-    pull_policy: str,
-    resources: Mapping[str, Any],
-    current: Body | None,
+    env: Body, settings: GiteaSettings, current: Body | None
 ) -> list[tuple[ResourceKind, Manifest]]:
     """Gitea's Service, NetworkPolicies and StatefulSet (in the order they are applied) for an environment or
     a pool's instance (`env` names them); `current` is the StatefulSet as it is (None: not made yet)."""
     children: list[tuple[ResourceKind, Manifest]] = [(SERVICE, build_gitea_service(env))]
-    children += [(NETWORK_POLICY, p) for p in build_gitea_network_policies(env, operator_namespace)]
+    children += [(NETWORK_POLICY, p) for p in build_gitea_network_policies(env, settings.operator_namespace)]
     sts = build_gitea_statefulset(
         env,
-        image=image,
-        cluster_domain=cluster_domain,
-        pull_policy=pull_policy,
-        resources=dict(resources),
+        image=settings.image,
+        cluster_domain=settings.cluster_domain,
+        pull_policy=settings.pull_policy,
+        resources=dict(settings.resources),
         on_volume=gitea_on_volume(env, current),
     )
     return [*children, (STATEFUL_SET, sts)]

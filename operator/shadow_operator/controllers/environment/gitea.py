@@ -42,17 +42,8 @@ class GiteaStep:
         env, named, deps = state.env, state.named, self.deps
         creds = await self._ensure_secret(state)
         current = deps.cache.store(STATEFUL_SET).get(env.namespace, res.gitea_name(state.instance))
-        config = deps.config
         sts: Body = {}
-        for kind, manifest in gitea_policy.build_gitea_children(
-            named,
-            operator_namespace=config.operator_namespace,
-            image=config.gitea_image,
-            cluster_domain=config.cluster_domain,
-            pull_policy=config.gitea_image_pull_policy,
-            resources=config.gitea_resources,
-            current=current,
-        ):
+        for kind, manifest in gitea_policy.build_gitea_children(named, deps.config.gitea, current):
             sts = await deps.apply(kind, manifest, env)
         return sts, creds
 
