@@ -1,7 +1,7 @@
-"""ShadowEnvironmentPool on kind, as a team uses it: `kubectl apply` a pool, `shadowctl create --pool` an
+"""ShadowEnvironmentPool on kind, as a team uses it: `kubectl apply` a pool; `shadowctl create --pool` an
 environment that takes a started workspace and Gitea (its verdict PASS: the copy-in pushed to the taken Gitea,
-and the workspace installed from it through the rewrite and the NetworkPolicy), the pool refills,
-`kubectl scale` empties it, and deleting everything leaves nothing behind.
+and the workspace installed from it through the rewrite and the NetworkPolicy); the pool refills and the SDK's
+`ShadowGateway(..., pool=)` takes the next; `kubectl scale` empties it; deleting everything leaves nothing.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from shadow_operator.sdk import ShadowGateway
 
 from tests.e2e.cluster import Cluster, eventually
 from tests.e2e.test_cli_sdk import ORG, REQUESTS, TIMEOUT, assert_clean, ctl, ok, repositories
@@ -79,7 +80,15 @@ def test_an_environment_from_a_pool(cluster: Cluster, e2e_namespace: str, tmp_pa
         == 'VERSION = "uncommitted"\n'
     )
 
-    # The pool started another; `kubectl scale` to 0 removes that one and leaves the environment alone.
+    # The pool started another, which an agent framework takes from Python (the SDK's twin of --pool).
+    ready_instances(cluster, ns, "warm", 1)
+    with ShadowGateway(f"{name}-sdk", core, namespace=ns, pool="warm") as shadow:
+        env = shadow.start(timeout=float(TIMEOUT))
+        assert env.status is not None and env.status.pool is not None and env.status.pool.adopted
+        assert env.status.verdict is not None and env.status.verdict.result == "PASS"
+        shadow.stop()
+
+    # `kubectl scale` to 0 removes the spare one and leaves the environment alone.
     ready_instances(cluster, ns, "warm", 1)
     kubectl(cluster, "scale", "shadowenvironmentpool/warm", "-n", ns, "--replicas=0")
     ready_instances(cluster, ns, "warm", 0)

@@ -65,9 +65,17 @@ def _push_request(error: type[ShadowError], **fields: str) -> PushRequest:
 class _Ops:
     """Every gateway operation, written once; the twins drive them."""
 
-    def __init__(self, name: str, namespace: str, workspace_path: str | Path | None, cluster: str) -> None:
+    def __init__(
+        self,
+        name: str,
+        namespace: str,
+        workspace_path: str | Path | None,
+        cluster: str,
+        pool: str | None = None,
+    ) -> None:
         self.name = name
         self.namespace = namespace
+        self.pool = pool  # the ShadowEnvironmentPool `start()` takes a started workspace and Gitea from
         self.cluster = cluster  # the API server's URL: the key of this machine's record of local directories
         self.workspace_path = Path(workspace_path).expanduser() if workspace_path else None
         # The runtime's endpoint (pod proxy path and token) read once, not twice per call; dropped when the
@@ -79,7 +87,7 @@ class _Ops:
             return spec
         if self.workspace_path is None:
             raise ShadowError("nothing to copy in", hint="pass workspace_path=... or an EnvironmentSpec")
-        return EnvironmentSpec(local=[LocalSource(self.workspace_path)])
+        return EnvironmentSpec(local=[LocalSource(self.workspace_path)], pool=self.pool)
 
     def create(self, spec: EnvironmentSpec) -> Op[ShadowEnvironment]:
         self._endpoint = None  # a new environment: a new runtime token
@@ -293,12 +301,13 @@ class ShadowGateway(kube.ClientHolder):
         workspace_path: str | Path | None = None,
         *,
         namespace: str | None = None,
+        pool: str | None = None,
         client: httpx.Client | None = None,
     ) -> None:
         super().__init__(client)
         # As kubectl: the kubeconfig context's namespace unless one is named.
         namespace = namespace or kube.context_namespace()
-        self._ops = _Ops(name, namespace, workspace_path, str(self._http.base_url))
+        self._ops = _Ops(name, namespace, workspace_path, str(self._http.base_url), pool)
 
     name = property(lambda self: self._ops.name)
     namespace = property(lambda self: self._ops.namespace)
@@ -525,12 +534,13 @@ class AsyncShadowGateway(kube.AsyncClientHolder):
         workspace_path: str | Path | None = None,
         *,
         namespace: str | None = None,
+        pool: str | None = None,
         client: httpx.AsyncClient | None = None,
     ) -> None:
         super().__init__(client)
         # As kubectl: the kubeconfig context's namespace unless one is named.
         namespace = namespace or kube.context_namespace()
-        self._ops = _Ops(name, namespace, workspace_path, str(self._http.base_url))
+        self._ops = _Ops(name, namespace, workspace_path, str(self._http.base_url), pool)
 
     name = property(lambda self: self._ops.name)
     namespace = property(lambda self: self._ops.namespace)
