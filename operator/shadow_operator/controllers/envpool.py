@@ -26,7 +26,7 @@ from shadow_operator.api.kinds import (
 )
 from shadow_operator.api.pool import ShadowEnvironmentPool
 from shadow_operator.controllers import metrics
-from shadow_operator.engine import Cache, Index, NotOwned, Reconciler, Watch
+from shadow_operator.engine import Cache, Index, NotOwned, Reconciler, Watch, gather_bounded
 from shadow_operator.engine.cache import Body, Key
 from shadow_operator.resources import conditions as conds
 from shadow_operator.resources import environment as res
@@ -100,19 +100,9 @@ class EnvironmentPoolReconciler(Reconciler[ShadowEnvironmentPool]):
     ) -> list[Body]:
         desired = pool.spec.replicas
         if len(members) < desired:
-            gate = asyncio.Semaphore(CREATE_CONCURRENCY)
-
-            async def start() -> Body:
-                async with gate:
-                    return await self._start(pool, template, made_of)
-
-            started = await asyncio.gather(
-                *(start() for _ in range(desired - len(members))), return_exceptions=True
+            members = members + await gather_bounded(
+                desired - len(members), lambda: self._start(pool, template, made_of), CREATE_CONCURRENCY
             )
-            members = members + [s for s in started if isinstance(s, dict)]
-            errors = [e for e in started if isinstance(e, BaseException)]
-            if errors:
-                raise errors[0]
         elif len(members) > desired:
             # Not Ready first, then the youngest (two stable sorts).
             members.sort(key=lambda s: str(s["metadata"].get("creationTimestamp")), reverse=True)

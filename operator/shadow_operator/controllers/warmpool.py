@@ -17,7 +17,7 @@ from shadow_operator.api import naming
 from shadow_operator.api.kinds import SANDBOX, SANDBOX_TEMPLATE, SANDBOX_WARM_POOL
 from shadow_operator.api.models import SandboxWarmPool
 from shadow_operator.controllers import metrics
-from shadow_operator.engine import Cache, Index, Reconciler, Watch
+from shadow_operator.engine import Cache, Index, Reconciler, Watch, gather_bounded
 from shadow_operator.resources import blueprint
 from shadow_operator.resources import indexes as ix
 
@@ -100,19 +100,9 @@ class WarmPoolReconciler(Reconciler[SandboxWarmPool]):
     ) -> list[Body]:
         if len(members) < desired:
             manifest = blueprint.build_warm_sandbox(pool.body, template)
-            gate = asyncio.Semaphore(CREATE_CONCURRENCY)
-
-            async def create() -> Body:
-                async with gate:
-                    return await self.client.create(SANDBOX, manifest)
-
-            created = await asyncio.gather(
-                *(create() for _ in range(desired - len(members))), return_exceptions=True
+            members = members + await gather_bounded(
+                desired - len(members), lambda: self.client.create(SANDBOX, manifest), CREATE_CONCURRENCY
             )
-            members = members + [s for s in created if isinstance(s, dict)]
-            errors = [e for e in created if isinstance(e, BaseException)]
-            if errors:
-                raise errors[0]
         elif len(members) > desired:
             current = blueprint.template_hash(template)
             # Shed stale, then unready, then youngest sandboxes first (two stable sorts).

@@ -6,6 +6,7 @@ a reconciler declares.
 
 from shadow_operator.engine.cache import Cache, Store
 from shadow_operator.engine.client import Client
+from shadow_operator.engine.concurrency import gather_bounded
 from shadow_operator.engine.errors import NotOwned, PermanentError, RequeueAfter
 from shadow_operator.engine.events import EventRecorder
 from shadow_operator.engine.manager import Manager
@@ -29,4 +30,5 @@ __all__ = [
     "Watch",
     "WorkQueue",
     "controller_keys",
+    "gather_bounded",
 ]
