@@ -242,9 +242,26 @@ def test_an_environment_takes_a_started_instance_and_the_pool_refills(objs: Obje
         assert takes(objs, "PoolMismatch") == 1 and takes(objs, "PoolEmpty") == 1
         assert other["status"]["sandbox"] == "other"
 
-        # `kubectl scale` to 0: the unclaimed instance goes, the taken ones stay with their environments.
         wait_ready_instances(objs, volumes, "warm", 1)
         [spare] = instances(objs, "warm")
+
+        # Another tenant's namespace cannot name this pool: pools are looked up in the environment's own.
+        other = Objects(objs.api, f"{objs.namespace[:50]}-other")
+        objs.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=other.namespace)))
+        try:
+            other.create(TEMPLATE, template_body("workspace"))
+            other.create(ENVIRONMENT, env_body("thief", "warm"), version=V)
+            thief = other.wait(
+                ENVIRONMENT, "thief", lambda o: bool((o.get("status") or {}).get("pool")), version=V
+            )
+            assert thief["status"]["pool"]["reason"] == "PoolNotFound"
+            assert thief["status"]["sandbox"] == "thief"
+            # The pool's spare was not taken.
+            assert controller(objs.get(SANDBOX, spare["metadata"]["name"]))["kind"] == "ShadowEnvironmentPool"
+        finally:
+            objs.core.delete_namespace(other.namespace, propagation_policy="Background")
+
+        # `kubectl scale` to 0: the unclaimed instance goes, the taken ones stay with their environments.
         scale(objs, "warm", 0)
         wait_for(lambda: objs.get(SANDBOX, spare["metadata"]["name"]) is None, timeout=60, what="spare gone")
         wait_for(

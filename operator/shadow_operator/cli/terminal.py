@@ -34,17 +34,35 @@ def run_terminal(http: Any, ep: RuntimeEndpoint, cwd: str) -> int:
     scheme = "wss" if server.startswith("https") else "ws"
     url = f"{scheme}://{server.split('://', 1)[1].rstrip('/')}{ep.base}/v1/pty?{query}"
     try:
-        ws = connect(
+        ws = open_websocket(
             url,
             ssl=ssl_context if scheme == "wss" else None,
             additional_headers={**headers, **ep.headers},
-            max_size=None,
-            open_timeout=30,
         )
     except (InvalidStatus, OSError) as exc:
         raise RuntimeUnreachable(f"cannot open a terminal in the workspace: {exc}") from None
     with ws:
         return _session(ws)
+
+
+# Seconds for the WebSocket's opening handshake, and how many times one that timed out is tried: a handshake
+# that got no answer sent nothing to the shell yet (the API server, the kubelet or the pod proxy stalled for
+# a moment), so trying again is safe; a refusal (an HTTP status) is final.
+OPEN_TIMEOUT = 30.0
+OPEN_ATTEMPTS = 2
+
+
+def open_websocket(url: str, **options: Any) -> ClientConnection:
+    attempt = 1
+    while True:
+        try:
+            ws: ClientConnection = connect(url, max_size=None, open_timeout=OPEN_TIMEOUT, **options)
+        except TimeoutError:
+            if attempt >= OPEN_ATTEMPTS:
+                raise
+            attempt += 1
+        else:
+            return ws
 
 
 def _session(ws: ClientConnection) -> int:
