@@ -97,6 +97,10 @@ class FakeClient:
 
     async def patch(self, kind: ResourceKind, namespace: str, name: str, patch: Mapping[str, Any]) -> Body:
         body = self.objects.setdefault((kind.kind, namespace, name), {"metadata": {"name": name}})
+        wanted = (patch.get("metadata") or {}).get("resourceVersion")
+        if wanted is not None and wanted != body["metadata"].get("resourceVersion"):
+            # As the API server: a merge patch naming a resourceVersion applies only to that version.
+            raise ApiError(409, "Conflict", f"{kind} {name} has been modified")
         for field, value in patch.items():
             body.setdefault(field, {}).update(value)
         self.writes.append(("patch", kind.kind, name))

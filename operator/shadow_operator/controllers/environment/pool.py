@@ -24,6 +24,9 @@ from shadow_operator.resources import indexes as ix
 from shadow_operator.resources import pool as pools
 from shadow_operator.resources.sandbox import controller_uid, owner_reference
 
+# Conditional patches of one instance's Sandbox before moving on to the next instance.
+TAKE_ATTEMPTS = 3
+
 
 class PoolStep:
     def __init__(self, deps: Deps) -> None:
@@ -96,7 +99,21 @@ class PoolStep:
             candidates.append(sandbox)
         candidates.sort(key=lambda s: str(s["metadata"].get("creationTimestamp")))
         for sandbox in candidates:
+            if await self._take_sandbox(state, pool, sandbox):
+                return str(sandbox["metadata"]["name"])
+        return None
+
+    async def _take_sandbox(self, state: Pass, pool: Body, sandbox: Body | None) -> bool:
+        """Move the instance's Sandbox to the environment, on the condition that it is as seen. A conflict
+        with a newer version that is still the pool's and Ready (its status was written since the cache saw
+        it) is tried again with that version; one taken by another environment, or deleted, is not."""
+        env, client = state.env, self.deps.client
+        for _ in range(TAKE_ATTEMPTS):
+            if sandbox is None or controller_uid(sandbox) != pool["metadata"]["uid"]:
+                return False
             meta = sandbox["metadata"]
+            if meta.get("deletionTimestamp") or not ix.is_ready(sandbox):
+                return False
             patch = {
                 "metadata": {
                     "resourceVersion": meta["resourceVersion"],
@@ -105,13 +122,16 @@ class PoolStep:
                 }
             }
             try:
-                await deps.client.patch(SANDBOX, env.namespace, meta["name"], patch)
+                await client.patch(SANDBOX, env.namespace, meta["name"], patch)
             except ApiError as exc:
-                if exc.conflict or exc.not_found:
-                    continue  # taken by another environment, or deleted by the pool meanwhile
-                raise
-            return str(meta["name"])
-        return None
+                if exc.not_found:
+                    return False
+                if not exc.conflict:
+                    raise
+                sandbox = await client.get_live(SANDBOX, env.namespace, meta["name"])
+                continue
+            return True
+        return False
 
     async def _take_over(self, state: Pass, instance: str) -> None:
         """Gitea's objects of the instance move to the environment (those the pool still controls)."""
