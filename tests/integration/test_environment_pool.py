@@ -112,7 +112,9 @@ def wait_ready_instances(objs: Objects, volumes: Volumes, pool: str, count: int)
     def ready() -> bool:
         volumes.bind_new()
         status = (objs.get(ENVIRONMENT_POOL, pool, V) or {}).get("status") or {}
-        return status.get("readyReplicas") == count and status.get("replicas") == count
+        # The status lags a take by a pass: the unclaimed Sandboxes (still labelled) must agree with it.
+        counted = status.get("readyReplicas") == count and status.get("replicas") == count
+        return counted and len(instances(objs, pool)) == count
 
     try:
         wait_for(ready, timeout=120, what=f"{count} Ready instances of pool {pool}", interval=0.25)

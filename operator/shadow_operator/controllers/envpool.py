@@ -69,7 +69,10 @@ class EnvironmentPoolReconciler(Reconciler[ShadowEnvironmentPool]):
         ]
         if template is None:
             message = f"SandboxTemplate {template_name!r} does not exist in namespace {pool.namespace}"
-            await self._write_status(pool, members, False, c.REASON_TEMPLATE_NOT_FOUND, message)
+            ready_count = sum(1 for s in members if self._ready(pool, s))
+            await self._write_status(
+                pool, len(members), ready_count, False, c.REASON_TEMPLATE_NOT_FOUND, message
+            )
             return None  # the template's creation wakes us
         made_of = pools.instance_hash(pool.body["spec"], template, self.config.default_template)
         stale = [s for s in members if _made_of(s) != made_of]
@@ -83,10 +86,12 @@ class EnvironmentPoolReconciler(Reconciler[ShadowEnvironmentPool]):
         members = [s for s in members if s not in stale]
         members = await self._scale(pool, template, made_of, members)
         await asyncio.gather(*(self._ensure_gitea(pool, s["metadata"]["name"]) for s in members))
-        ready = [s for s in members if self._ready(pool, s)]
-        done = len(ready) == len(members) == pool.spec.replicas
-        message = f"{len(ready)} of {pool.spec.replicas} instances Ready"
-        await self._write_status(pool, members, done, "Ready" if done else "Starting", message)
+        ready_count = sum(1 for s in members if self._ready(pool, s))
+        done = ready_count == len(members) == pool.spec.replicas
+        message = f"{ready_count} of {pool.spec.replicas} instances Ready"
+        await self._write_status(
+            pool, len(members), ready_count, done, "Ready" if done else "Starting", message
+        )
         return None
 
     async def deleted(self, key: Key) -> None:
@@ -163,13 +168,19 @@ class EnvironmentPoolReconciler(Reconciler[ShadowEnvironmentPool]):
 
     # ------------------------------------------------------------------------------------------ status
     async def _write_status(
-        self, pool: ShadowEnvironmentPool, members: list[Body], ready: bool, reason: str, message: str
+        self,
+        pool: ShadowEnvironmentPool,
+        count: int,
+        ready_count: int,
+        ready: bool,
+        reason: str,
+        message: str,
     ) -> None:
-        ready_count = sum(1 for s in members if self._ready(pool, s))
+        """Status, condition and gauges from the counts this pass found (not counted again here)."""
         key = (pool.namespace, pool.name)
         for state, value in (
             ("ready", ready_count),
-            ("starting", len(members) - ready_count),
+            ("starting", count - ready_count),
             ("desired", pool.spec.replicas),
         ):
             metrics.ENVIRONMENT_POOL_INSTANCES.labels(*key, state).set(value)
@@ -177,7 +188,7 @@ class EnvironmentPoolReconciler(Reconciler[ShadowEnvironmentPool]):
         condition = conds.make_condition(c.COND_READY, ready, reason, message, pool.metadata.generation)
         conditions = conds.merge(old.get("conditions") or [], [condition])
         status = {
-            "replicas": len(members),
+            "replicas": count,
             "readyReplicas": ready_count,
             "selector": pools.selector(pool.name),
             "observedGeneration": pool.metadata.generation,
