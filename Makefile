@@ -9,6 +9,10 @@ TOOLS_BIN := $(CACHE)/bin
 export SHADOW_CACHE := $(CACHE)
 export PATH := $(TOOLS_BIN):$(PATH)
 PYTEST_ARGS ?=
+# make test and make unit run on every core, a test module per worker (each worker starts its own control plane
+# for the integration tier; nothing else may be shared). PYTEST_WORKERS=0 runs them in this process, in turn.
+PYTEST_WORKERS ?= auto
+PYTEST_PARALLEL := $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
 
 .PHONY: help dev tools snapshot-tools snapshot-test test unit integration lint fmt crds cluster-up cluster-down images kind-up kind-down e2e e2e-argocd upgrade-check demo release clean
 
@@ -30,13 +34,13 @@ snapshot-tools: ## build snapshot-controller, csi-snapshotter, csi-provisioner (
 	hack/build-tools.sh snapshots
 
 test: dev tools ## unit + integration tests (fails if integration tests are skipped or missing)
-	SHADOW_REQUIRE_INTEGRATION=1 $(PY) -m pytest -m "unit or integration" $(PYTEST_ARGS)
+	SHADOW_REQUIRE_INTEGRATION=1 $(PY) -m pytest -m "unit or integration" $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 unit: dev ## unit tests only (no cluster)
-	$(PY) -m pytest -m unit $(PYTEST_ARGS)
+	$(PY) -m pytest -m unit $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 integration: dev tools ## integration tests against a local control plane
-	SHADOW_REQUIRE_INTEGRATION=1 $(PY) -m pytest -m integration $(PYTEST_ARGS)
+	SHADOW_REQUIRE_INTEGRATION=1 $(PY) -m pytest -m integration $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 snapshot-test: dev tools snapshot-tools ## the CSI snapshot stack (snapshot-controller, csi-provisioner, csi-snapshotter, our driver) on a local control plane
 	$(PY) -m pytest -m storage $(PYTEST_ARGS)

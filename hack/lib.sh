@@ -57,3 +57,15 @@ run_step() {
   if [[ -n ${STEPS_RECORD:-} ]]; then echo "$CURRENT_STEP=$((SECONDS - t0))" >>"$STEPS_RECORD"; fi
 }
 steps_end() { CURRENT_STEP=; }
+
+# argocd_inputs_hash: a hash of what `make e2e-argocd` tests beyond `make e2e` (the chart, its ArgoCD health
+# checks, hack/kind/argocd.sh, the ArgoCD images, tests/e2e_argocd, the ArgoCD pins). hack/kind/argocd.sh writes
+# it to .ci/argocd-passed when the tier passes; .ci/run skips the tier on a cold machine while they are equal.
+argocd_inputs_hash() {
+  (
+    cd "${REPO_ROOT}"
+    find charts/shadow-operator hack/kind/argocd.sh images/argocd images/argocd-redis tests/e2e_argocd -type f \
+      ! -path '*/__pycache__/*' ! -name '*.pyc' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
+    grep '^ARGOCD_' "${HACK_DIR}/versions.env"
+  ) | sha256sum | cut -c1-16
+}

@@ -30,6 +30,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """`make test` must prove the integration tier ran: skipped or uncollected integration tests fail it."""
     if os.environ.get("SHADOW_REQUIRE_INTEGRATION") != "1":
         return
+    if hasattr(session.config, "workerinput"):  # a pytest-xdist worker: the controller sees every report
+        return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is None:
         return
@@ -47,6 +49,28 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         reporter.write_line("")
         reporter.write_line(f"ERROR: {problem}; `make test` requires the integration tier to run.", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+# Seconds spent per test module (setup, call and teardown of its tests; a session fixture such as the control
+# plane counts in the module whose test first asked for it), printed at the end of every run: where the time of
+# `make test` goes (BENCHMARKS.md lists the slowest).
+_MODULE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    module = report.nodeid.split("::", 1)[0]
+    _MODULE_SECONDS[module] = _MODULE_SECONDS.get(module, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if len(_MODULE_SECONDS) < 2:
+        return
+    slowest = sorted(_MODULE_SECONDS.items(), key=lambda item: item[1], reverse=True)[:8]
+    terminalreporter.section("slowest test modules")
+    total = sum(_MODULE_SECONDS.values())
+    terminalreporter.write_line(f"{total:8.1f}s  all {len(_MODULE_SECONDS)} modules")
+    for module, seconds in slowest:
+        terminalreporter.write_line(f"{seconds:8.1f}s  {module}")
 
 
 @pytest.fixture(scope="session", autouse=True)
