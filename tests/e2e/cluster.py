@@ -12,17 +12,18 @@ import base64
 import os
 import re
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import httpx
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+
+from tests.support.controlplane import wait_for
 
 CACHE = Path(os.environ.get("SHADOW_CACHE", Path.home() / ".cache" / "shadow-operator"))
 KUBECONFIG = os.environ.get("SHADOW_E2E_KUBECONFIG", str(CACHE / "kind" / "kubeconfig"))
@@ -50,17 +51,20 @@ T = TypeVar("T")
 
 
 def eventually(probe: Callable[[], T | None], what: str, timeout: float = READY_TIMEOUT) -> T:
-    """Poll `probe` until it returns something truthy; fail with `what` and the last value otherwise."""
-    deadline = time.monotonic() + timeout
-    delay = 0.1
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(delay)
-        delay = min(delay * 1.5, 1.0)
-    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+    """Poll `probe` until it returns something truthy, and return that (`wait_for`: an object not found yet is
+    "not yet"); fail with `what` and the last value otherwise."""
+    last: list[T | None] = [None]
+
+    def probe_and_keep() -> T | None:
+        last[0] = None  # a probe that raises (an object not found yet) leaves no value
+        last[0] = probe()
+        return last[0]
+
+    try:
+        found = wait_for(probe_and_keep, timeout=timeout, what=what, interval=0.1, max_interval=1.0)
+    except TimeoutError as exc:
+        pytest.fail(f"{exc} (last value: {last[0]!r})")
+    return cast(T, found)
 
 
 def _millicpu(quantity: str) -> int:

@@ -363,15 +363,11 @@ def test_gitea_persistence_when_asked_for_and_immutable(objs: Objects) -> None:
     objs.create(ENVIRONMENT, env_body("kept", gitea={"persistence": persistence}), version=V)
     apps = client.AppsV1Api(objs.api)
 
-    def claim_template() -> Any:
-        with contextlib.suppress(ApiException):
-            return apps.read_namespaced_stateful_set("kept-gitea", objs.namespace).spec.volume_claim_templates
-        return None
-
-    wait_for(
-        lambda: claim_template() is not None, timeout=60, what="Gitea's StatefulSet with a claim template"
+    [template] = wait_for(
+        lambda: apps.read_namespaced_stateful_set("kept-gitea", objs.namespace).spec.volume_claim_templates,
+        timeout=60,
+        what="Gitea's StatefulSet with a claim template",
     )
-    [template] = claim_template()
     assert template.spec.resources.requests == {"storage": "2Gi"}
     wait_for(
         lambda: any(

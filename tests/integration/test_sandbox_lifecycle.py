@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
 
@@ -85,10 +84,7 @@ def test_deleted_pod_is_recreated_exactly_once(objs: Objects) -> None:
     objs.core.delete_namespaced_pod("again", objs.namespace, grace_period_seconds=0)
 
     def new_pod_ready() -> bool:
-        try:
-            pod = objs.core.read_namespaced_pod("again", objs.namespace)
-        except ApiException:
-            return False
+        pod = objs.core.read_namespaced_pod("again", objs.namespace)  # not found yet: wait_for waits
         return pod.metadata.uid != old_uid and pod.status.phase == "Running"
 
     wait_for(new_pod_ready, timeout=60, what="a replacement pod")

@@ -32,7 +32,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -71,15 +71,67 @@ def free_port() -> int:
     raise RuntimeError(f"no free TCP port in {_PORTS.start}-{_PORTS.stop - 1} after 200 tries")
 
 
-def wait_for(predicate: Callable[[], bool], *, timeout: float, what: str, interval: float = 0.1) -> None:
-    """Poll `predicate` until it is true; raise with `what` in the message when `timeout` passes."""
+def not_found(exc: BaseException) -> bool:
+    """Whether `exc` is the Kubernetes client's "not found": an ApiException with status 404 (the dynamic
+    client's NotFoundError is one). Checked without importing kubernetes: if no module imported its client, no
+    exception can be one of its."""
+    exceptions = sys.modules.get("kubernetes.client.exceptions")
+    return (
+        exceptions is not None
+        and isinstance(exc, exceptions.ApiException)
+        and getattr(exc, "status", None) == 404
+    )
+
+
+def _describe(exc: BaseException) -> str:
+    """`404 persistentvolumeclaims "x" not found`: the status and the API server's message, one line."""
+    status, body = getattr(exc, "status", None), getattr(exc, "body", None)
+    message = None
+    if body:
+        with contextlib.suppress(ValueError, TypeError, AttributeError):
+            message = json.loads(body).get("message")
+    message = message or getattr(exc, "reason", None) or str(exc).splitlines()[0]
+    return f"{status} {message}" if status is not None else str(message)
+
+
+T = TypeVar("T")
+
+
+def wait_for(
+    predicate: Callable[[], T],
+    *,
+    timeout: float,
+    what: str,
+    interval: float = 0.1,
+    max_interval: float | None = None,
+) -> T:
+    """Poll `predicate` until it returns something truthy, and return that; raise TimeoutError with `what` in the
+    message when `timeout` passes.
+
+    An object the predicate reads that does not exist yet counts as "not yet": a Kubernetes "not found" (see
+    `not_found`) raised by the predicate is waited through, and named in the TimeoutError if the object was
+    still missing at the last poll. Any other exception propagates at once. (A predicate that waits for an
+    object to be deleted must therefore say so itself, e.g. a getter that returns None on 404.)
+    `max_interval`: grow the pause by half each poll, from `interval` up to this."""
     deadline = time.monotonic() + timeout
+    pause = interval
     while True:
-        if predicate():
-            return
+        missing: BaseException | None = None
+        try:
+            result = predicate()
+        except Exception as exc:
+            if not not_found(exc):
+                raise
+            missing = exc
+        else:
+            if result:
+                return result
         if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
+            last = f" (last: {_describe(missing)})" if missing is not None else ""
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}{last}") from missing
+        time.sleep(pause)
+        if max_interval is not None:
+            pause = min(pause * 1.5, max_interval)
 
 
 @dataclass
