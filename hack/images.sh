@@ -35,13 +35,16 @@ mkdir -p "${LOG_DIR}" "${BUILD_DIR}" "${STATE_DIR}"
 image_exists() { docker image inspect "$1" >/dev/null 2>&1; }
 image_id() { docker image inspect --format '{{.Id}}' "$1"; }
 
-# hash_inputs ITEM...: short content hash over files (under the repo) and literal strings.
+# hash_inputs ITEM...: short content hash over files (under the repo) and literal strings. What builds and
+# tests leave beside the sources (bytecode, egg-info, the build/ a wheel build makes) does not count: a second
+# run of this script (make e2e after .ci/run built the images) must find the same tags.
 hash_inputs() {
   local item
   for item in "$@"; do
     if [[ -e "${REPO_ROOT}/${item}" ]]; then
       (cd "${REPO_ROOT}" && find "$item" -type f ! -path '*/__pycache__/*' ! -name '*.pyc' \
-        ! -path '*.egg-info/*' -print0 | sort -z | xargs -0 sha256sum)
+        ! -path '*.egg-info/*' ! -path '*/build/*' ! -path '*/.pytest_cache/*' -print0 | sort -z \
+        | xargs -0 sha256sum)
     else
       printf '%s\n' "$item"
     fi

@@ -108,13 +108,26 @@ def instances(objs: Objects, pool: str) -> list[dict[str, Any]]:
     return objs.list(SANDBOX, f"{c.LABEL_POOL}={pool}")
 
 
+def instance_ready(objs: Objects, sandbox: dict[str, Any]) -> bool:
+    """What the operator takes: a Ready Sandbox whose Gitea has a ready replica."""
+    conditions = (sandbox.get("status") or {}).get("conditions") or ()
+    if not any(x["type"] == "Ready" and x["status"] == "True" for x in conditions):
+        return False
+    sts = client.AppsV1Api(objs.api).read_namespaced_stateful_set(
+        res.gitea_name(sandbox["metadata"]["name"]), objs.namespace
+    )
+    return (sts.status.ready_replicas or 0) >= 1
+
+
 def wait_ready_instances(objs: Objects, volumes: Volumes, pool: str, count: int) -> dict[str, Any]:
     def ready() -> bool:
         volumes.bind_new()
         status = (objs.get(ENVIRONMENT_POOL, pool, V) or {}).get("status") or {}
-        # The status lags a take by a pass: the unclaimed Sandboxes (still labelled) must agree with it.
+        # The status lags a take by a pass (it may still count a taken instance as Ready while its successor
+        # starts): the unclaimed Sandboxes (still labelled) must agree with it, each Ready with its Gitea.
         counted = status.get("readyReplicas") == count and status.get("replicas") == count
-        return counted and len(instances(objs, pool)) == count
+        members = instances(objs, pool)
+        return counted and len(members) == count and all(instance_ready(objs, m) for m in members)
 
     try:
         wait_for(ready, timeout=120, what=f"{count} Ready instances of pool {pool}", interval=0.25)
