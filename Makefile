@@ -33,7 +33,7 @@ tools: ## build the pinned tools (etcd, kube-apiserver, controllers, kwok, helm,
 snapshot-tools: ## build snapshot-controller, csi-snapshotter, csi-provisioner (cold: 15-35 min on 2 cores; warm: a no-op)
 	hack/build-tools.sh snapshots
 
-test: dev tools ## unit + integration tests (fails if integration tests are skipped or missing)
+test: dev tools ## unit + integration tests on every core (PYTEST_WORKERS=0: one process); fails if integration tests are skipped or missing
 	SHADOW_REQUIRE_INTEGRATION=1 $(PY) -m pytest -m "unit or integration" $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 unit: dev ## unit tests only (no cluster)

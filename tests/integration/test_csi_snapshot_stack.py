@@ -21,7 +21,7 @@ import yaml
 from kubernetes import client, dynamic
 from kubernetes.client.exceptions import ApiException
 
-from tests.support.controlplane import wait_for
+from tests.support.controlplane import absent, wait_for
 from tests.support.sandbox_operator import apply_crds
 from tests.support.snapshots import (
     build_driver,
@@ -252,14 +252,11 @@ def test_snapshot_restore_and_clone(stack: Path, k8s_api: client.ApiClient, name
         api_version=SNAPSHOTS[0], kind="VolumeSnapshotContent"
     )
 
-    def content_gone() -> bool:
-        try:
-            contents.get(name=content_name)
-        except ApiException as exc:
-            return exc.status == 404
-        return False
-
-    wait_for(content_gone, timeout=90, what=f"VolumeSnapshotContent {content_name} to be deleted")
+    wait_for(
+        lambda: absent(lambda: contents.get(name=content_name)),
+        timeout=90,
+        what=f"VolumeSnapshotContent {content_name} to be deleted",
+    )
     assert (source_dir / "work.txt").read_text() == "changed after the snapshot\n"
     # The source too, while the provisioner still runs to delete its volume.
     core.delete_namespaced_persistent_volume_claim("source", namespace)

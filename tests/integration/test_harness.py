@@ -12,7 +12,7 @@ from kopf.testing import KopfRunner
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.support.controlplane import wait_for
+from tests.support.controlplane import absent, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -127,14 +127,11 @@ def test_garbage_collector_removes_dependents(k8s_api: client.ApiClient, namespa
     )
     core.delete_namespaced_config_map("owner", namespace)
 
-    def dependent_gone() -> bool:
-        try:
-            core.read_namespaced_secret("dependent", namespace)
-        except ApiException as e:
-            return e.status == 404
-        return False
-
-    wait_for(dependent_gone, timeout=60, what="the garbage collector to delete the dependent secret")
+    wait_for(
+        lambda: absent(lambda: core.read_namespaced_secret("dependent", namespace)),
+        timeout=60,
+        what="the garbage collector to delete the dependent secret",
+    )
 
 
 def test_kopf_handler_runs_against_the_cluster(

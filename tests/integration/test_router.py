@@ -34,7 +34,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from shadow_operator.api import naming
 from shadow_operator.common.tokens import KeyRing
 
-from tests.support.controlplane import wait_for
+from tests.support.controlplane import absent, wait_for
 from tests.support.router import (
     SSE_EVENTS,
     SSE_GAP_SECONDS,
@@ -764,14 +764,11 @@ def test_recreated_sandbox_refuses_links_to_its_predecessor(world: World, k8s_ap
                     f"deleting the first sb-reborn's {what}: {exc.status} {exc.reason}"
                 ) from exc
 
-    def gone() -> bool:
-        try:
-            core.read_namespaced_pod(name, ns)
-        except ApiException as exc:
-            return exc.status == 404
-        return False
-
-    wait_for(gone, timeout=15, what="the first sb-reborn's pod to be gone")
+    wait_for(
+        lambda: absent(lambda: core.read_namespaced_pod(name, ns)),
+        timeout=15,
+        what="the first sb-reborn's pod to be gone",
+    )
     second = managed_sandbox(apis, ns, box, private=True)["metadata"]["uid"]
     assert second != first
     new = world.keys.sign(ns, name, second, 600)

@@ -83,6 +83,18 @@ def not_found(exc: BaseException) -> bool:
     )
 
 
+def absent(read: Callable[[], object]) -> bool:
+    """For waits on a deletion: True when `read` raises the Kubernetes client's "not found", False when it
+    returns; any other error propagates (a 403 is not a deletion)."""
+    try:
+        read()
+    except Exception as exc:
+        if not_found(exc):
+            return True
+        raise
+    return False
+
+
 def _describe(exc: BaseException) -> str:
     """`404 persistentvolumeclaims "x" not found`: the status and the API server's message, one line."""
     status, body = getattr(exc, "status", None), getattr(exc, "body", None)

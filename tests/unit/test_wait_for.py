@@ -14,7 +14,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic.exceptions import NotFoundError
 
-from tests.support.controlplane import wait_for
+from tests.support.controlplane import absent, wait_for
 
 pytestmark = pytest.mark.unit
 
@@ -115,3 +115,17 @@ def test_the_timeout_names_no_error_when_the_object_was_found_at_the_last_poll()
 
     assert str(raised.value) == "timed out after 0s waiting for the claim to be annotated"
     assert len(calls) > 1
+
+
+def test_absent_is_true_only_for_not_found_and_lets_other_errors_through() -> None:
+    def raises(exc: Exception) -> Callable[[], object]:
+        def read() -> object:
+            raise exc
+
+        return read
+
+    assert absent(raises(claim_not_found())) is True
+    assert absent(lambda: {"metadata": {"name": "still-here"}}) is False
+    with pytest.raises(ApiException) as err:
+        absent(raises(api_error(403, "forbidden")))
+    assert err.value.status == 403
