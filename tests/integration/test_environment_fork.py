@@ -11,6 +11,7 @@ test_fork.py) check the files in real, separate volumes.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -246,15 +247,23 @@ def test_fork_volume_is_claimed_while_the_snapshot_is_cut(
     )["metadata"]["resourceVersion"]
     bind(objs, "workspace-f4", "fork-csi", tmp_path)
     seen: list[tuple[str | None, str | None]] = []
-    for event in watch.Watch().stream(
-        objs.custom.list_namespaced_custom_object, "shadow.dev", V, objs.namespace, "shadowenvironments",
-        # Seconds on a quiet machine; generous for a loaded one (CI builds beside the tests).
-        field_selector="metadata.name=f4", resource_version=rv, timeout_seconds=200,
-    ):  # fmt: skip
-        obj = event["object"]
-        seen.append((condition(obj, "Cloned").get("status"), condition(obj, "SourcesReady").get("status")))
-        if condition(obj, "Ready").get("status") == "True":
-            break
+    # Every change from the bind on, in order: the watch is re-opened from the last version it saw should the
+    # API server end it early. Seconds on a quiet machine; generous for a loaded one (CI builds beside the tests).
+    deadline = time.monotonic() + 200
+    ready = False
+    while not ready and (left := deadline - time.monotonic()) > 0:
+        for event in watch.Watch().stream(
+            objs.custom.list_namespaced_custom_object, "shadow.dev", V, objs.namespace, "shadowenvironments",
+            field_selector="metadata.name=f4", resource_version=rv, timeout_seconds=max(1, int(left)),
+        ):  # fmt: skip
+            obj = event["object"]
+            rv = obj["metadata"]["resourceVersion"]
+            seen.append(
+                (condition(obj, "Cloned").get("status"), condition(obj, "SourcesReady").get("status"))
+            )
+            if ready := condition(obj, "Ready").get("status") == "True":
+                break
+    assert ready, f"the fork was not Ready in 200 s; its conditions went (Cloned, SourcesReady): {seen}"
     assert seen[-1] == ("True", "True")
     assert any(cloned == "True" and sources != "True" for cloned, sources in seen), seen
     env = objs.get(ENVIRONMENT, "f4", V)
