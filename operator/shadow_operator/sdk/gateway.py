@@ -628,6 +628,11 @@ class AsyncShadowGateway(kube.AsyncClientHolder):
         if to_branch:
             return await self._run(self._ops.push_branch(source, to_branch, message))  # type: ignore[no-any-return]
         plans = await self.plan_promote(source=source, to=to, paths=paths)
+        return await self.apply_promote(plans, max_bytes=max_bytes)
+
+    async def apply_promote(
+        self, plans: Sequence[PromotePlan], *, max_bytes: int = confine.DEFAULT_MAX_BYTES
+    ) -> list[PromotePlan]:
         return await self._run(self._ops.apply_promote(plans, max_bytes))  # type: ignore[no-any-return]
 
     async def publish_module(self, module_path: str | Path, repo: str | None = None) -> dict[str, str]:
