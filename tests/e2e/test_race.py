@@ -156,7 +156,7 @@ def test_race_a_candidate_that_games_its_checks_is_not_promoted(
         ["core/calc.py"],
     )
     assert gamed["changed_lines"] == 2 and gamed["judged"] == "FAIL"
-    assert result["winner"] is None and "promoted" not in result  # -o json omits nulls
+    assert "winner" not in result and "promoted" not in result  # -o json omits nulls
     assert result["refused"].startswith(f"{names[0]} PASSed in its own workspace, but its change FAILed")
     assert "nothing promoted" in result["refused"]
 

@@ -6,15 +6,14 @@ that decides, against real runtimes, with the operator's baseline excludes and i
 from __future__ import annotations
 
 import os
-import shutil
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import httpx
 import pytest
+from shadow_operator.api import constants as c
 from shadow_operator.api.environment import Verdict
-from shadow_operator.controllers.environment.copyin import BASELINE_EXCLUDE
 from shadow_operator.sdk import confine, kube, reverify, runtime
 from shadow_operator.sdk.errors import TooLarge
 from shadow_operator.sdk.promote import PromotePlan
@@ -46,11 +45,14 @@ def snapshot(root: Path) -> None:
     (root / "notes.md").write_text("outside the sources\n")
 
 
-def workspace(launch: Callable[..., Server], root: Path) -> tuple[Server, RuntimeEndpoint]:
+def workspace(
+    launch: Callable[..., Server], root: Path, exclude: Sequence[str] = c.BASELINE_EXCLUDE
+) -> tuple[Server, RuntimeEndpoint]:
+    """A workspace holding the snapshot, its diff baseline captured as the operator captures it."""
     snapshot(root)
-    server = launch(root=root)  # a fresh runtime: its journal and state start with the snapshot
+    server = launch(root=root)
     with server.client() as http:
-        assert http.post("/v1/baseline", json={"exclude": BASELINE_EXCLUDE}).is_success
+        assert http.post("/v1/baseline", json={"exclude": list(exclude)}).is_success
     return server, RuntimeEndpoint(server.url, {})
 
 
@@ -125,4 +127,17 @@ def test_the_carry_is_the_change_inside_the_sources_and_nothing_else(
     assert not (judge / "core/old.txt").exists()
     assert not (judge / "core/link").exists() and not (judge / "bin").exists()
     assert (judge / "notes.md").read_text() == "outside the sources\n"
-    shutil.rmtree(judge / "core")  # nothing left that a second carry could rely on
+
+
+def test_a_tampered_baseline_does_not_carry_bytecode(launch: Callable[..., Server], tmp_path: Path) -> None:
+    """The candidate owns its workspace, baseline included: one that no longer leaves __pycache__ out lists the
+    stale .pyc in the diff, and the judge still never takes it (nor would it PASS with it)."""
+    _, cand = workspace(launch, tmp_path / "candidate", exclude=[".git/", ".sandbox-runtime/"])
+    _, fresh = workspace(launch, tmp_path / "judge")
+    with httpx.Client(timeout=120) as http:
+        assert kube.run(http, runtime.run_command(cand, GAMED, timeout=120)).exit_code == 0
+        listed = kube.run(http, runtime.diff(cand, paths_only=True)).changed_in(["core"])
+        assert any("__pycache__" in p for p in listed), listed
+        carried = kube.run(http, reverify.carry(cand, fresh, ["core"], confine.Budget()))
+        assert carried == ["core/calc.py"]
+        assert check(http, fresh) == 1

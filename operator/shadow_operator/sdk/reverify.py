@@ -7,7 +7,8 @@ thus FAIL the real checks, PASS in its workspace, and rank first with a small di
 
 So before a race promotes, its judge decides: one more fork of the same snapshot, in which no candidate's command
 ever ran. The winner's change inside its sources (the files a promote would write or delete, with their execute
-bits; links are never carried, as promote never writes them) is copied into the judge, and the environment's
+bits; links are never carried, as promote never writes them; nor the directories no baseline diffs, whatever
+the winner's workspace, which may have rewritten its own baseline, says) is copied into the judge, and the environment's
 own verification runs there. Only a PASS there promotes, and what is promoted is read from the judge, limited
 to the carried paths: what was verified, not whatever the winner's workspace holds by then.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from shadow_operator.api import constants as c
 from shadow_operator.api.environment import Verdict
 from shadow_operator.sdk import confine, runtime
 from shadow_operator.sdk import environment as envops
@@ -31,16 +33,28 @@ def judge_name(base: str) -> str:
     return f"{base}-judge"
 
 
+def carried_path(path: str, sources: Sequence[str]) -> bool:
+    """Whether a changed path is part of a change the judge takes: inside the sources, a path promote would
+    write (`confine`), and in none of the directories the baseline leaves out (a `.pyc` could stand in for
+    its source; the workspace's own diff would not show it unless its baseline was tampered with)."""
+    directories = path.split("/")[:-1]
+    return (
+        runtime.in_sources(path, sources)
+        and confine.is_safe(path)
+        and not any(f"{d}/" in c.BASELINE_EXCLUDE for d in directories)
+    )
+
+
 def carry(
     src: RuntimeEndpoint, dst: RuntimeEndpoint, sources: Sequence[str], budget: confine.Budget
 ) -> Op[list[str]]:
     """Copy what changed inside `sources` in one workspace into another (same layout); returns the paths carried,
-    workspace-relative and sorted. Paths a promote would refuse (`confine`) are left out, and the bytes are
-    counted against `budget` (sizes declared first, then as they arrive)."""
+    workspace-relative and sorted (only `carried_path`s). The bytes are counted against `budget` (sizes
+    declared first, then as they arrive)."""
     diff = yield from runtime.diff(src, paths_only=True)
     carried = []
     for path in sorted({*diff.added, *diff.modified} - set(diff.deleted)):
-        if not runtime.in_sources(path, sources) or not confine.is_safe(path):
+        if not carried_path(path, sources):
             continue
         try:
             info = yield from runtime.stat(src, path)
@@ -57,7 +71,7 @@ def carry(
         yield from runtime.write_file(dst, path, data, mode=mode)
         carried.append(path)
     for path in sorted(diff.deleted):
-        if not runtime.in_sources(path, sources) or not confine.is_safe(path):
+        if not carried_path(path, sources):
             continue
         if (yield from runtime.stat(dst, path)) is not None:
             yield from runtime.delete_path(dst, path)
