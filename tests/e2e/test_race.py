@@ -19,27 +19,16 @@ from shadow_operator.sdk import manifest as manifestops
 from tests.e2e.cluster import Cluster, git
 from tests.e2e.test_cli_sdk import REQUESTS, TIMEOUT, ctl, ok
 from tests.e2e.test_fork import SNAPSHOT_CLASS, read
+from tests.support.race import BROKEN, CHECK, GAMED
 
 pytestmark = pytest.mark.e2e
 
-BROKEN = "def add(a, b):\n    return a - b\n"
-CHECK = "cd core && python3 -B -c 'from calc import add; assert add(2, 3) == 5, add(2, 3)'"
 # Candidates in file order: a wrong fix, no fix (and a failing exit), the right fix.
 CANDIDATES = [
     "sed -i 's/a - b/a * b/' core/calc.py",
     "echo '# looked around' >> core/README.md && exit 1",
     "sed -i 's/a - b/a + b/' core/calc.py",
 ]
-# A wrong fix (a * b, the same size), then bytecode of the right one stamped with the wrong file's size and mtime:
-# Python takes the stale .pyc for calc.py, __pycache__ is never in a diff, and the diff is two lines. (The
-# same command against real runtimes: tests/runtime/test_race_judge.py.)
-GAMED = (
-    "sed -i 's/a - b/a * b/' core/calc.py && python3 -c \"import os, py_compile, importlib.util as u; "
-    "s = 'core/calc.py'; t = 'fake/calc.py'; os.makedirs('fake', exist_ok=True); "
-    "open(t, 'w').write(open(s).read().replace('a * b', 'a + b')); st = os.stat(s); "
-    "os.utime(t, ns=(st.st_atime_ns, st.st_mtime_ns)); "
-    'py_compile.compile(t, cfile=u.cache_from_source(s), doraise=True)"'
-)
 
 
 def repository(root: Path) -> Path:

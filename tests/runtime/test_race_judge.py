@@ -21,20 +21,9 @@ from shadow_operator.sdk.race import RaceCandidate, judged
 from shadow_operator.sdk.runtime import RuntimeEndpoint
 
 from tests.runtime.conftest import Server
+from tests.support.race import BROKEN, CHECK, GAMED
 
 pytestmark = pytest.mark.unit
-
-BROKEN = "def add(a, b):\n    return a - b\n"
-CHECK = "cd core && python3 -B -c 'from calc import add; assert add(2, 3) == 5, add(2, 3)'"
-# A wrong fix (a * b, the same size), then bytecode of the right one stamped with the wrong file's size and mtime:
-# Python takes the stale .pyc for calc.py, and __pycache__ is never in a diff. Two lines change.
-GAMED = (
-    "sed -i 's/a - b/a * b/' core/calc.py && python3 -c \"import os, py_compile, importlib.util as u; "
-    "s = 'core/calc.py'; t = 'fake/calc.py'; os.makedirs('fake', exist_ok=True); "
-    "open(t, 'w').write(open(s).read().replace('a * b', 'a + b')); st = os.stat(s); "
-    "os.utime(t, ns=(st.st_atime_ns, st.st_mtime_ns)); "
-    'py_compile.compile(t, cfile=u.cache_from_source(s), doraise=True)"'
-)
 
 
 def snapshot(root: Path) -> None:
