@@ -1,7 +1,9 @@
 """Race on kind (issue 21): three candidates forked from one environment (one shared snapshot), each running its
-own attempt at a fix, each verified; exactly one makes the check pass. The ranking puts it first, promote of the
-winner writes exactly its change into the local directory, the losers are gone and the source is untouched.
-The winner's handoff manifest (seed 001) is read from the cluster and validated against the schema."""
+own attempt at a fix, each verified; exactly one makes the check pass. The ranking puts it first, its change
+PASSes again in a fresh fork (the judge), promote of the winner writes exactly its change into the local
+directory, the losers and the judge are gone and the source is untouched. The winner's handoff manifest
+(seed 001) is read from the cluster and validated against the schema. A candidate that games its own checks
+PASSes in its workspace, FAILs in the judge, and nothing is promoted."""
 
 from __future__ import annotations
 
@@ -17,11 +19,10 @@ from shadow_operator.sdk import manifest as manifestops
 from tests.e2e.cluster import Cluster, git
 from tests.e2e.test_cli_sdk import REQUESTS, TIMEOUT, ctl, ok
 from tests.e2e.test_fork import SNAPSHOT_CLASS, read
+from tests.support.race import BROKEN, CHECK, GAMED
 
 pytestmark = pytest.mark.e2e
 
-BROKEN = "def add(a, b):\n    return a - b\n"
-CHECK = "cd core && python3 -B -c 'from calc import add; assert add(2, 3) == 5, add(2, 3)'"
 # Candidates in file order: a wrong fix, no fix (and a failing exit), the right fix.
 CANDIDATES = [
     "sed -i 's/a - b/a * b/' core/calc.py",
@@ -41,11 +42,7 @@ def repository(root: Path) -> Path:
     return repo
 
 
-def test_race_three_candidates_one_passes(
-    cluster: Cluster, e2e_namespace: str, tmp_path: Path, timings: dict[str, float]
-) -> None:
-    ns, source = e2e_namespace, f"race-{uuid.uuid4().hex[:6]}"
-    repo = repository(tmp_path)
+def broken_environment(cluster: Cluster, ns: str, source: str, repo: Path) -> None:
     status = json.loads(
         ok(
             ctl(
@@ -56,6 +53,14 @@ def test_race_three_candidates_one_passes(
         )
     )  # fmt: skip
     assert status["verdict"]["result"] == "FAIL"  # the source is broken: that is what the race is for
+
+
+def test_race_three_candidates_one_passes(
+    cluster: Cluster, e2e_namespace: str, tmp_path: Path, timings: dict[str, float]
+) -> None:
+    ns, source = e2e_namespace, f"race-{uuid.uuid4().hex[:6]}"
+    repo = repository(tmp_path)
+    broken_environment(cluster, ns, source, repo)
     commands = tmp_path / "candidates.txt"
     commands.write_text("# three approaches\n" + "\n".join(CANDIDATES) + "\n")
 
@@ -73,6 +78,8 @@ def test_race_three_candidates_one_passes(
     assert (wrong["verdict"], wrong["exit_code"], wrong["files"]) == ("FAIL", 0, ["core/calc.py"])
     assert (nothing["verdict"], nothing["exit_code"], nothing["files"]) == ("FAIL", 1, ["core/README.md"])
     assert result["winner"] == names[2]
+    judge = f"{source}-race-judge"
+    assert (result["judge"], first["judged"]) == (judge, "PASS")  # its change alone passed in a fresh fork
 
     # Promote wrote exactly the winner's change into the local directory; nothing else moved.
     assert result["promoted"] == [
@@ -82,9 +89,9 @@ def test_race_three_candidates_one_passes(
     assert (repo / "README.md").read_text() == "# calc\n"
     assert git(repo, "status", "--porcelain") == "M calc.py"
 
-    # The losers are gone, the winner kept, the source untouched (its file, its diff, its verdict).
-    assert sorted(result["destroyed"]) == sorted(names[:2]) and result["kept"] == [names[2]]
-    for loser in names[:2]:
+    # The losers and the judge are gone, the winner kept, the source untouched (its file, its diff, its verdict).
+    assert sorted(result["destroyed"]) == sorted([*names[:2], judge]) and result["kept"] == [names[2]]
+    for loser in [*names[:2], judge]:
         assert cluster.get(ns, "shadowenvironments", loser) is None
     kept = cluster.get(ns, "shadowenvironments", names[2])
     assert kept is not None
@@ -110,3 +117,43 @@ def test_race_three_candidates_one_passes(
     timings["race_3_overhead_seconds"] = result["ranked_seconds"] - slowest
     for name in (names[2], source):
         ok(ctl(cluster, "destroy", name, "-n", ns))
+
+
+def test_race_a_candidate_that_games_its_checks_is_not_promoted(
+    cluster: Cluster, e2e_namespace: str, tmp_path: Path
+) -> None:
+    """Its own workspace says PASS (a stale .pyc of the right fix), its diff is small, it ranks first; carried
+    into the judge, a fresh fork of the same snapshot, its change alone FAILs, and --promote writes nothing."""
+    ns, source = e2e_namespace, f"gamed-{uuid.uuid4().hex[:6]}"
+    repo = repository(tmp_path)
+    broken_environment(cluster, ns, source, repo)
+    commands = tmp_path / "candidates.txt"
+    commands.write_text(f"{GAMED}\nexit 1\n")
+
+    raced = ctl(
+        cluster, "race", source, "-n", ns, "--commands", str(commands), "--promote",
+        "--timeout", TIMEOUT, "--verify-timeout", TIMEOUT, "-o", "json",
+    )  # fmt: skip
+    assert raced.returncode == 1 and "Traceback" not in raced.stderr, raced.stderr
+    result = json.loads(raced.stdout)
+    names, judge = [f"{source}-race-{i}" for i in (1, 2)], f"{source}-race-judge"
+    gamed = result["candidates"][0]
+    assert (gamed["name"], gamed["verdict"], gamed["exit_code"], gamed["files"]) == (
+        names[0],
+        "PASS",
+        0,
+        ["core/calc.py"],
+    )
+    assert gamed["changed_lines"] == 2 and gamed["judged"] == "FAIL"
+    assert "winner" not in result and "promoted" not in result  # -o json omits nulls
+    assert result["refused"].startswith(f"{names[0]} PASSed in its own workspace, but its change FAILed")
+    assert "nothing promoted" in result["refused"]
+
+    # Nothing was written locally; every fork the race made is gone; the source still holds the broken file.
+    assert (repo / "calc.py").read_text() == BROKEN
+    assert git(repo, "status", "--porcelain") == ""
+    assert sorted(result["destroyed"]) == sorted([*names, judge]) and result["kept"] == []
+    for fork in [*names, judge]:
+        assert cluster.get(ns, "shadowenvironments", fork) is None
+    assert read(cluster, ns, source, "core/calc.py") == BROKEN
+    ok(ctl(cluster, "destroy", source, "-n", ns))

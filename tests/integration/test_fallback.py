@@ -16,6 +16,7 @@ from shadow_operator.sdk import (
     AsyncShadowGateway,
     EnvironmentFailed,
     EnvironmentSpec,
+    FallbackNotPossible,
     LocalSource,
     ShadowGateway,
 )
@@ -121,3 +122,56 @@ def test_cli_create_falls_back_when_asked(objs: Objects, kubeconfig: str, svc: P
         "FAIL",
     )
     assert verdict["score"] == 30  # the copy (15) and go.mod (15) pass, the command (20) fails
+
+
+def test_fallback_copies_only_directories_this_machine_recorded(
+    objs: Objects, use_kubeconfig: None, kubeconfig: str, svc: Path, tmp_path: Path
+) -> None:
+    """Whoever may patch the environment chooses its `local.shadow.dev/*` annotations: a directory named there
+    alone (another one added, or the recorded one swapped for another) is never copied nor checked here."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_ed25519").write_text("secret\n")
+    # What ran where: the command lists the copy's top level into a file beside the sources.
+    listing = tmp_path / "copied"
+    probe = f"ls -A > {listing}"
+    spec = EnvironmentSpec(local=[LocalSource(svc)], template="absent")
+    with ShadowGateway("tampered", namespace=objs.namespace) as gw:
+        with pytest.raises(EnvironmentFailed):
+            gw.start(spec, timeout=60)
+
+        def annotate(annotations: dict[str, str]) -> None:
+            objs.custom.patch_namespaced_custom_object(
+                "shadow.dev", "v1alpha1", objs.namespace, "shadowenvironments", "tampered",
+                {"metadata": {"annotations": annotations}},
+            )  # fmt: skip
+
+        annotate({"local.shadow.dev/home": str(home)})
+        found = gw.manifest(fallback="host-only", spec=EnvironmentSpec(verify_commands=[probe])).dump()
+        assert [s["name"] for s in found["local_sources"]] == ["svc"]
+        assert listing.read_text().split() == ["svc"]
+        assert any(f"'home' says it came from {home}" in i for i in found["verdict"]["issues"])
+
+        # The recorded source's own annotation pointed elsewhere: it no longer matches the record, so nothing
+        # is left to copy, and that is said in one line.
+        listing.unlink()
+        annotate({"local.shadow.dev/svc": str(home)})
+        with pytest.raises(FallbackNotPossible, match="which this machine has no record of"):
+            gw.manifest(fallback="host-only", spec=EnvironmentSpec(verify_commands=[probe]))
+        assert not listing.exists()
+
+    env = {**os.environ, "KUBECONFIG": kubeconfig, "COLUMNS": "200"}
+    refused = subprocess.run(
+        [SHADOWCTL, "verify", "tampered", "-n", objs.namespace, "--fallback", "host-only", "--verify", probe],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert refused.returncode == 1 and "which this machine has no record of" in refused.stderr, refused.stderr
+    assert not listing.exists()
+    # Given with --local, a directory is the caller's choice and is copied.
+    given = subprocess.run(
+        [SHADOWCTL, "verify", "tampered", "-n", objs.namespace, "--fallback", "host-only", "--verify", probe,
+         "--local", str(svc), "-o", "json"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert given.returncode == 0, given.stderr
+    assert listing.read_text().split() == ["svc"]

@@ -173,3 +173,27 @@ def test_live_table_shows_commands_verbatim() -> None:
     text = console.export_text()
     assert "test [ -f x ] && echo [bold]done[/bold]" in text and "CopyFailed: [x] gone" in text
     assert "PASS" in text and "100/100" in text
+
+
+def test_a_refused_promote_says_why_and_names_no_winner(capsys: pytest.CaptureFixture[str]) -> None:
+    from shadow_operator.cli.race import report
+    from shadow_operator.sdk.race import RaceResult
+
+    gamed = cand("env-race-1", judged="FAIL")
+    refused = (
+        "env-race-1 PASSed in its own workspace, but its change FAILed in a fresh fork [x]: nothing promoted"
+    )
+    result = RaceResult(
+        source="env",
+        namespace="ns",
+        candidates=rank([gamed, cand("env-race-2", verdict="FAIL", score=10)]),
+        winner=None,
+        judge="env-race-judge",
+        refused=refused,
+        fork_seconds=1.0,
+        ranked_seconds=2.0,
+        total_seconds=3.0,
+    )
+    report(result, promote=True)
+    err = capsys.readouterr().err
+    assert refused in err and "winner:" not in err and "promoted " not in err

@@ -3,10 +3,16 @@ the dir_fd walk that refuses symbolic links (the hostile-server tests drive thes
 
 from __future__ import annotations
 
+import functools
 import os
+import re
+import sys
+import unicodedata
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from shadow_operator.sdk import confine
 from shadow_operator.sdk.errors import TooLarge, UnsafePath
 
@@ -28,6 +34,11 @@ DOTGIT = [
     "GIT~1",  # its 8.3 short name
     "git~1",
     "x\\.git",  # a backslash separates names on Windows
+    ".g\u0131t",  # DOTLESS I: NTFS upper-cases it to I (a simple case mapping casefold() leaves alone)
+    ".g\u0130t",  # CAPITAL I WITH DOT ABOVE: its simple lower case is i
+    ".G\u0130T",
+    ".g\U0001d6a4t",  # MATHEMATICAL ITALIC SMALL DOTLESS I: NFKC makes it a dotless i
+    "G\u0130T~1",
 ]
 NOT_DOTGIT = [".github", ".gitignore", "git", ".gitx", "x.git", ".g-it", "dotfiles.git", ".gît"]
 
@@ -43,6 +54,55 @@ def test_every_spelling_of_dotgit_is_refused(name: str) -> None:
 def test_names_that_only_look_alike_pass(name: str) -> None:
     assert not confine.is_dotgit(name)
     assert confine.check(f"src/{name}") == ("src", name)
+
+
+@functools.cache
+def ascii_case_partners() -> dict[str, str]:
+    """Every non-ASCII code point whose simple upper or lower case is an ASCII letter (what `re` matches for
+    [a-z] under IGNORECASE), with that letter in lower case: computed, not listed."""
+    found = {}
+    for point in range(0x80, sys.maxunicode + 1):
+        char = chr(point)
+        if re.fullmatch("[a-z]", char, re.IGNORECASE):
+            found[char] = next(
+                a for a in "abcdefghijklmnopqrstuvwxyz" if re.fullmatch(a, char, re.IGNORECASE)
+            )
+    return found
+
+
+@functools.cache
+def spellings() -> dict[str, list[str]]:
+    """Per letter of `git`, the code points some filesystem reads as it: its two cases, the case partners
+    above, and whatever NFKC turns into one of those (fullwidth, mathematical, circled, dotless-i forms)."""
+    partners = ascii_case_partners()
+    direct = {a: {a, a.upper(), *(c for c, p in partners.items() if p == a)} for a in "git"}
+    found: dict[str, set[str]] = {a: set(chars) for a, chars in direct.items()}
+    for point in range(0x80, sys.maxunicode + 1):
+        composed = unicodedata.normalize("NFKC", chr(point))
+        for a, chars in direct.items():
+            if composed in chars:
+                found[a].add(chr(point))
+    return {a: sorted(chars) for a, chars in found.items()}
+
+
+def test_the_simple_case_table_is_every_ascii_case_partner() -> None:
+    assert ascii_case_partners() == confine.SIMPLE_CASE_TO_ASCII
+    assert {"\u0130", "\u0131"} <= set(confine.SIMPLE_CASE_TO_ASCII)  # the two casefold() misses
+
+
+@settings(deadline=None)  # the first example computes the spellings
+@given(
+    st.data(),
+    st.lists(st.sampled_from(["src", "a b", "x.y", ".github", "g\u0131t"]), max_size=3),
+    st.sampled_from(["config", "hooks/post-checkout", "HEAD"]),
+)
+def test_any_spelling_of_each_letter_is_dotgit_at_any_depth(
+    data: st.DataObject, parents: list[str], below: str
+) -> None:
+    name = "." + "".join(data.draw(st.sampled_from(spellings()[letter])) for letter in "git")
+    assert confine.is_dotgit(name), [hex(ord(c)) for c in name]
+    with pytest.raises(UnsafePath, match=r"\.git"):
+        confine.check("/".join([*parents, name, below]))
 
 
 @pytest.mark.parametrize(

@@ -105,6 +105,9 @@ COMPONENT_GITEA: Final = "gitea"
 COMPONENT_WORKSPACE: Final = "workspace"
 # Set by the client after it uploaded a source: `uploads.shadow.dev/<source>: <sha256 of the archive>`.
 ANNOTATION_UPLOAD_PREFIX: Final = f"uploads.{OPERATOR_PREFIX}/"
+# What the workspace's diff baseline leaves out, hence what no diff, promote or race carries: git's own
+# directories, the runtime's state, Python's bytecode caches (a stale .pyc can stand in for its source).
+BASELINE_EXCLUDE: Final = (".git/", ".sandbox-runtime/", "__pycache__/")
 # Changing its value asks for a new verification (e.g. `shadowctl verify` writes a timestamp).
 ANNOTATION_VERIFY_REQUEST: Final = f"{OPERATOR_PREFIX}/verify-requested"
 # Changing its value resumes a workspace suspended for idleness.

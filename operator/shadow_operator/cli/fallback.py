@@ -15,7 +15,7 @@ import typer
 
 from shadow_operator.api.environment import ShadowEnvironment
 from shadow_operator.cli.common import connect, emit, err, fail, out
-from shadow_operator.sdk import hostonly, kube
+from shadow_operator.sdk import hostonly, kube, localdirs
 from shadow_operator.sdk import manifest as manifestops
 from shadow_operator.sdk.environment import EnvironmentSpec, LocalSource
 from shadow_operator.sdk.errors import ShadowError
@@ -68,20 +68,25 @@ def show_verdict(manifest: HandoffManifest, output: str) -> None:
     raise typer.Exit(0 if verdict.result == "PASS" else 1)
 
 
-def known_environment(name: str, namespace: str) -> ShadowEnvironment | None:
-    try:
-        with connect() as http:
-            return kube.run(http, manifestops.known_environment(namespace, name))
-    except ShadowError:
-        return None
-
-
 def host_only_manifest(
     name: str, namespace: str, exc: ShadowError, spec: EnvironmentSpec | None
 ) -> HandoffManifest:
-    return manifestops.fallback_for(
-        exc, exc.code, lambda: known_environment(name, namespace), None, spec, name
-    )
+    """The host-only manifest; the environment and this machine's record of its directories are keyed by the
+    cluster, so without usable credentials there is neither (only --local is copied)."""
+    try:
+        http = connect()
+    except ShadowError:
+        return manifestops.fallback_for(exc, exc.code, lambda: None, {}, None, spec, name)
+
+    def known() -> ShadowEnvironment | None:
+        try:
+            return kube.run(http, manifestops.known_environment(namespace, name))
+        except ShadowError:
+            return None
+
+    with http:
+        recorded = localdirs.recorded(str(http.base_url), namespace, name)
+        return manifestops.fallback_for(exc, exc.code, known, recorded, None, spec, name)
 
 
 def with_fallback(verb: Callable[..., None]) -> Callable[..., None]:

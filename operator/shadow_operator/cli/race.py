@@ -61,7 +61,12 @@ def race(
         ),
     ] = None,
     promote: Annotated[
-        bool, typer.Option("--promote", help="Promote the winner (a PASS ranked first); no confirmation.")
+        bool,
+        typer.Option(
+            "--promote",
+            help="Promote the winner (a PASS ranked first) once its change PASSes again in a fresh fork of the "
+            "same snapshot; no confirmation.",
+        ),
     ] = False,
     to: Annotated[
         Path | None, typer.Option(help="Promote into this directory (default: where it was uploaded from).")
@@ -86,8 +91,8 @@ def race(
 ) -> None:
     """Race candidates: fork ENV once per candidate (one shared snapshot), run each candidate's command in its
     fork concurrently, verify each, and rank them: PASS first, then score, exit code 0, the smaller change,
-    the shorter run. The winner is kept (and promoted with --promote); the others are destroyed unless --keep.
-    Exit 0 when a candidate passed.
+    the shorter run. The winner is kept (and promoted with --promote, after its change PASSes again in a fresh
+    fork, where no candidate ran); the others are destroyed unless --keep. Exit 0 when a candidate passed.
 
         shadowctl race my-change --count 3 -- 'agent --task fix-tests'
         shadowctl race my-change --commands approaches.txt --promote
@@ -145,10 +150,13 @@ def report(result: RaceResult, promote: bool) -> None:
         f"ranked after {result.ranked_seconds:.1f}s (forks requested in {result.fork_seconds:.1f}s, "
         f"{overhead:.1f}s beyond the slowest candidate's own command and verification)"
     )
-    if result.winner is None:
+    if result.refused:
+        err.print(f"[red]{escape(result.refused)}[/red]")
+    elif result.winner is None:
         err.print("[red]no candidate passed[/red]" + ("; nothing promoted" if promote else ""))
     else:
-        err.print(f"winner: {result.winner} (kept: shadowctl destroy {result.winner} when done)")
+        again = f", PASSed again in a fresh fork ({result.judge})" if result.judge else ""
+        err.print(f"winner: {result.winner}{again} (kept: shadowctl destroy {result.winner} when done)")
     if isinstance(result.promoted, dict):
         err.print(f"pushed {result.promoted['source']} to branch {result.promoted['branch']}")
     elif result.promoted is not None:

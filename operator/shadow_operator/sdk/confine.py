@@ -7,7 +7,9 @@ Everything a workspace returns (diff paths, archive members, file modes, sizes) 
   spelling of `.git` on some filesystem (`is_dotgit`): folded the way macOS (HFS+/APFS: case, Unicode
   ignorables) and Windows (NTFS: case, trailing dots and spaces, `:stream`, the `GIT~1` short name) fold names,
   which is what git checks for itself (`is_hfs_dotgit`, `is_ntfs_dotgit` in git's path.c and utf8.c), plus NFKC
-  so that fullwidth and compatibility forms count too.
+  so that fullwidth and compatibility forms count too, plus the simple case mappings that reach an ASCII letter
+  which case folding misses (`.git` spelt with a DOTLESS I is `.GIT` on NTFS, which upper-cases it to I; with
+  a CAPITAL I WITH DOT ABOVE it is `.git` to a simple lower-casing).
 - Every directory is opened relative to its parent with O_NOFOLLOW (`dir_fd` walks), so a symbolic link
   anywhere below the target, existing or raced in, is refused instead of followed; missing parents are created
   the same way. Files are written to a temporary name in their directory and renamed into place.
@@ -42,14 +44,22 @@ _IGNORABLE = re.compile(
     "\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
     "\U000e0000-\U000e0fff]"
 )
+# Every non-ASCII code point whose simple upper or lower case is an ASCII letter: the set Python's `re` matches
+# for [a-z] under IGNORECASE (tests/unit/test_sdk_confine.py recomputes it over all code points). casefold()
+# already maps the long s and the Kelvin sign; it leaves the dotless i alone, and turns the dotted capital I into
+# i + COMBINING DOT ABOVE, whereas NTFS's upcase table (simple mappings) and a simple lower-casing do not.
+SIMPLE_CASE_TO_ASCII = {"\u0130": "i", "\u0131": "i", "\u017f": "s", "\u212a": "k"}
+_SIMPLE_CASE = str.maketrans(SIMPLE_CASE_TO_ASCII)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
 def fold(name: str) -> str:
     """The name a case-insensitive, Unicode-normalising filesystem would look up: ignorables dropped, NFKC,
-    case-folded; then what Windows drops (anything from an NTFS stream's `:`, trailing dots and spaces)."""
+    simple case mappings to ASCII, case-folded; then what Windows drops (anything from an NTFS stream's `:`,
+    trailing dots and spaces)."""
     folded = _IGNORABLE.sub("", name)
-    folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", folded).casefold())
+    folded = unicodedata.normalize("NFKC", folded).translate(_SIMPLE_CASE)
+    folded = unicodedata.normalize("NFKC", folded.casefold())
     folded = _IGNORABLE.sub("", folded).split(":", 1)[0]
     return folded.rstrip(". ")
 

@@ -107,6 +107,10 @@ class _Ops:
     def forget(self) -> None:
         localdirs.forget(self.cluster, self.namespace, self.name)
 
+    def recorded(self) -> dict[str, str]:
+        """source -> the local directory this machine recorded for it (the cluster's annotations are not)."""
+        return localdirs.recorded(self.cluster, self.namespace, self.name)
+
     def wait_ready(
         self, timeout: float, on_change: Callable[[ShadowEnvironment], None] | None = None
     ) -> Op[ShadowEnvironment]:
@@ -174,7 +178,7 @@ class _Ops:
         if source is not None:
             plans = [envops.source_plan(env, source)]
         annotations = env.metadata.annotations
-        recorded = localdirs.recorded(self.cluster, self.namespace, self.name)
+        recorded = self.recorded()
         targets = []
         for plan in plans:
             # The annotation is the cluster's word, which anyone who may patch the object can change: it
@@ -474,6 +478,7 @@ class ShadowGateway(kube.ClientHolder):
             exc,
             reason,
             lambda: self._run(manifestops.known_environment(self.namespace, self.name)),
+            self._ops.recorded(),
             self._ops.workspace_path,
             spec,
             self.name,
@@ -623,6 +628,11 @@ class AsyncShadowGateway(kube.AsyncClientHolder):
         if to_branch:
             return await self._run(self._ops.push_branch(source, to_branch, message))  # type: ignore[no-any-return]
         plans = await self.plan_promote(source=source, to=to, paths=paths)
+        return await self.apply_promote(plans, max_bytes=max_bytes)
+
+    async def apply_promote(
+        self, plans: Sequence[PromotePlan], *, max_bytes: int = confine.DEFAULT_MAX_BYTES
+    ) -> list[PromotePlan]:
         return await self._run(self._ops.apply_promote(plans, max_bytes))  # type: ignore[no-any-return]
 
     async def publish_module(self, module_path: str | Path, repo: str | None = None) -> dict[str, str]:
@@ -662,7 +672,14 @@ class AsyncShadowGateway(kube.AsyncClientHolder):
             env = await self._run(manifestops.known_environment(self.namespace, self.name))
         # The host-side checks block (copies, subprocesses): off the event loop.
         return await asyncio.to_thread(
-            manifestops.fallback_for, exc, reason, lambda: env, self._ops.workspace_path, spec, self.name
+            manifestops.fallback_for,
+            exc,
+            reason,
+            lambda: env,
+            self._ops.recorded(),
+            self._ops.workspace_path,
+            spec,
+            self.name,
         )
 
     async def race(self, commands: str | Sequence[str], **options: Any) -> RaceResult:

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from shadow_operator.api import constants as c
 from shadow_operator.api.environment import ShadowEnvironment, Verdict
 from shadow_operator.sdk import environment as envops
-from shadow_operator.sdk import hostonly, runtime
+from shadow_operator.sdk import hostonly, localdirs, runtime
 from shadow_operator.sdk.environment import ANNOTATION_LOCAL_PREFIX, EnvironmentSpec, LocalSource
 from shadow_operator.sdk.errors import (
     ApiNotInstalled,
@@ -305,51 +305,67 @@ def known_environment(namespace: str, name: str) -> Op[ShadowEnvironment | None]
         return None
 
 
-def fallback_inputs(
-    env: ShadowEnvironment | None, local: Sequence[LocalSource]
+def recorded_sources(
+    env: ShadowEnvironment | None, recorded: Mapping[str, str]
 ) -> tuple[list[LocalSource], list[str]]:
-    """The sources a host-only run copies: those given, else the local directories the environment recorded
-    (where shadowctl uploaded them from). Also the notes to add to the verdict.
+    """The local directories this machine recorded for the environment (where it was created, uploaded or
+    forked from), and a note per directory the cluster names that is not copied.
 
-    The environment's verification commands are never taken from the cluster to run on this machine: whoever
-    may edit the object (a co-tenant of the namespace, say) would otherwise run code on the caller's host.
-    They are named in a note instead; the caller gives the commands to run (`--verify`, verify_commands)."""
-    sources = list(local)
-    if not sources and env is not None:
-        annotations = env.metadata.annotations
-        sources = [
-            LocalSource(Path(annotations[key]), name=key[len(ANNOTATION_LOCAL_PREFIX) :])
-            for key in sorted(annotations)
-            if key.startswith(ANNOTATION_LOCAL_PREFIX) and Path(annotations[key]).is_dir()
-        ]
-    declared = (env.spec.verify.commands if env is not None else None) or []
-    notes = (
-        [
-            f"the environment declares {len(declared)} verification command(s); commands read from the cluster "
-            "are not run on this machine: give them (--verify CMD, or verify_commands) to run them here"
-        ]
-        if declared
-        else []
-    )
-    return sources, notes
+    The annotations `local.shadow.dev/<source>` are the cluster's word, which anyone who may patch the object
+    (a co-tenant of the namespace) chooses, e.g. `~`: as for promote, one counts only where it matches this
+    machine's record (`localdirs.trusted_dir`), so a directory named by the cluster alone is never copied, nor
+    are commands run in a copy of it."""
+    annotations = env.metadata.annotations if env is not None else {}
+    annotated = {
+        key[len(ANNOTATION_LOCAL_PREFIX) :]: value
+        for key, value in annotations.items()
+        if key.startswith(ANNOTATION_LOCAL_PREFIX)
+    }
+    sources, refused = [], []
+    for name in sorted(set(recorded) | set(annotated)):
+        trusted = localdirs.trusted_dir(recorded.get(name), annotated.get(name))
+        if trusted is None:
+            refused.append(
+                f"source {name!r} says it came from {annotated[name]}, which this machine has no record of "
+                "(it records the directories it creates, uploads and forks from): not copied"
+            )
+        elif Path(trusted).is_dir():
+            sources.append(LocalSource(Path(trusted), name=name))
+    return sources, refused
 
 
 def fallback_for(
     exc: ShadowError | None,
     reason: str,
     lookup: Callable[[], ShadowEnvironment | None],
+    recorded: Mapping[str, str],
     workspace_path: Path | None,
     spec: EnvironmentSpec | None,
     name: str,
 ) -> HandoffManifest:
-    """The host-only manifest of a gateway whose environment cannot be had. The environment is looked up for
-    its sources and commands unless the cluster itself is out of reach."""
+    """The host-only manifest of a gateway whose environment cannot be had. The sources are those given
+    (`spec`'s, or workspace_path), else those this machine recorded (`recorded_sources`); the environment is
+    looked up for them unless the cluster itself is out of reach.
+
+    The environment's verification commands are never taken from the cluster to run on this machine: whoever
+    may edit the object would otherwise run code on the caller's host. They are named in a note instead; the
+    caller gives the commands to run (`--verify`, verify_commands)."""
     env = None if isinstance(exc, ClusterUnreachable) else lookup()
-    local = list(spec.local) if spec else ([LocalSource(workspace_path)] if workspace_path else [])
+    sources = list(spec.local) if spec else ([LocalSource(workspace_path)] if workspace_path else [])
     given = list(spec.verify_commands) if spec else []
-    sources, notes = fallback_inputs(env, local)
+    notes: list[str] = []
+    if not sources:
+        sources, notes = recorded_sources(env, recorded)
+        if not sources and notes:
+            raise hostonly.FallbackNotPossible(notes[0])
+    declared = (env.spec.verify.commands if env is not None else None) or []
+    if declared and not given:
+        notes.append(
+            f"the environment declares {len(declared)} verification command(s); commands read from the cluster "
+            "are not run on this machine: give them (--verify CMD, or verify_commands) to run them here"
+        )
     found = host_only(name, reason, sources, hostonly.commands_of(given))
-    if found.verdict is not None and not given:
+    if found.verdict is not None:
         found.verdict.issues.extend(notes)
     return found
 

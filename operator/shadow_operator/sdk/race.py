@@ -10,6 +10,12 @@ for the environment's verification (the operator's verify, as `shadowctl verify`
 concurrently (threads for the sync gateway, tasks for the async one); one that fails is ranked last with its
 error and never stops the others.
 
+With promote, the first-ranked PASS is verified again before anything is promoted: its change is carried into
+a fresh fork of the same snapshot (the judge, `sdk.reverify`), where no candidate's command ran, and only a PASS
+there promotes it, from the judge. A FAIL there promotes nothing, not the next candidate: the ranking that put a
+workspace's own word first has just been shown wrong (a candidate that games its checks, or flaky ones), and an
+unattended promote is the wrong place to go on down it. The result says why (`refused`); a person decides.
+
 Ranking (`rank_key`): PASS first, then the higher score, then the command's exit code 0 first, then the smaller
 change (files, then lines), then the shorter command. A tie on verdict, score and exit code is thus decided by
 the smaller change, as a reviewer would; duration only separates equal changes (two identical commands).
@@ -31,8 +37,9 @@ import httpx
 import yaml
 from pydantic import BaseModel, Field
 
+from shadow_operator.api.environment import Verdict
+from shadow_operator.sdk import confine, kube, reverify, runtime
 from shadow_operator.sdk import environment as envops
-from shadow_operator.sdk import kube, runtime
 from shadow_operator.sdk.errors import NotFound, ShadowError
 from shadow_operator.sdk.kube import Op
 from shadow_operator.sdk.promote import PromotePlan
@@ -65,6 +72,12 @@ class RaceCandidate(BaseModel):
     files: list[str] = Field(default_factory=list, description="Changed paths, workspace-relative.")
     error: str | None = Field(default=None, description="Why the candidate could not finish: code: message.")
     rank: int | None = None
+    judged: Literal["PASS", "FAIL"] | None = Field(
+        default=None,
+        description="With promote, for the first-ranked PASS: the verdict on its change carried into a fresh "
+        "fork of the same snapshot (its own workspace does not judge it).",
+    )
+    judged_issues: list[str] = Field(default_factory=list)
 
 
 class RaceResult(BaseModel):
@@ -73,7 +86,11 @@ class RaceResult(BaseModel):
     source: str
     namespace: str
     candidates: list[RaceCandidate] = Field(description="Best first.")
-    winner: str | None = Field(description="The best candidate when it PASSed, else null.")
+    winner: str | None = Field(
+        description="The best candidate when it PASSed (with promote: in a fresh fork too), else null."
+    )
+    judge: str | None = Field(default=None, description="The fresh fork the winner was verified in again.")
+    refused: str | None = Field(default=None, description="Why nothing was promoted, when promote was asked.")
     promoted: list[dict[str, object]] | dict[str, str] | None = Field(
         default=None, description="What promote did with the winner (plans, or the branch pushed)."
     )
@@ -87,8 +104,12 @@ class RaceResult(BaseModel):
 Update = Callable[[RaceCandidate], None]
 
 
+def race_base(source: str, prefix: str | None = None) -> str:
+    return prefix or f"{source}-race"
+
+
 def candidate_names(source: str, count: int, prefix: str | None = None) -> list[str]:
-    return [f"{prefix or source + '-race'}-{i}" for i in range(1, count + 1)]
+    return [f"{race_base(source, prefix)}-{i}" for i in range(1, count + 1)]
 
 
 def parse_commands(text: str) -> list[str]:
@@ -170,6 +191,17 @@ def winner(ranked: Sequence[RaceCandidate]) -> RaceCandidate | None:
     return best if best is not None and best.error is None and best.verdict == "PASS" else None
 
 
+def judged(best: RaceCandidate, judge: str, verdict: Verdict) -> str | None:
+    """Record the judge's verdict on the winner's change; the reason nothing is promoted, or None on PASS."""
+    best.judged, best.judged_issues = verdict.result, verdict.issues[:20]
+    if verdict.result == "PASS":
+        return None
+    return (
+        f"{best.name} PASSed in its own workspace, but its change FAILed in a fresh fork of the same snapshot "
+        f"({judge}: {verdict.score}/{verdict.max_score}): nothing promoted"
+    )
+
+
 def run_candidate(
     namespace: str,
     candidate: RaceCandidate,
@@ -235,14 +267,18 @@ class RaceOptions:
     on_update: Update | None = None
 
 
-def _prepare(source: str, commands: Sequence[str], options: RaceOptions) -> list[RaceCandidate]:
+def _prepare(
+    source: str, commands: Sequence[str], options: RaceOptions
+) -> tuple[list[RaceCandidate], str | None]:
+    """The candidates, and the judge's name when the race may promote."""
     cmds = plan_commands(commands, options.count)
     names = candidate_names(source, len(cmds), options.prefix)
     candidates = [RaceCandidate(name=n, command=c) for n, c in zip(names, cmds, strict=True)]
     for c in candidates:
         if options.on_update is not None:
             options.on_update(c)
-    return candidates
+    judge = reverify.judge_name(race_base(source, options.prefix)) if options.promote else None
+    return candidates, judge
 
 
 def _candidate_op(
@@ -257,6 +293,22 @@ def _candidate_op(
         verify_timeout=options.verify_timeout,
         on_update=options.on_update,
     )
+
+
+def _judge_op(namespace: str, best: RaceCandidate, judge: str, options: RaceOptions) -> Op[str | list[str]]:
+    """The winner verified again in the judge: the paths carried when it PASSed there, else why not."""
+    try:
+        verdict, carried = yield from reverify.judge(
+            namespace,
+            best.name,
+            judge,
+            timeout=options.timeout,
+            verify_timeout=options.verify_timeout,
+            budget=confine.Budget(option="max_bytes"),
+        )
+    except ShadowError as exc:
+        return f"{best.name} could not be verified again in {judge} ({exc.code}: {exc.message}): nothing promoted"
+    return judged(best, judge, verdict) or carried
 
 
 def ensure_free(namespace: str, names: Sequence[str]) -> Op[None]:
@@ -298,16 +350,21 @@ def _result(
     times: tuple[float, float, float],
     promoted: Any,
     destroyed: list[str],
+    judge: str | None,
+    refused: str | None,
 ) -> RaceResult:
     started, forked, ranked_at = times
+    forks = [c.name for c in ranked] + ([judge] if judge else [])
     return RaceResult(
         source=gw_name,
         namespace=namespace,
         candidates=ranked,
         winner=best.name if best else None,
+        judge=judge,
+        refused=refused,
         promoted=promoted,
         destroyed=sorted(d for d in destroyed if d),
-        kept=[c.name for c in ranked if c.name not in destroyed],
+        kept=[n for n in forks if n not in destroyed],
         fork_seconds=forked - started,
         ranked_seconds=ranked_at - started,
         total_seconds=time.monotonic() - started,
@@ -317,12 +374,13 @@ def _result(
 def race_sync(
     gw: ShadowGateway, http: httpx.Client, commands: Sequence[str], options: RaceOptions
 ) -> RaceResult:
-    candidates = _prepare(gw.name, commands, options)
-    names = [c.name for c in candidates]
+    candidates, judge = _prepare(gw.name, commands, options)
+    names = [c.name for c in candidates] + ([judge] if judge else [])
     kube.run(http, ensure_free(gw.namespace, names))
     started = time.monotonic()
     destroyed: list[str] = []
     best: RaceCandidate | None = None
+    refused: str | None = None
     try:
         forks = gw.fork(*names, method=options.method, verify=False, wait=False, timeout=options.timeout)
         forked = time.monotonic()
@@ -336,27 +394,33 @@ def race_sync(
         ranked_at = time.monotonic()
         best = winner(ranked)
         promoted = None
-        if options.promote and best is not None:
-            chosen = forks[names.index(best.name)]
-            promoted = _promoted(
-                chosen.promote(to=options.to, to_branch=options.to_branch, message=options.message)
-            )
+        if judge is not None and best is not None:
+            carried = kube.run(http, _judge_op(gw.namespace, best, judge, options))
+            if isinstance(carried, str):
+                best, refused = None, carried
+            elif options.to_branch:
+                promoted = _promoted(forks[-1].promote(to_branch=options.to_branch, message=options.message))
+            else:
+                plans = reverify.only_carried(forks[-1].plan_promote(to=options.to), carried)
+                promoted = _promoted(forks[-1].apply_promote(plans))
     finally:
         losers = [] if options.keep else [n for n in names if best is None or n != best.name]
         with ThreadPoolExecutor(max(1, len(losers))) as pool:
             destroyed = [d for d in pool.map(lambda n: kube.run(http, _delete(gw.namespace, n)), losers) if d]
-    return _result(gw.name, gw.namespace, ranked, best, (started, forked, ranked_at), promoted, destroyed)
+    times = (started, forked, ranked_at)
+    return _result(gw.name, gw.namespace, ranked, best, times, promoted, destroyed, judge, refused)
 
 
 async def race_async(
     gw: AsyncShadowGateway, http: httpx.AsyncClient, commands: Sequence[str], options: RaceOptions
 ) -> RaceResult:
-    candidates = _prepare(gw.name, commands, options)
-    names = [c.name for c in candidates]
+    candidates, judge = _prepare(gw.name, commands, options)
+    names = [c.name for c in candidates] + ([judge] if judge else [])
     await kube.arun(http, ensure_free(gw.namespace, names))
     started = time.monotonic()
     destroyed: list[str] = []
     best: RaceCandidate | None = None
+    refused: str | None = None
     try:
         forks = await gw.fork(
             *names, method=options.method, verify=False, wait=False, timeout=options.timeout
@@ -369,13 +433,19 @@ async def race_async(
         ranked_at = time.monotonic()
         best = winner(ranked)
         promoted = None
-        if options.promote and best is not None:
-            chosen = forks[names.index(best.name)]
-            promoted = _promoted(
-                await chosen.promote(to=options.to, to_branch=options.to_branch, message=options.message)
-            )
+        if judge is not None and best is not None:
+            carried = await kube.arun(http, _judge_op(gw.namespace, best, judge, options))
+            if isinstance(carried, str):
+                best, refused = None, carried
+            elif options.to_branch:
+                pushed = await forks[-1].promote(to_branch=options.to_branch, message=options.message)
+                promoted = _promoted(pushed)
+            else:
+                plans = reverify.only_carried(await forks[-1].plan_promote(to=options.to), carried)
+                promoted = _promoted(await forks[-1].apply_promote(plans))
     finally:
         losers = [] if options.keep else [n for n in names if best is None or n != best.name]
         gone = await asyncio.gather(*(kube.arun(http, _delete(gw.namespace, n)) for n in losers))
         destroyed = [d for d in gone if d]
-    return _result(gw.name, gw.namespace, ranked, best, (started, forked, ranked_at), promoted, destroyed)
+    times = (started, forked, ranked_at)
+    return _result(gw.name, gw.namespace, ranked, best, times, promoted, destroyed, judge, refused)

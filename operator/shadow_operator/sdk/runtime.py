@@ -183,13 +183,14 @@ def read_into(ep: RuntimeEndpoint, path: str, sink: Callable[[bytes], None]) -> 
     yield ep.call("GET", _file_path(path), f"read {path}", timeout=300.0, sink=sink)
 
 
-def write_file(ep: RuntimeEndpoint, path: str, data: bytes) -> Op[None]:
+def write_file(ep: RuntimeEndpoint, path: str, data: bytes, *, mode: int | None = None) -> Op[None]:
     yield ep.call(
         "PUT",
         _file_path(path),
         f"write {path}",
         content=data,
         content_type="application/octet-stream",
+        params={"mode": f"{mode:04o}"} if mode is not None else None,
         timeout=300.0,
     )
 

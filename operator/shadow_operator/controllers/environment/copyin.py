@@ -22,8 +22,6 @@ from shadow_operator.engine.cache import Key
 from shadow_operator.resources import copyin
 from shadow_operator.resources import environment as res
 
-BASELINE_EXCLUDE = [".git/", ".sandbox-runtime/", "__pycache__/"]
-
 
 class CopyInStep:
     """Keeps, per environment, the sources already prepared in the workspace while Gitea started."""
@@ -159,7 +157,7 @@ class CopyInStep:
                     if forked and await runtime.has_baseline():
                         baseline = "the diff baseline came with the clone"
                     else:
-                        await runtime.capture_baseline(BASELINE_EXCLUDE)
+                        await runtime.capture_baseline(list(c.BASELINE_EXCLUDE))
                 except RuntimeUnavailable as exc:
                     raise StepFailed(None, "RuntimeUnreachable", str(exc)) from None
                 state.set(
