@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
 
+from shadow_operator.api.constants import BASELINE_EXCLUDE
 from shadow_operator.sdk.errors import ShadowError, TooLarge, UnsafePath
 
 DEFAULT_MAX_BYTES = 1 << 30  # 1 GiB: what one cp or promote may write unless the caller asks for more
@@ -90,6 +91,16 @@ def is_safe(rel: str) -> bool:
     except UnsafePath:
         return False
     return True
+
+
+_UNDIFFED = frozenset(fold(d.rstrip("/")) for d in BASELINE_EXCLUDE)
+
+
+def undiffed(rel: str) -> bool:
+    """Whether a path lies in a directory no workspace baseline covers (`.git`, the runtime's own state,
+    `__pycache__`), in any spelling: a workspace's diff lists such a path only if its baseline was tampered
+    with, and a bytecode file there could run in place of its source, so nothing carries or promotes it."""
+    return any(fold(part) in _UNDIFFED for part in rel.split("/")[:-1])
 
 
 def safe_mode(mode: int) -> int:

@@ -22,7 +22,8 @@ from shadow_operator.sdk.runtime import Diff, RuntimeEndpoint
 @dataclass
 class PromotePlan:
     """What a promote of one source would do, paths relative to the source directory. `refused` lists the
-    changed paths that will not be promoted (outside the source, `.`/`..` forms, any spelling of `.git`)."""
+    changed paths that will not be promoted (outside the source, `.`/`..` forms, any spelling of `.git`, and
+    anything in a directory no baseline covers, such as `__pycache__`: `confine.undiffed`)."""
 
     source: str
     workspace_dir: str
@@ -53,7 +54,7 @@ def plan_promote(
             if not path.startswith(prefix):
                 continue
             rel = path[len(prefix) :]
-            if not confine.is_safe(rel):
+            if not confine.is_safe(rel) or confine.undiffed(rel):
                 plan.refused.append(rel)
             elif _selected(rel, patterns):
                 into.append(rel)

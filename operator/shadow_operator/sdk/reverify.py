@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from shadow_operator.api import constants as c
 from shadow_operator.api.environment import Verdict
 from shadow_operator.sdk import confine, runtime
 from shadow_operator.sdk import environment as envops
@@ -37,12 +36,7 @@ def carried_path(path: str, sources: Sequence[str]) -> bool:
     """Whether a changed path is part of a change the judge takes: inside the sources, a path promote would
     write (`confine`), and in none of the directories the baseline leaves out (a `.pyc` could stand in for
     its source; the workspace's own diff would not show it unless its baseline was tampered with)."""
-    directories = path.split("/")[:-1]
-    return (
-        runtime.in_sources(path, sources)
-        and confine.is_safe(path)
-        and not any(f"{d}/" in c.BASELINE_EXCLUDE for d in directories)
-    )
+    return runtime.in_sources(path, sources) and confine.is_safe(path) and not confine.undiffed(path)
 
 
 def carry(
