@@ -128,12 +128,18 @@ def test_promote_plan_stays_in_the_source_and_out_of_git(tmp_path: Path) -> None
 def test_promote_plan_refuses_directories_no_baseline_covers(tmp_path: Path) -> None:
     """A workspace that rewrote its own baseline lists a bytecode file in its diff: promoted, an unchecked
     hash-based .pyc would run in place of its source on the user's machine. Any spelling of the directory."""
-    bytecode = ["core/__pycache__/app.cpython-311.pyc", "core/pkg/__PyCache__/m.pyc", "core/.Sandbox-Runtime/x"]
+    bytecode = [
+        "core/__pycache__/app.cpython-311.pyc",
+        "core/pkg/__PyCache__/m.pyc",
+        "core/.Sandbox-Runtime/x",
+    ]
     plan = promote.plan_promote(Diff(added=[*bytecode, "core/app.py"]), "core", "core", tmp_path)
     assert plan.write == ["app.py"]
     assert plan.refused == sorted(p.removeprefix("core/") for p in bytecode)
     # A file of that name is no directory: nothing stands in for it.
-    assert promote.plan_promote(Diff(added=["core/__pycache__"]), "core", "core", tmp_path).write == ["__pycache__"]
+    assert promote.plan_promote(Diff(added=["core/__pycache__"]), "core", "core", tmp_path).write == [
+        "__pycache__"
+    ]
 
 
 def tar_of(members: dict[str, bytes]) -> io.BytesIO:
