@@ -72,6 +72,19 @@ READY = [
 VERDICT = {"result": "PASS", "score": 90, "maxScore": 100, "passThreshold": 75, "mode": "shadow"}
 
 
+def test_manifest_names_only_directories_this_machine_recorded() -> None:
+    """The annotation is the cluster's word (a co-tenant may patch it to `~`): an agent acting on the manifest
+    is sent only to the directory this machine recorded, and only while the two agree."""
+    env = environment(conditions=READY, sources=SOURCES)
+
+    def paths(recorded: dict[str, str]) -> list[str | None]:
+        return [s["path"] for s in m.build_manifest(env, None, {}, recorded).dump()["local_sources"]]
+
+    assert paths({"core": "/home/me/core"}) == ["/home/me/core", None]
+    assert paths({}) == [None, None]
+    assert paths({"core": "/home/me/elsewhere"}) == [None, None]
+
+
 def test_manifest_from_status_and_diff() -> None:
     env = environment(conditions=READY, sources=SOURCES, verdict=VERDICT)
     diff = Diff(
@@ -80,7 +93,7 @@ def test_manifest_from_status_and_diff() -> None:
         modified=["core/core/__init__.py", "tool/cmd/main.go", "HANDOFF.md"],
         deleted=["core/README.md"],
     )
-    built = m.build_manifest(env, diff, {"core": "python", "tool": "go"})
+    built = m.build_manifest(env, diff, {"core": "python", "tool": "go"}, {"core": "/home/me/core"})
     data = built.dump()
     validate(data)
     assert data["shadow_id"] == "my-change" and data["shadow_available"] is True
@@ -116,14 +129,14 @@ def test_manifest_from_status_and_diff() -> None:
 
 def test_a_failed_environment_is_not_available_and_says_why() -> None:
     failed = environment(failure={"code": "TemplateNotFound", "message": "no template"})
-    data = m.build_manifest(failed, None, {}).dump()
+    data = m.build_manifest(failed, None, {}, {}).dump()
     validate(data)
     assert data["shadow_available"] is False and data["failure_reason"] == "TemplateNotFound"
     assert data["local_sources"] == [] and data["test_context"]["changed_files"] == []
 
 
 def test_schema_refuses_what_the_protocol_does_not_allow() -> None:
-    good = m.build_manifest(environment(conditions=READY, sources=SOURCES), Diff(), {}).dump()
+    good = m.build_manifest(environment(conditions=READY, sources=SOURCES), Diff(), {}, {}).dump()
     for broken in (
         {**good, "test_context": {**good["test_context"], "project_type": "cobol"}},
         {**good, "fallback_mode": "no"},

@@ -462,7 +462,9 @@ class ShadowGateway(kube.ClientHolder):
         says so: fallback_mode true, failure_reason the code, verdict mode host-only (out of 50)."""
         host = hostonly.check_fallback(fallback)
         try:
-            found: HandoffManifest = self._run(manifestops.manifest(self.namespace, self.name))
+            found: HandoffManifest = self._run(
+                manifestops.manifest(self.namespace, self.name, self._ops.recorded())
+            )
         except manifestops.UNAVAILABLE as exc:
             if not host:
                 raise
@@ -655,7 +657,9 @@ class AsyncShadowGateway(kube.AsyncClientHolder):
     ) -> HandoffManifest:
         host = hostonly.check_fallback(fallback)
         try:
-            found: HandoffManifest = await self._run(manifestops.manifest(self.namespace, self.name))
+            found: HandoffManifest = await self._run(
+                manifestops.manifest(self.namespace, self.name, self._ops.recorded())
+            )
         except manifestops.UNAVAILABLE as exc:
             if not host:
                 raise

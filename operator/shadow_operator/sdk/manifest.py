@@ -146,10 +146,15 @@ def _module(rel: PurePosixPath, kind: ProjectType | None) -> str | None:
 
 
 def build_manifest(
-    env: ShadowEnvironment, diff: Diff | None, kinds: Mapping[str, ProjectType | None]
+    env: ShadowEnvironment,
+    diff: Diff | None,
+    kinds: Mapping[str, ProjectType | None],
+    recorded: Mapping[str, str],
 ) -> HandoffManifest:
     """The manifest of an environment from its status and diff; `kinds` maps each source's workspace path to
-    its detected project type."""
+    its detected project type. A source's local `path` is the directory this machine recorded for it
+    (`recorded`, source -> directory), and only while the cluster's annotation agrees (`localdirs.trusted_dir`):
+    an agent acting on the manifest must not be sent to a directory a co-tenant wrote into the object."""
     status = env.status
     failure = status.failure if status else None
     ready = any(
@@ -160,7 +165,9 @@ def build_manifest(
         sources.append(
             ManifestSource(
                 name=s.name,
-                path=env.metadata.annotations.get(ANNOTATION_LOCAL_PREFIX + s.name),
+                path=localdirs.trusted_dir(
+                    recorded.get(s.name), env.metadata.annotations.get(ANNOTATION_LOCAL_PREFIX + s.name)
+                ),
                 github_repo=github_repo(s.public_url, s.repo),
                 snapshot_commit=s.commit,
                 project_type=kinds.get(s.path),
@@ -270,10 +277,11 @@ def detect_kinds(ep: runtime.RuntimeEndpoint, paths: Sequence[str]) -> Op[dict[s
     return {p: project_type(markers) for p, markers in found.items()}
 
 
-def manifest(namespace: str, name: str) -> Op[HandoffManifest]:
-    """The manifest of a running environment; one that is not Ready (yet, or failed) gets no diff."""
+def manifest(namespace: str, name: str, recorded: Mapping[str, str]) -> Op[HandoffManifest]:
+    """The manifest of a running environment; one that is not Ready (yet, or failed) gets no diff. `recorded`:
+    the local directories this machine recorded for its sources (`build_manifest`)."""
     env = yield from envops.get(namespace, name)
-    m = build_manifest(env, None, {})
+    m = build_manifest(env, None, {}, recorded)
     if not m.shadow_available:
         return m
     try:
@@ -284,7 +292,7 @@ def manifest(namespace: str, name: str) -> Op[HandoffManifest]:
         )
     except (SandboxNotReadyError, RuntimeUnreachable, RuntimeRefused):
         return m.model_copy(update={"shadow_available": False})
-    return build_manifest(env, diff, kinds)
+    return build_manifest(env, diff, kinds, recorded)
 
 
 # ------------------------------------------------------------------------------------- the fallback
