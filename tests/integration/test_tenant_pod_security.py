@@ -10,6 +10,7 @@ their controllers are refused every Pod.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from shadow_operator.resources import environment as env_res
 from shadow_operator.resources import sandbox as res
 from shadow_operator.resources.blueprint import sandbox_spec_from_template
 
+from tests.integration.test_cli_errors import run
 from tests.integration.test_operator_rbac import _configuration, account_kubeconfig, render_rbac
 from tests.integration.test_pod_security_admission import CHART, helm
 from tests.support.controlplane import wait_for
@@ -259,3 +261,28 @@ def test_a_tenant_with_edit_cannot_reach_the_node(
     names = [p.metadata.name for p in client.CoreV1Api(api).list_namespaced_pod(tenant).items]
     assert "harmless" in names
     assert not [n for n in names if any(n.startswith(f"{k}-") for k in ("pod", "deploy", "job"))], names
+
+
+def test_doctor_flags_a_namespace_with_sandboxes_and_no_enforcement(
+    k8s_api: client.ApiClient, kubeconfig: str, namespace: str
+) -> None:
+    install_crds(k8s_api)
+    Objects(k8s_api, namespace).create(SANDBOX, sandbox_body("idle", operatingMode="Suspended"))
+
+    def podsecurity() -> dict[str, str]:
+        doctor = run(kubeconfig, "doctor", "-n", namespace, "-o", "json")
+        return next(c for c in json.loads(doctor.stdout) if c["check"] == "podsecurity")
+
+    check = podsecurity()
+    assert check["state"] == "warning" and namespace in check["detail"], check
+    assert (
+        f"kubectl label namespace {namespace} pod-security.kubernetes.io/enforce=restricted" in check["fix"]
+    )
+    text = run(kubeconfig, "doctor", "-n", namespace).stdout
+    (line,) = [line for line in text.splitlines() if "podsecurity" in line]
+    assert "no Pod Security enforced where sandboxes run" in line and namespace in line, text
+    # Enforced (any level but privileged): no longer named.
+    client.CoreV1Api(k8s_api).patch_namespace(
+        namespace, {"metadata": {"labels": {f"{PREFIX}enforce": "baseline"}}}
+    )
+    assert namespace not in podsecurity()["detail"]

@@ -20,9 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-LEVELS = ("privileged", "baseline", "restricted")
-# The namespace labels Pod Security admission reads (one per mode).
-LABEL_PREFIX = "pod-security.kubernetes.io/"
+from shadow_operator.common.podsecurity import LABEL_PREFIX, LEVELS
 
 # Pod Security Standards "baseline": the capabilities a container may add without being privileged.
 SAFE_CAPABILITIES = frozenset(
