@@ -22,18 +22,17 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from shadow_operator.api import constants as c
-
-from tests.support.controlplane import wait_for
 from shadow_operator.resources import sandbox as res
 from shadow_operator.resources.podsecurity import PodSecurity, violations
 
+from tests.support.controlplane import wait_for
 from tests.support.pod_security_cases import (
     ALLOWED,
     ALLOWED_CONTAINER,
     CASES,
     PROBES,
-    Case,
     USER_NAMESPACE,
+    Case,
     Probe,
     pod_spec,
     probe_template,

@@ -76,7 +76,7 @@ def test_above_privileged_the_level_refuses_them_and_names_its_value(case: Case)
 
 
 def test_a_value_that_loosens_what_the_level_refuses_is_a_clear_error() -> None:
-    with pytest.raises(ValueError, match="podSecurity.allowHostPath needs podSecurity.level=privileged"):
+    with pytest.raises(ValueError, match=r"podSecurity\.allowHostPath needs podSecurity\.level=privileged"):
         PodSecurity(allow_host_path=True)
     with pytest.raises(ValueError, match="'root' is not one of privileged, baseline, restricted"):
         PodSecurity(level="root")
@@ -234,7 +234,7 @@ def test_operator_settings_come_from_the_chart(monkeypatch: pytest.MonkeyPatch) 
     assert config.pod_security == PodSecurity() and config.pod_security.level == "restricted"
     assert config.pod_security_namespaces == ()
     monkeypatch.setenv("SHADOW_ALLOW_HOST_PATH", "true")
-    with pytest.raises(ValueError, match="needs podSecurity.level=privileged"):
+    with pytest.raises(ValueError, match=r"needs podSecurity\.level=privileged"):
         Config.from_env()
     monkeypatch.setenv("SHADOW_POD_SECURITY_LEVEL", "privileged")
     monkeypatch.setenv("SHADOW_ALLOW_PRIVILEGED", "false")

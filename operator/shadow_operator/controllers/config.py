@@ -9,10 +9,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shadow_operator.clients.runtime import DEFAULT_MAX_ANSWER_BYTES
+from shadow_operator.common.podsecurity import LEVELS
 from shadow_operator.resources.environment import GITEA_RESOURCES
 from shadow_operator.resources.gitea_policy import GiteaSettings
 from shadow_operator.resources.networkpolicy import denied_ranges
-from shadow_operator.resources.podsecurity import LEVELS, PodSecurity
+from shadow_operator.resources.podsecurity import PodSecurity
 
 
 @dataclass(frozen=True)
