@@ -306,3 +306,26 @@ def test_the_policy_and_the_operator_decide_as_pod_security(
     assert not differ, f"{len(differ)} probes decided differently at level {level}: {sorted(differ)}"
     # The corpus asks for both answers.
     assert 0 < refused < len(decisions)
+
+
+def test_an_update_that_leaves_the_pod_template_alone_is_not_judged_again(
+    k8s_api: client.ApiClient, namespace: str, apply_policy: Callable[..., None]
+) -> None:
+    objs = Objects(k8s_api, namespace)
+    unconfined = {"securityContext": {"seccompProfile": {"type": "Unconfined"}}}
+    apply_policy(PRIVILEGED)
+    wait_until_refused(objs, CASES[0])
+    body = sandbox("older", None)
+    body["spec"]["podTemplate"]["spec"].update(unconfined)
+    objs.create(SANDBOX, body)
+    # The level is raised: a new one is refused, the one admitted before may still be suspended or resumed.
+    apply_policy("level=baseline")
+    wait_until_refused(objs, Case("unconfined", unconfined, {}, "level", "seccompProfile"))
+    objs.patch(
+        SANDBOX, "older", {"spec": {"operatingMode": "Running"}, "metadata": {"labels": {"team": "a"}}}
+    )
+    # Changing its pod template is judged: still refused.
+    message = refusal(
+        lambda: objs.patch(SANDBOX, "older", {"spec": {"podTemplate": {"spec": {"hostname": "renamed"}}}})
+    )
+    assert message is not None and "seccompProfile" in message, message
