@@ -31,13 +31,14 @@ from tests.support.sandbox_operator import (
 pytestmark = pytest.mark.integration
 
 
-def render_rbac(release: str, release_namespace: str, served: str) -> list[dict[str, Any]]:
+def render_rbac(release: str, release_namespace: str, served: str, *values: str) -> list[dict[str, Any]]:
+    """The chart's RBAC and ServiceAccount for a release serving `served` (`values`: more --set)."""
     import subprocess
 
     out = subprocess.run(
         [helm(), "template", release, str(CHART), "--namespace", release_namespace,
          f"--set=operator.watchNamespaces={{{served}}}", "--set=operator.leaderElection.enabled=false",
-         "--set=operator.replicas=1", "--show-only=templates/rbac.yaml",
+         "--set=operator.replicas=1", *(f"--set={v}" for v in values), "--show-only=templates/rbac.yaml",
          "--show-only=templates/serviceaccount.yaml"],
         capture_output=True, text=True, check=True, timeout=120,
     ).stdout  # fmt: skip

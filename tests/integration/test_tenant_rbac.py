@@ -48,6 +48,8 @@ TENANT_CALLS = [
     ("get", "", "persistentvolumeclaims", ""),
     *[(v, "snapshot.storage.k8s.io", "volumesnapshots", "")
       for v in ("create", "get", "list", "watch", "patch", "delete")],
+    # doctor: is Pod Security enforced where sandboxes run
+    ("get", "", "namespaces", ""),
     # cleanup: what deleted environments left
     *[(v, "", r, "") for v in ("list", "delete") for r in ("persistentvolumeclaims", "secrets")],
 ]  # fmt: skip

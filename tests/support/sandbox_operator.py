@@ -11,7 +11,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -113,14 +113,17 @@ def gitea_operator(api: client.ApiClient, gitea_url: str, **env: str) -> Iterato
 class OperatorProcess:
     """The operator as a subprocess (`python -m shadow_operator run --standalone`) that tests may SIGKILL."""
 
-    def __init__(self, kubeconfig: str, log: Path, args: Sequence[str] = ()) -> None:
+    def __init__(
+        self, kubeconfig: str, log: Path, args: Sequence[str] = (), env: Mapping[str, str] | None = None
+    ) -> None:
         self.kubeconfig = kubeconfig
         self.log = log
         self.args = list(args)
+        self.env = dict(env or {})
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        env = {**os.environ, **OPERATOR_ENV, "KUBECONFIG": self.kubeconfig}
+        env = {**os.environ, **OPERATOR_ENV, **self.env, "KUBECONFIG": self.kubeconfig}
         liveness = f"http://127.0.0.1:{free_port()}/healthz"
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(

@@ -728,17 +728,28 @@ def test_pod_security_is_refused_at_admission_and_by_the_operator(helm: str) -> 
     }
     assert policy["spec"]["failurePolicy"] == "Fail"
     messages = [v["message"] for v in policy["spec"]["validations"]]
-    for value in ("allowPrivileged", "allowHostNamespaces", "allowHostPath", "allowServiceAccount"):
-        assert any(f"set podSecurity.{value}=true in the shadow release" in m for m in messages), value
-    # The capabilities it lets through are the operator's own list.
-    from shadow_operator.resources.podsecurity import SAFE_CAPABILITIES
+    # At the default level (restricted), the level decides; only the service account has a value of its own.
+    assert any('Pod Security "restricted"' in m for m in messages)
+    for value in ("allowPrivileged", "allowHostNamespaces", "allowHostPath"):
+        assert any(
+            f"set podSecurity.level=privileged and podSecurity.{value}=true in the shadow release" in m
+            for m in messages
+        ), value
+    assert any("set podSecurity.allowServiceAccount=true in the shadow release" in m for m in messages)
+    # The capabilities, sysctls and SELinux types it lets through are the operator's own lists.
+    from shadow_operator.resources.podsecurity import SAFE_CAPABILITIES, SAFE_SELINUX_TYPES, SAFE_SYSCTLS
 
-    (capabilities,) = [
-        v["expression"] for v in policy["spec"]["validations"] if "capabilities" in v["expression"]
-    ]
-    listed = capabilities.split("cap in [", 1)[1].split("]", 1)[0]
-    assert {name.strip(" '") for name in listed.split(",")} == SAFE_CAPABILITIES
+    expressions = [v["expression"] for v in policy["spec"]["validations"]]
+    for marker, names in (
+        ("cap in [", SAFE_CAPABILITIES),
+        ("s.name in [", SAFE_SYSCTLS),
+        ("s.seLinuxOptions.type in [", SAFE_SELINUX_TYPES),
+    ):
+        (expression,) = [e for e in expressions if marker in e]
+        listed = expression.split(marker, 1)[1].split("]", 1)[0]
+        assert {name.strip(" '") for name in listed.split(",")} == names, marker
     env = operator_env(docs)
+    assert env["SHADOW_POD_SECURITY_LEVEL"] == "restricted"
     assert [
         env[f"SHADOW_ALLOW_{name}"]
         for name in ("PRIVILEGED", "HOST_NAMESPACES", "HOST_PATH", "SERVICE_ACCOUNT")
@@ -746,7 +757,8 @@ def test_pod_security_is_refused_at_admission_and_by_the_operator(helm: str) -> 
 
 
 def test_pod_security_values_drop_what_they_allow(helm: str) -> None:
-    docs = documents(render(helm, "--set=podSecurity.allowHostPath=true", include_crds=False))
+    privileged = "--set=podSecurity.level=privileged"
+    docs = documents(render(helm, privileged, "--set=podSecurity.allowHostPath=true", include_crds=False))
     (policy,) = by_kind(docs, "ValidatingAdmissionPolicy")
     assert not any("hostPath" in v["expression"] for v in policy["spec"]["validations"])
     assert operator_env(docs)["SHADOW_ALLOW_HOST_PATH"] == "true"
@@ -754,11 +766,66 @@ def test_pod_security_values_drop_what_they_allow(helm: str) -> None:
         f"--set=podSecurity.{v}=true"
         for v in ("allowPrivileged", "allowHostNamespaces", "allowHostPath", "allowServiceAccount")
     ]
-    for values in (everything, ["--set=podSecurity.admissionPolicy=false"]):
+    for values in ([privileged, *everything], ["--set=podSecurity.admissionPolicy=false"]):
         docs = documents(render(helm, *values, include_crds=False))
         assert not by_kind(docs, "ValidatingAdmissionPolicy") and not by_kind(
             docs, "ValidatingAdmissionPolicyBinding"
         )
+
+
+@pytest.mark.parametrize("level", ["baseline", "restricted"])
+def test_a_value_that_loosens_what_the_level_refuses_fails_the_install(helm: str, level: str) -> None:
+    result = run_helm(
+        helm, "template", "shadow", str(CHART), f"--set=podSecurity.level={level}",
+        "--set=podSecurity.allowHostNamespaces=true", check=False,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert (
+        f'podSecurity.allowHostNamespaces=true needs podSecurity.level=privileged: Pod Security "{level}"'
+        in result.stderr
+    )
+
+
+def test_tenant_namespaces_are_labelled_by_the_operator_alone(helm: str) -> None:
+    docs = documents(
+        render(
+            helm,
+            "--set=tenants.namespaces={team-a,team-b}",
+            "--set=podSecurity.level=baseline",
+            include_crds=False,
+        )
+    )
+    env = operator_env(docs)
+    assert env["SHADOW_POD_SECURITY_NAMESPACES"] == "team-a,team-b"
+    assert (
+        env["SHADOW_POD_SECURITY_LEVEL"],
+        env["SHADOW_POD_SECURITY_WARN"],
+        env["SHADOW_POD_SECURITY_AUDIT"],
+    ) == ("baseline", "restricted", "restricted")
+    (role,) = [r for r in by_kind(docs, "ClusterRole") if r["metadata"]["name"].endswith("-namespace-labels")]
+    # Patch on those namespaces by name, nothing else.
+    assert role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["namespaces"],
+            "verbs": ["patch"],
+            "resourceNames": ["team-a", "team-b"],
+        }
+    ]
+    (binding,) = [
+        b for b in by_kind(docs, "ClusterRoleBinding") if b["metadata"]["name"].endswith("-namespace-labels")
+    ]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    # No tenants, or labels off: no permission and nothing to label.
+    for values in (
+        [],
+        ["--set=tenants.namespaces={team-a}", "--set=podSecurity.namespaceLabels.enabled=false"],
+    ):
+        docs = documents(render(helm, *values, include_crds=False))
+        assert "SHADOW_POD_SECURITY_NAMESPACES" not in operator_env(docs)
+        assert not [
+            r for r in by_kind(docs, "ClusterRole") if r["metadata"]["name"].endswith("-namespace-labels")
+        ]
 
 
 def test_pod_security_binds_only_the_served_namespaces(helm: str) -> None:

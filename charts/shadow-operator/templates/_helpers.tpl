@@ -112,3 +112,13 @@ imagePullSecrets:
 {{- define "shadow-operator.safeCapabilities" -}}
 ['AUDIT_WRITE', 'CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'FSETID', 'KILL', 'MKNOD', 'NET_BIND_SERVICE', 'SETFCAP', 'SETGID', 'SETPCAP', 'SETUID', 'SYS_CHROOT']
 {{- end }}
+
+{{/* Pod Security Standards "baseline": the sysctls a pod may set and the SELinux types it may ask for, as CEL
+lists (the operator's copies: resources/podsecurity.py SAFE_SYSCTLS, SAFE_SELINUX_TYPES). */}}
+{{- define "shadow-operator.safeSysctls" -}}
+['kernel.shm_rmid_forced', 'net.ipv4.ip_local_port_range', 'net.ipv4.ip_unprivileged_port_start', 'net.ipv4.tcp_syncookies', 'net.ipv4.ping_group_range', 'net.ipv4.ip_local_reserved_ports', 'net.ipv4.tcp_keepalive_time', 'net.ipv4.tcp_fin_timeout', 'net.ipv4.tcp_keepalive_intvl', 'net.ipv4.tcp_keepalive_probes', 'net.ipv4.tcp_rmem', 'net.ipv4.tcp_wmem']
+{{- end }}
+
+{{- define "shadow-operator.safeSELinuxTypes" -}}
+['', 'container_t', 'container_init_t', 'container_kvm_t', 'container_engine_t']
+{{- end }}

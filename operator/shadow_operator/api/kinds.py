@@ -243,6 +243,7 @@ NETWORK_POLICY = ResourceKind("networking.k8s.io", "v1", "networkpolicies", "Net
 LEASE = ResourceKind("coordination.k8s.io", "v1", "leases", "Lease")
 STATEFUL_SET = ResourceKind("apps", "v1", "statefulsets", "StatefulSet")
 DEPLOYMENT = ResourceKind("apps", "v1", "deployments", "Deployment")
+NAMESPACE = ResourceKind("", "v1", "namespaces", "Namespace")
 STORAGE_CLASS = ResourceKind("storage.k8s.io", "v1", "storageclasses", "StorageClass")
 # CSI snapshots (external-snapshotter's CRDs; absent on clusters without snapshot support).
 VOLUME_SNAPSHOT = ResourceKind(c.SNAPSHOT_GROUP, "v1", "volumesnapshots", "VolumeSnapshot")

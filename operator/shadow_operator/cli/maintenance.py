@@ -15,11 +15,14 @@ from shadow_operator.api.kinds import (
     STORAGE_CLASS,
 )
 from shadow_operator.cli.common import GLOBALS, NamespaceOpt, OutputOpt, connect, emit, err, out
+from shadow_operator.common.podsecurity import ENFORCE_LABEL
 from shadow_operator.sdk import cleanup as cleanup_ops
 from shadow_operator.sdk import discovery, kube
 from shadow_operator.sdk.errors import ApiNotInstalled, NotFound, ShadowError
 
 DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
+# The most Sandboxes `doctor` reads to find the namespaces that hold some (one page).
+SANDBOX_PAGE = 500
 
 
 class Check:
@@ -153,13 +156,52 @@ def _checks(http: httpx.Client, namespace: str) -> list[Check]:
             )
         except ShadowError as exc:
             checks.append(Check("templates", False, exc.message, exc.hint, warning=True))
+        checks.append(_pod_security(http, namespace))
     return checks
+
+
+def _pod_security(http: httpx.Client, namespace: str) -> Check:
+    """Namespaces holding sandboxes where Pod Security enforces nothing: there a tenant allowed to create Pods
+    (the built-in `edit` role) may create a privileged one directly, whatever the chart's admission policy."""
+    try:
+        try:
+            found = kube.request(
+                http, "GET", f"{SANDBOX.path()}?limit={SANDBOX_PAGE}", what="list Sandboxes in all namespaces"
+            )
+        except ShadowError:  # not allowed cluster-wide: the namespace at hand
+            found = kube.request(http, "GET", SANDBOX.path(namespace), what="list Sandboxes")
+        namespaces = sorted({item["metadata"]["namespace"] for item in found["items"]})
+        unenforced = []
+        for name in namespaces:
+            labels = (
+                kube.request(http, "GET", f"/api/v1/namespaces/{name}", what=f"read namespace {name}")[
+                    "metadata"
+                ].get("labels")
+                or {}
+            )
+            if labels.get(ENFORCE_LABEL, "privileged") == "privileged":
+                unenforced.append(name)
+    except ShadowError as exc:
+        return Check("podsecurity", False, exc.message, exc.hint, warning=True)
+    if not unenforced:
+        where = f"{len(namespaces)} namespaces with sandboxes" if namespaces else "no sandboxes yet"
+        return Check("podsecurity", True, f"enforced ({where})")
+    return Check(
+        "podsecurity",
+        False,
+        f"no Pod Security enforced where sandboxes run: {', '.join(unenforced)} "
+        "(anyone there who may create Pods may create a privileged one)",
+        f"list them under the chart's tenants.namespaces (the operator labels them), or kubectl label namespace "
+        f"{unenforced[0]} {ENFORCE_LABEL}=restricted",
+        warning=True,
+    )
 
 
 def doctor(namespace: NamespaceOpt = "", output: OutputOpt = "text") -> None:
     """Check the cluster, each failure with its fix.
 
-    kubeconfig, CRDs, the operator (its leader Lease), storage and snapshot classes, templates.
+    kubeconfig, CRDs, the operator (its leader Lease), storage and snapshot classes, templates, Pod Security
+    enforced where sandboxes run.
     """
     try:
         http = connect()

@@ -22,7 +22,9 @@ RECONCILERS = (
     EnvironmentPoolReconciler,
 )
 
-manager = Manager(RECONCILERS, load_config=Config.from_env, configure=settings.configure)
+manager = Manager(
+    RECONCILERS, load_config=Config.from_env, configure=settings.configure, prepare=settings.prepare
+)
 manager.register()
 kopf.on.login()(settings.login)
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shadow_operator.clients.runtime import DEFAULT_MAX_ANSWER_BYTES
+from shadow_operator.common.podsecurity import LEVELS
 from shadow_operator.resources.environment import GITEA_RESOURCES
 from shadow_operator.resources.gitea_policy import GiteaSettings
 from shadow_operator.resources.networkpolicy import denied_ranges
@@ -44,6 +45,11 @@ class Config:
     runtime_max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
     # What a sandbox's pod may ask of its node (the chart's podSecurity values; its admission policy agrees).
     pod_security: PodSecurity = field(default_factory=PodSecurity)
+    # The tenant namespaces labelled at start-up to enforce pod_security.level (Pod Security admission), and
+    # the levels of its warn and audit modes there.
+    pod_security_namespaces: tuple[str, ...] = ()
+    pod_security_warn: str = "restricted"
+    pod_security_audit: str = "restricted"
     # Pushes to Gitea (clients/gitpush.py): where the temporary repositories go (an emptyDir in the chart) and
     # the largest snapshot bundle taken from a workspace.
     git_work_dir: str | None = None
@@ -90,11 +96,15 @@ class Config:
             gitea_api_url=env.get("SHADOW_GITEA_API_URL") or None,
             runtime_api_url=env.get("SHADOW_RUNTIME_API_URL") or None,
             pod_security=PodSecurity(
+                level=_level(env, "SHADOW_POD_SECURITY_LEVEL"),
                 allow_privileged=_flag(env, "SHADOW_ALLOW_PRIVILEGED"),
                 allow_host_namespaces=_flag(env, "SHADOW_ALLOW_HOST_NAMESPACES"),
                 allow_host_path=_flag(env, "SHADOW_ALLOW_HOST_PATH"),
                 allow_service_account=_flag(env, "SHADOW_ALLOW_SERVICE_ACCOUNT"),
             ),
+            pod_security_namespaces=_names(env.get("SHADOW_POD_SECURITY_NAMESPACES", "")),
+            pod_security_warn=_level(env, "SHADOW_POD_SECURITY_WARN"),
+            pod_security_audit=_level(env, "SHADOW_POD_SECURITY_AUDIT"),
             runtime_max_answer_bytes=int(
                 env.get("SHADOW_RUNTIME_MAX_ANSWER_BYTES") or DEFAULT_MAX_ANSWER_BYTES
             ),
@@ -102,6 +112,17 @@ class Config:
             max_bundle_bytes=int(env.get("SHADOW_MAX_BUNDLE_BYTES") or 1 << 30),
             git_push_concurrency=int(env.get("SHADOW_GIT_PUSH_CONCURRENCY") or 2),
         )
+
+
+def _names(value: str) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(name.strip() for name in value.split(",") if name.strip()))
+
+
+def _level(env: Mapping[str, str], name: str) -> str:
+    value = env.get(name, "").strip() or "restricted"
+    if value not in LEVELS:
+        raise ValueError(f"{name}: {value!r} is not a Pod Security level ({', '.join(LEVELS)})")
+    return value
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool:

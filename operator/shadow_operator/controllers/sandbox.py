@@ -122,7 +122,9 @@ class SandboxReconciler(Reconciler[Sandbox]):
                 )
         elif pod is None:
             manifest = res.build_pod(body, token_secret=self._token_secret(body))
-            refused = podsecurity.violations(manifest["spec"], self.config.pod_security)
+            refused = podsecurity.violations(
+                manifest["spec"], self.config.pod_security, manifest["metadata"].get("annotations")
+            )
             if refused:
                 return self._refused(body, refused)
             try:
@@ -149,7 +151,7 @@ class SandboxReconciler(Reconciler[Sandbox]):
 
     def _refused(self, sandbox: dict[str, Any], violations: list[str]) -> res.Observed:
         """The pod template asks for more than the chart allows: no Pod; Ready says why, once as an Event."""
-        message = "Pod not created: spec.podTemplate.spec." + "; spec.podTemplate.spec.".join(violations)
+        message = "Pod not created: " + "; ".join(f"spec.podTemplate.{found}" for found in violations)
         if (_ready(sandbox) or {}).get("message") != message:
             self.recorder.warn(sandbox, reason=c.REASON_POD_SECURITY_REFUSED, message=message[:1000])
         return res.Observed(pod=None, refused=message)

@@ -9,7 +9,13 @@ import kopf
 from prometheus_client import start_http_server
 
 from shadow_operator.api import constants as c
+from shadow_operator.api.kinds import NAMESPACE
+from shadow_operator.clients.kube import ApiError
 from shadow_operator.controllers.config import Config
+from shadow_operator.engine import Client
+from shadow_operator.resources.podsecurity import namespace_labels
+
+log = logging.getLogger(__name__)
 
 _metrics_started: set[int] = set()
 
@@ -66,3 +72,29 @@ def start_metrics(config: Config) -> None:
     if config.metrics_port and config.metrics_port not in _metrics_started:
         start_http_server(config.metrics_port)
         _metrics_started.add(config.metrics_port)
+
+
+async def prepare(client: Client, config: Config) -> None:
+    """Before any reconciler runs: label the tenant namespaces to enforce the chart's Pod Security level.
+
+    Server-side apply without force: the labels are ours to keep in step with the chart, but one that somebody
+    else set to another value (a platform team's deliberate choice) is left as it is, and said. A namespace we
+    may not patch or that is gone is said too; neither stops the operator (`shadowctl doctor` shows the rest).
+    """
+    for name in config.pod_security_namespaces:
+        fields = namespace_labels(
+            name, config.pod_security.level, config.pod_security_warn, config.pod_security_audit
+        )
+        try:
+            await client.apply_fields(NAMESPACE, fields)
+        except ApiError as exc:
+            if exc.status not in (403, 404, 409):
+                raise
+            log.warning(
+                "namespace %s: Pod Security labels %s not applied: %s",
+                name,
+                fields["metadata"]["labels"],
+                exc.message,
+            )
+        else:
+            log.info("namespace %s: Pod Security labels %s", name, fields["metadata"]["labels"])

@@ -140,6 +140,16 @@ class Client:
             raise
         return True
 
+    async def apply_fields(self, kind: ResourceKind, fields: Mapping[str, Any]) -> Body:
+        """Server-side apply of `fields` to an object we do not own (e.g. labels on a namespace), without
+        force: a field another manager set to another value is a conflict (ApiError 409), not taken over."""
+        meta = fields["metadata"]
+        metrics.API_WRITES.labels(kind.kind, "apply").inc()
+        path = kind.path(meta.get("namespace"), meta["name"])
+        return self._remember(
+            kind, await self.kube.apply(path, fields, field_manager=FIELD_MANAGER, force=False)
+        )
+
     async def apply(
         self, kind: ResourceKind, desired: Mapping[str, Any], *, owner: Mapping[str, Any]
     ) -> Body:

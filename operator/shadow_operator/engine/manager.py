@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,10 +85,13 @@ class Manager:
         *,
         load_config: Callable[[], Any],
         configure: Callable[[kopf.OperatorSettings, Any], None] | None = None,
+        prepare: Callable[[Client, Any], Awaitable[None]] | None = None,
     ) -> None:
         self.reconciler_types = list(reconcilers)
         self._load_config = load_config
         self._configure = configure
+        # Run once at start-up, before any reconciler, with the client and the configuration.
+        self._prepare = prepare
         self.cache = Cache()
         self.running: Running | None = None
         # (kind, selector) of the additional feeds (engine/feeds.py), in declaration order.
@@ -193,6 +196,8 @@ class Manager:
         for feed in feeds:
             await feed.list()  # before any reconcile, like kopf's listings
         client = Client(kube, self.cache)
+        if self._prepare is not None:
+            await self._prepare(client, config)
         recorder = EventRecorder(kube)
         running = Running(kube=kube, client=client, recorder=recorder, reconcilers={}, queues={})
         for rec_type in self.reconciler_types:

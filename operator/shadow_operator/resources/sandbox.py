@@ -105,7 +105,7 @@ def apply_secure_defaults(pod_spec: dict[str, Any]) -> None:
     security = pod_spec.setdefault("securityContext", {})
     security.setdefault("runAsNonRoot", True)
     security.setdefault("seccompProfile", {"type": "RuntimeDefault"})
-    for key in ("containers", "initContainers"):
+    for key in ("containers", "initContainers", "ephemeralContainers"):
         for container in pod_spec.get(key) or ():
             ctx = container.setdefault("securityContext", {})
             ctx.setdefault("allowPrivilegeEscalation", False)
