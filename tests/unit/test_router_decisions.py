@@ -21,16 +21,19 @@ from shadow_operator.router.index import Index
 pytestmark = pytest.mark.unit
 
 NS = "team-a"
-KEYS = KeyRing({"k1": b"s" * 32})
+ROOT = KeyRing({"k1": b"s" * 32})  # the router's keys
+KEYS = ROOT.for_namespace(NS)  # what team-a signs its links with
 NOW = 1_800_000_000.0
 LOOPBACK = "127.0.0.1"
 NETWORK = "10.244.1.7"  # another pod
 
 
-def sandbox(name: str, uid: str, *, ready: bool = True, access: str | None = None) -> dict[str, Any]:
+def sandbox(
+    name: str, uid: str, *, ready: bool = True, access: str | None = None, namespace: str = NS
+) -> dict[str, Any]:
     annotations = {"shadow.dev/preview-access": access} if access else {}
     return {
-        "metadata": {"name": name, "namespace": NS, "uid": uid, "annotations": annotations},
+        "metadata": {"name": name, "namespace": namespace, "uid": uid, "annotations": annotations},
         "spec": {
             "podTemplate": {
                 "spec": {
@@ -50,10 +53,10 @@ def sandbox(name: str, uid: str, *, ready: bool = True, access: str | None = Non
     }
 
 
-def pod(name: str, owner_uid: str | None, ip: str) -> dict[str, Any]:
+def pod(name: str, owner_uid: str | None, ip: str, namespace: str = NS) -> dict[str, Any]:
     refs = [{"uid": owner_uid, "controller": True}] if owner_uid else []
     return {
-        "metadata": {"name": name, "namespace": NS, "ownerReferences": refs},
+        "metadata": {"name": name, "namespace": namespace, "ownerReferences": refs},
         "status": {"phase": "Running", "podIP": ip, "conditions": [{"type": "Ready", "status": "True"}]},
     }
 
@@ -83,9 +86,8 @@ def index() -> Index:
 
 
 def preview(index: Index, **kwargs: Any) -> PreviewPolicy:
-    return PreviewPolicy(
-        index=index, domain="p.example", namespaces=(NS,), keys=lambda: KEYS, clock=lambda: NOW, **kwargs
-    )
+    settings: dict[str, Any] = {"namespaces": (NS,), "keys": lambda: ROOT, "clock": lambda: NOW, **kwargs}
+    return PreviewPolicy(index=index, domain="p.example", **settings)
 
 
 def test_public_preview_routes_to_the_owned_pod(index: Index) -> None:
@@ -162,6 +164,24 @@ def test_preview_token_signed_to_live_longer_than_the_maximum_is_refused(index: 
     assert policy.decide("secret.p.example", "/", header_token=within).status == 200
     assert policy.decide("secret.p.example", "/", header_token=beyond).status == 401
     assert policy.decide("secret.p.example", f"/?shadow_token={beyond}").status == 401
+
+
+def test_a_namespace_signs_links_for_its_own_sandboxes_only(index: Index) -> None:
+    """Issue 28 L3: team-a's keys (which team-a may read) open team-a's previews, never team-b's; nor do links
+    signed with the router's root keys themselves (the format before per-namespace keys)."""
+    index.put("Sandbox", sandbox("vault", "u-vault", access="private", namespace="team-b"))
+    index.put("Pod", pod("vault", "u-vault", "10.0.1.5", namespace="team-b"))
+    policy = preview(index, namespaces=(NS, "team-b"))
+    forged = KEYS.sign("team-b", "vault", "u-vault", 60, now=NOW)
+    assert policy.decide("vault.p.example", "/", header_token=forged).status == 401
+    assert policy.decide("vault.p.example", f"/?shadow_token={forged}").status == 401
+    own = ROOT.for_namespace("team-b").sign("team-b", "vault", "u-vault", 60, now=NOW)
+    assert policy.decide("vault.p.example", "/", header_token=own).status == 200
+    assert policy.decide("secret.p.example", "/", header_token=own).status == 401
+    mine = KEYS.sign(NS, "secret", "u-secret", 60, now=NOW)
+    assert policy.decide("secret.p.example", "/", header_token=mine).status == 200
+    legacy = ROOT.sign("team-b", "vault", "u-vault", 60, now=NOW)
+    assert policy.decide("vault.p.example", "/", header_token=legacy).status == 401
 
 
 # ---------------------------------------------------------------------------------------------- the SDK path

@@ -48,7 +48,8 @@ def cookie_value(cookie_header: str, name: str) -> str | None:
 
 @dataclass
 class PreviewPolicy:
-    """Previews: `<sandbox>.<domain>` in one of `namespaces`; private ones need a token signed by `keys`."""
+    """Previews: `<sandbox>.<domain>` in one of `namespaces`; private ones need a token signed with the keys
+    of the sandbox's namespace, derived from the root `keys` (`KeyRing.for_namespace`)."""
 
     index: Index
     domain: str
@@ -92,7 +93,9 @@ class PreviewPolicy:
     def _verify(self, token: str, route: Route) -> int | None:
         """The token's expiry when it is valid for this sandbox (this incarnation of it: its uid), else None."""
         try:
-            claims = self.keys().verify(token, now=self.clock(), max_lifetime=self.max_token_seconds)
+            # The keys of the sandbox's own namespace (the one the Host named): a tenant signs for its own.
+            keys = self.keys().for_namespace(route.namespace)
+            claims = keys.verify(token, now=self.clock(), max_lifetime=self.max_token_seconds)
         except TokenError:
             return None
         if (claims.namespace, claims.sandbox, claims.uid) != (route.namespace, route.name, route.uid):
