@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
-from shadow_operator.api import naming
 from shadow_operator.common.tokens import KeyRing
 from shadow_operator.router import validation
 from shadow_operator.router.decisions import (
@@ -71,17 +70,6 @@ def index() -> Index:
     index.put("Sandbox", sandbox("cold", "u-cold", ready=False))
     index.put("Pod", pod("cold", "u-cold", "10.0.0.7"))
     index.put("Pod", pod("stray", None, "10.0.0.8"))
-    index.put(
-        "Secret",
-        {
-            "metadata": {
-                "name": naming.token_secret_name("web"),
-                "namespace": NS,
-                "labels": {"app.kubernetes.io/managed-by": "shadow-operator"},
-            },
-            "data": {"token": "cnVudGltZS10b2tlbg=="},
-        },
-    )
     return index
 
 
@@ -203,8 +191,25 @@ class ApiServer:
         return None
 
 
+class TokenSecrets:
+    """Stands in for reading a token Secret by name (router/secrets.py; the real one in test_router.py):
+    (namespace, sandbox, uid) -> token; what it was asked is kept."""
+
+    def __init__(self, tokens: Mapping[tuple[str, str, str], str]) -> None:
+        self.tokens = tokens
+        self.asked: list[tuple[str, str, str]] = []
+
+    async def __call__(self, namespace: str, sandbox: str, uid: str) -> str | None:
+        self.asked.append((namespace, sandbox, uid))
+        return self.tokens.get((namespace, sandbox, uid))
+
+
 def sdk(index: Index, api: ApiServer | None = None, **kwargs: Any) -> SdkPolicy:
-    return SdkPolicy(index=index, namespaces=(NS,), authorize=api or ApiServer({}), **kwargs)
+    settings: dict[str, Any] = {
+        "runtime_tokens": TokenSecrets({(NS, "web", "u-web"): "runtime-token"}),
+        **kwargs,
+    }
+    return SdkPolicy(index=index, namespaces=(NS,), authorize=api or ApiServer({}), **settings)
 
 
 def decide(policy: SdkPolicy, headers: Mapping[str, str], peer: str = LOOPBACK) -> Decision:
