@@ -111,6 +111,17 @@ class KeyRing:
         return KeyRing({kid: _b64(_mac_bytes(key, label)).encode() for kid, key in self._keys.items()})
 
     @classmethod
+    def from_secret_data(cls, data: Mapping[str, str] | None) -> KeyRing:
+        """A keys Secret's `data` as the API server returns it (base64 values); ValueError when one is not."""
+        keys = {}
+        for kid, value in (data or {}).items():
+            try:
+                keys[kid] = base64.b64decode(value, validate=True).strip()
+            except (binascii.Error, ValueError):
+                raise ValueError(f"preview key {kid!r} is not base64") from None
+        return cls(keys)
+
+    @classmethod
     def from_directory(cls, directory: Path) -> KeyRing:
         """A mounted Secret: one file per key (hidden files are the kubelet's own bookkeeping)."""
         keys = {}
