@@ -17,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.integration.test_pod_security_admission import CHART, helm
 from tests.support.controlplane import wait_for
+from tests.support.router import token_kubeconfig
 from tests.support.sandbox_operator import (
     SANDBOX,
     TEMPLATE,
@@ -42,27 +43,6 @@ def render_rbac(release: str, release_namespace: str, served: str) -> list[dict[
         capture_output=True, text=True, check=True, timeout=120,
     ).stdout  # fmt: skip
     return [doc for doc in yaml.safe_load_all(out) if doc]
-
-
-def account_kubeconfig(admin_kubeconfig: str, token: str, path: Path) -> str:
-    config = yaml.safe_load(Path(admin_kubeconfig).read_text())
-    context = next(c for c in config["contexts"] if c["name"] == config["current-context"])["context"]
-    cluster = next(c for c in config["clusters"] if c["name"] == context["cluster"])
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [cluster],
-                "users": [{"name": "operator", "user": {"token": token}}],
-                "contexts": [
-                    {"name": "operator", "context": {"cluster": cluster["name"], "user": "operator"}}
-                ],
-                "current-context": "operator",
-            }
-        )
-    )
-    return str(path)
 
 
 @pytest.fixture
@@ -96,7 +76,7 @@ def test_the_operator_serves_its_namespace_with_the_chart_rbac_and_nothing_else(
     token = core.create_namespaced_service_account_token(
         release["account"], release["namespace"], {"spec": {"expirationSeconds": 3600}}
     ).status.token
-    config = account_kubeconfig(kubeconfig, token, tmp_path / "operator.kubeconfig")
+    config = token_kubeconfig(kubeconfig, token, tmp_path / "operator.kubeconfig")
 
     # What the account may do, asked of the API server itself.
     def can(verb: str, resource: str, ns: str | None, group: str = "") -> bool:

@@ -24,6 +24,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +68,77 @@ def render_router(values: list[str]) -> tuple[str, list[str]]:
     ]
     containers = {c["name"]: c for c in deployment["spec"]["template"]["spec"]["containers"]}
     return config["data"]["router.conf"], list(containers["router-auth"]["args"])
+
+
+RBAC_KINDS = ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
+
+
+def render_router_rbac(values: list[str], release: str, namespace: str) -> list[dict[str, Any]]:
+    """The router's ServiceAccount and RBAC exactly as the chart renders them for `release` in `namespace`."""
+    out = subprocess.run(
+        [helm_binary(), "template", release, str(CHART), "--namespace", namespace, *values,
+         "--show-only=templates/preview-router.yaml"],
+        capture_output=True, text=True, check=True, timeout=120,
+    ).stdout  # fmt: skip
+    return [d for d in yaml.safe_load_all(out) if d and d["kind"] in RBAC_KINDS]
+
+
+@contextlib.contextmanager
+def router_account(
+    k8s_api: client.ApiClient, admin_kubeconfig: str, values: list[str], directory: Path
+) -> Iterator[str]:
+    """A kubeconfig of the router's own ServiceAccount, with the chart's RBAC for it applied in a namespace of
+    its own (removed after): router-auth runs with exactly the rights the chart gives it."""
+    from kubernetes import utils
+
+    core, rbac = client.CoreV1Api(k8s_api), client.RbacAuthorizationV1Api(k8s_api)
+    release = f"rt-{uuid.uuid4().hex[:6]}"
+    home = f"{release}-home"
+    core.create_namespace({"metadata": {"name": home}})
+    docs = render_router_rbac(values, release, home)
+    try:
+        utils.create_from_yaml(k8s_api, yaml_objects=docs)
+        (account,) = [d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount"]
+        request = {"spec": {"expirationSeconds": 7200}}
+        token = core.create_namespaced_service_account_token(account, home, request).status.token
+        yield token_kubeconfig(admin_kubeconfig, str(token), directory / "router.kubeconfig")
+    finally:
+        for doc in docs:
+            delete = {
+                "ClusterRole": rbac.delete_cluster_role,
+                "ClusterRoleBinding": rbac.delete_cluster_role_binding,
+            }.get(doc["kind"])
+            if delete is not None:
+                delete(doc["metadata"]["name"])
+        for doc in docs:
+            if doc["kind"] in ("Role", "RoleBinding") and doc["metadata"]["namespace"] != home:
+                remove = (
+                    rbac.delete_namespaced_role
+                    if doc["kind"] == "Role"
+                    else rbac.delete_namespaced_role_binding
+                )
+                remove(doc["metadata"]["name"], doc["metadata"]["namespace"])
+        core.delete_namespace(home)
+
+
+def token_kubeconfig(admin_kubeconfig: str, token: str, path: Path) -> str:
+    """A kubeconfig for the admin kubeconfig's cluster that authenticates with `token`."""
+    config = yaml.safe_load(Path(admin_kubeconfig).read_text())
+    context = next(c for c in config["contexts"] if c["name"] == config["current-context"])["context"]
+    cluster = next(c for c in config["clusters"] if c["name"] == context["cluster"])
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [cluster],
+                "users": [{"name": "account", "user": {"token": token}}],
+                "contexts": [{"name": "account", "context": {"cluster": cluster["name"], "user": "account"}}],
+                "current-context": "account",
+            }
+        )
+    )
+    return str(path)
 
 
 # ------------------------------------------------------------------------------------------- upstreams

@@ -142,7 +142,9 @@ def test_namespace_keys_are_derived_per_namespace_under_the_same_ids() -> None:
     root = KeyRing({"k1": OLD, "k2": NEW})
     team_a, team_b = root.for_namespace("team-a"), root.for_namespace("team-b")
     assert set(team_a.secrets()) == {"k1", "k2"} and team_a.signing_id == "k2"
-    expected = hmac.new(NEW, b"shadow-operator preview links for namespace\x00team-a", hashlib.sha256).digest()
+    expected = hmac.new(
+        NEW, b"shadow-operator preview links for namespace\x00team-a", hashlib.sha256
+    ).digest()
     assert team_a.secrets()["k2"] == base64.urlsafe_b64encode(expected).rstrip(b"=")
     assert team_a.secrets() != team_b.secrets() and OLD not in team_a.secrets().values()
     assert root.for_namespace("team-a").secrets() == team_a.secrets()  # the operator and router agree
