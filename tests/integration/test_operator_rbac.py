@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 import yaml
-from kubernetes import client, utils
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tests.integration.test_pod_security_admission import CHART, helm
 from tests.support.controlplane import wait_for
-from tests.support.router import token_kubeconfig
+from tests.support.rbac import applied, token_kubeconfig
 from tests.support.sandbox_operator import (
     SANDBOX,
     TEMPLATE,
@@ -48,24 +48,10 @@ def render_rbac(release: str, release_namespace: str, served: str) -> list[dict[
 @pytest.fixture
 def release(k8s_api: client.ApiClient, namespace: str) -> Iterator[dict[str, str]]:
     """The chart's RBAC and ServiceAccount for a release serving only `namespace`, applied; removed after."""
-    core, rbac = client.CoreV1Api(k8s_api), client.RbacAuthorizationV1Api(k8s_api)
     name = f"rbac-{uuid.uuid4().hex[:6]}"
     release_ns = f"{name}-system"
-    core.create_namespace({"metadata": {"name": release_ns}})
-    docs = render_rbac(name, release_ns, namespace)
-    try:
-        utils.create_from_yaml(k8s_api, yaml_objects=docs)
-        (account,) = [d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount"]
+    with applied(k8s_api, render_rbac(name, release_ns, namespace), release_ns) as account:
         yield {"name": name, "namespace": release_ns, "account": account}
-    finally:
-        for doc in docs:
-            delete = {
-                "ClusterRole": rbac.delete_cluster_role,
-                "ClusterRoleBinding": rbac.delete_cluster_role_binding,
-            }.get(doc["kind"])
-            if delete is not None:
-                delete(doc["metadata"]["name"])
-        core.delete_namespace(release_ns)
 
 
 def test_the_operator_serves_its_namespace_with_the_chart_rbac_and_nothing_else(

@@ -40,6 +40,7 @@ from shadow_operator.sdk.errors import ShadowError
 from shadow_operator.sdk.preview import preview_link
 
 from tests.support.controlplane import absent, wait_for
+from tests.support.rbac import token_kubeconfig
 from tests.support.router import (
     SSE_EVENTS,
     SSE_GAP_SECONDS,
@@ -54,7 +55,6 @@ from tests.support.router import (
     sandbox_object,
     sandbox_pod,
     set_ready,
-    token_kubeconfig,
 )
 from tests.support.sandbox_operator import install_crds
 

@@ -36,6 +36,7 @@ from kubernetes import client
 from shadow_operator.api import naming
 
 from tests.support.controlplane import free_port, wait_for
+from tests.support.rbac import applied, token_kubeconfig
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "shadow-operator"
@@ -89,56 +90,13 @@ def router_account(
 ) -> Iterator[str]:
     """A kubeconfig of the router's own ServiceAccount, with the chart's RBAC for it applied in a namespace of
     its own (removed after): router-auth runs with exactly the rights the chart gives it."""
-    from kubernetes import utils
-
-    core, rbac = client.CoreV1Api(k8s_api), client.RbacAuthorizationV1Api(k8s_api)
+    core = client.CoreV1Api(k8s_api)
     release = f"rt-{uuid.uuid4().hex[:6]}"
     home = f"{release}-home"
-    core.create_namespace({"metadata": {"name": home}})
-    docs = render_router_rbac(values, release, home)
-    try:
-        utils.create_from_yaml(k8s_api, yaml_objects=docs)
-        (account,) = [d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount"]
+    with applied(k8s_api, render_router_rbac(values, release, home), home) as account:
         request = {"spec": {"expirationSeconds": 7200}}
         token = core.create_namespaced_service_account_token(account, home, request).status.token
         yield token_kubeconfig(admin_kubeconfig, str(token), directory / "router.kubeconfig")
-    finally:
-        for doc in docs:
-            delete = {
-                "ClusterRole": rbac.delete_cluster_role,
-                "ClusterRoleBinding": rbac.delete_cluster_role_binding,
-            }.get(doc["kind"])
-            if delete is not None:
-                delete(doc["metadata"]["name"])
-        for doc in docs:
-            if doc["kind"] in ("Role", "RoleBinding") and doc["metadata"]["namespace"] != home:
-                remove = (
-                    rbac.delete_namespaced_role
-                    if doc["kind"] == "Role"
-                    else rbac.delete_namespaced_role_binding
-                )
-                remove(doc["metadata"]["name"], doc["metadata"]["namespace"])
-        core.delete_namespace(home)
-
-
-def token_kubeconfig(admin_kubeconfig: str, token: str, path: Path) -> str:
-    """A kubeconfig for the admin kubeconfig's cluster that authenticates with `token`."""
-    config = yaml.safe_load(Path(admin_kubeconfig).read_text())
-    context = next(c for c in config["contexts"] if c["name"] == config["current-context"])["context"]
-    cluster = next(c for c in config["clusters"] if c["name"] == context["cluster"])
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [cluster],
-                "users": [{"name": "account", "user": {"token": token}}],
-                "contexts": [{"name": "account", "context": {"cluster": cluster["name"], "user": "account"}}],
-                "current-context": "account",
-            }
-        )
-    )
-    return str(path)
 
 
 # ------------------------------------------------------------------------------------------- upstreams

@@ -672,7 +672,9 @@ def test_router_may_not_list_or_watch_secrets(helm: str) -> None:
                 assert binding["roleRef"]["name"].startswith(router_account), binding
 
 
-def test_operator_publishes_each_served_namespaces_link_keys(helm: str) -> None:
+def test_operator_publishes_each_served_namespaces_link_keys(
+    helm: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Issue 28 L3: the operator reads the router's keys Secret (by name) and writes each served namespace
     its own link keys (the Secret shadow-preview-link-keys, by name after creating it)."""
     docs = router_docs(helm, "--set=previewRouter.sandboxNamespaces={team-a,team-b}")
@@ -680,6 +682,15 @@ def test_operator_publishes_each_served_namespaces_link_keys(helm: str) -> None:
     env = {e["name"]: e.get("value") for e in operator["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["SHADOW_PREVIEW_KEYS_SECRET"] == "shadow-system/shadow-shadow-operator-preview-keys"
     assert env["SHADOW_PREVIEW_NAMESPACES"] == "team-a,team-b"
+    for name in ("SHADOW_PREVIEW_KEYS_SECRET", "SHADOW_PREVIEW_NAMESPACES"):
+        monkeypatch.setenv(name, str(env[name]))
+    config = Config.from_env()
+    assert config.preview_keys_secret == "shadow-system/shadow-shadow-operator-preview-keys"
+    assert config.preview_namespaces == ("team-a", "team-b")
+    for bad in ("no-slash", "/name", "ns/", "a/b/c"):
+        monkeypatch.setenv("SHADOW_PREVIEW_KEYS_SECRET", bad)
+        with pytest.raises(ValueError, match="SHADOW_PREVIEW_KEYS_SECRET: .* is not NAMESPACE/NAME"):
+            Config.from_env()
     roles = {
         (r["metadata"]["namespace"], r["metadata"]["name"]): r["rules"]
         for r in by_kind(docs, "Role")
