@@ -689,7 +689,7 @@ def test_operator_publishes_each_served_namespaces_link_keys(
     assert config.preview_namespaces == ("team-a", "team-b")
     for bad in ("no-slash", "/name", "ns/", "a/b/c"):
         monkeypatch.setenv("SHADOW_PREVIEW_KEYS_SECRET", bad)
-        with pytest.raises(ValueError, match="SHADOW_PREVIEW_KEYS_SECRET: .* is not NAMESPACE/NAME"):
+        with pytest.raises(ValueError, match=r"SHADOW_PREVIEW_KEYS_SECRET: .* is not NAMESPACE/NAME"):
             Config.from_env()
     roles = {
         (r["metadata"]["namespace"], r["metadata"]["name"]): r["rules"]

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from shadow_operator.clients.kube import ApiError
 from shadow_operator.common.tokens import KeyRing
 from shadow_operator.router import validation
 from shadow_operator.router.decisions import (
@@ -233,6 +234,23 @@ def test_sdk_routes_with_the_runtime_token_only_on_the_runtime_port(index: Index
     assert decide(policy, {**WEB, "X-Sandbox-Pod-IP": "10.0.0.8"}).status == 502
     assert decide(policy, {**WEB, "X-Sandbox-UID": "00000000-0000-0000-0000-000000000000"}).status == 404
     assert decide(policy, {**WEB, "X-Sandbox-Namespace": "team-b"}).status == 404
+
+
+def test_sdk_reads_the_runtime_token_of_the_routed_sandbox_only_and_says_when_it_cannot(index: Index) -> None:
+    """The token Secret is read by name for the sandbox (and uid) the request was routed to, on the runtime port
+    only; a failed read is a 503 to retry, never a request sent on without its token."""
+    tokens = TokenSecrets({(NS, "web", "u-web"): "runtime-token"})
+    policy = sdk(index, runtime_tokens=tokens)
+    decide(policy, {**WEB, "X-Sandbox-Port": "3000"})
+    assert tokens.asked == []
+    assert decide(policy, WEB).runtime_token == "runtime-token"
+    assert tokens.asked == [(NS, "web", "u-web")]
+
+    async def failing(namespace: str, sandbox: str, uid: str) -> str | None:
+        raise ApiError(403, "Forbidden", "secrets is forbidden")
+
+    refused = decide(sdk(index, runtime_tokens=failing), WEB)
+    assert (refused.status, refused.upstream) == (503, None)
 
 
 @pytest.mark.parametrize("port", ["22", "8080", "9090", "65535"])
