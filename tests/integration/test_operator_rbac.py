@@ -11,13 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.integration.test_pod_security_admission import CHART, helm
 from tests.support.controlplane import wait_for
-from tests.support.rbac import applied, token_kubeconfig
+from tests.support.rbac import applied, rendered, token_kubeconfig
 from tests.support.sandbox_operator import (
     SANDBOX,
     TEMPLATE,
@@ -33,16 +31,14 @@ pytestmark = pytest.mark.integration
 
 
 def render_rbac(release: str, release_namespace: str, served: str) -> list[dict[str, Any]]:
-    import subprocess
-
-    out = subprocess.run(
-        [helm(), "template", release, str(CHART), "--namespace", release_namespace,
-         f"--set=operator.watchNamespaces={{{served}}}", "--set=operator.leaderElection.enabled=false",
-         "--set=operator.replicas=1", "--show-only=templates/rbac.yaml",
-         "--show-only=templates/serviceaccount.yaml"],
-        capture_output=True, text=True, check=True, timeout=120,
-    ).stdout  # fmt: skip
-    return [doc for doc in yaml.safe_load_all(out) if doc]
+    values = [
+        f"--set=operator.watchNamespaces={{{served}}}",
+        "--set=operator.leaderElection.enabled=false",
+        "--set=operator.replicas=1",
+    ]
+    return rendered(
+        release, release_namespace, values, "templates/rbac.yaml", "templates/serviceaccount.yaml"
+    )
 
 
 @pytest.fixture

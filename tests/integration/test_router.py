@@ -40,7 +40,7 @@ from shadow_operator.sdk.errors import ShadowError
 from shadow_operator.sdk.preview import preview_link
 
 from tests.support.controlplane import absent, wait_for
-from tests.support.rbac import token_kubeconfig
+from tests.support.rbac import applied, rendered, token_kubeconfig
 from tests.support.router import (
     SSE_EVENTS,
     SSE_GAP_SECONDS,
@@ -503,33 +503,79 @@ def test_shadowctl_prints_links_that_open_the_private_preview(
     assert yaml.safe_load(as_yaml.stdout)["url"].startswith(f"http://{host}/?shadow_token=")
 
 
-def _publish_link_keys(root_namespace: str, root_name: str, namespaces: list[str]) -> list[str]:
-    """One pass of the operator's link keys loop (controllers/previewkeys.py) against the API server."""
+ROOT_KEYS = "root-keys"
+
+
+@dataclass
+class OperatorAccount:
+    kubeconfig: str
+    namespace: str  # the release's (and the router's) namespace, where the root keys Secret is
+
+
+@pytest.fixture
+def operator_account(
+    world: World, k8s_api: client.ApiClient, kubeconfig: str, tmp_path: Path
+) -> Iterator[OperatorAccount]:
+    """The operator's ServiceAccount with the chart's RBAC for a router serving the world's two tenant
+    namespaces (its keys Secret ROOT_KEYS in the release namespace), the operator itself watching a third: the
+    link keys are published with the Roles the chart gives for them and nothing else."""
+    release = f"op-{uuid.uuid4().hex[:6]}"
+    home = f"{release}-system"
+    values = [
+        "--set=previewRouter.enabled=true",
+        f"--set=previewRouter.sandboxNamespaces={{{world.namespace},{world.tenant_b}}}",
+        f"--set=previewRouter.keysSecret={ROOT_KEYS}",
+        f"--set=operator.watchNamespaces={{{world.other_namespace}}}",
+    ]
+    docs = rendered(release, home, values, "templates/rbac.yaml", "templates/serviceaccount.yaml")
+    core = client.CoreV1Api(k8s_api)
+    with applied(k8s_api, docs, home) as account:
+        request = {"spec": {"expirationSeconds": 3600}}
+        token = str(core.create_namespaced_service_account_token(account, home, request).status.token)
+        yield OperatorAccount(token_kubeconfig(kubeconfig, token, tmp_path / "operator"), home)
+
+
+def _publish_link_keys(operator: OperatorAccount, namespaces: list[str]) -> list[str]:
+    """One pass of the operator's link keys loop (controllers/previewkeys.py), as the operator's account."""
 
     async def run() -> list[str]:
         kube = await Kube.connect()
         try:
-            return await LinkKeysPublisher(kube, root_namespace, root_name, namespaces).publish()
+            return await LinkKeysPublisher(kube, operator.namespace, ROOT_KEYS, namespaces).publish()
         finally:
             await kube.close()
 
-    return asyncio.run(run())
+    previous = os.environ["KUBECONFIG"]
+    os.environ["KUBECONFIG"] = operator.kubeconfig
+    try:
+        return asyncio.run(run())
+    finally:
+        os.environ["KUBECONFIG"] = previous
 
 
 def test_a_tenant_signs_preview_links_for_its_own_namespace_only(
-    world: World, k8s_api: client.ApiClient, kubeconfig: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    world: World,
+    k8s_api: client.ApiClient,
+    kubeconfig: str,
+    operator_account: OperatorAccount,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Issue 28 L3, through the real router: the operator writes each served namespace its own link keys; a
-    tenant of namespace A reads A's (and may not read B's), and a link it signs for B's private sandbox is
-    refused while its link to A's own private sandbox opens. Rotation and a tenant's edits are followed."""
+    """Issue 28 L3, through the real router: the operator (its account, the chart's RBAC) writes each served
+    namespace its own link keys; a tenant of namespace A reads A's (and may not read B's nor the root), and a
+    link it signs for B's private sandbox is refused while its link to A's own private sandbox opens. Rotation
+    and a tenant's edits are followed."""
     core, rbac = client.CoreV1Api(k8s_api), client.RbacAuthorizationV1Api(k8s_api)
-    ns_a, ns_b = world.namespace, world.tenant_b
-    home = world.other_namespace  # stands for the router's namespace: no tenant of A or B reads Secrets there
+    ns_a, ns_b, home = world.namespace, world.tenant_b, operator_account.namespace
     core.create_namespaced_secret(
-        home, {"metadata": {"name": "root-keys"}, "data": {"k1": base64.b64encode(KEY).decode()}}
+        home, {"metadata": {"name": ROOT_KEYS}, "data": {"k1": base64.b64encode(KEY).decode()}}
     )
-    assert _publish_link_keys(home, "root-keys", [ns_a, ns_b]) == [ns_a, ns_b]
-    assert _publish_link_keys(home, "root-keys", [ns_a, ns_b]) == []  # nothing changed: nothing written
+
+    def publish() -> list[str]:
+        return _publish_link_keys(operator_account, [ns_a, ns_b])
+
+    assert publish() == [ns_a, ns_b]
+    assert publish() == []  # nothing changed: nothing written
 
     token = _service_account_token(core, ns_a, "tenant-a")
     read = {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}
@@ -540,7 +586,7 @@ def test_a_tenant_signs_preview_links_for_its_own_namespace_only(
     secret = tenant.read_namespaced_secret(c.PREVIEW_LINK_KEYS_SECRET, ns_a)
     assert secret.metadata.annotations[c.ANNOTATION_PREVIEW_LINK_NAMESPACE] == ns_a
     mine = KeyRing.from_secret_data(secret.data)
-    for namespace, name in ((ns_b, c.PREVIEW_LINK_KEYS_SECRET), (home, "root-keys")):
+    for namespace, name in ((ns_b, c.PREVIEW_LINK_KEYS_SECRET), (home, ROOT_KEYS)):
         with pytest.raises(ApiException) as refused:
             tenant.read_namespaced_secret(name, namespace)
         assert refused.value.status == 403
@@ -588,7 +634,7 @@ def test_a_tenant_signs_preview_links_for_its_own_namespace_only(
     core.patch_namespaced_secret(
         c.PREVIEW_LINK_KEYS_SECRET, ns_a, {"data": {"k1": base64.b64encode(b"m" * 32).decode()}}
     )
-    assert _publish_link_keys(home, "root-keys", [ns_a, ns_b]) == [ns_a]
+    assert publish() == [ns_a]
     assert (
         KeyRing.from_secret_data(
             tenant.read_namespaced_secret(c.PREVIEW_LINK_KEYS_SECRET, ns_a).data
@@ -598,8 +644,8 @@ def test_a_tenant_signs_preview_links_for_its_own_namespace_only(
 
     # Rotation: a newer root key reaches every namespace; links signed with it open once the router has it.
     newer = b"n" * 32
-    core.patch_namespaced_secret("root-keys", home, {"data": {"k2": base64.b64encode(newer).decode()}})
-    assert _publish_link_keys(home, "root-keys", [ns_a, ns_b]) == [ns_a, ns_b]
+    core.patch_namespaced_secret(ROOT_KEYS, home, {"data": {"k2": base64.b64encode(newer).decode()}})
+    assert publish() == [ns_a, ns_b]
     rotated = KeyRing.from_secret_data(tenant.read_namespaced_secret(c.PREVIEW_LINK_KEYS_SECRET, ns_a).data)
     assert rotated.signing_id == "k2" and set(rotated.secrets()) == {"k1", "k2"}
     (world.router.keys_dir / "k2").write_bytes(newer)

@@ -11,6 +11,23 @@ from typing import Any
 import yaml
 from kubernetes import client, utils
 
+KINDS = ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
+
+
+def rendered(release: str, namespace: str, values: list[str], *templates: str) -> list[dict[str, Any]]:
+    """The ServiceAccounts and RBAC objects of the chart's `templates` as `helm template` renders them for
+    `release` in `namespace` with these `--set`s."""
+    import subprocess
+
+    from tests.support.router import CHART, helm_binary
+
+    shown = [f"--show-only={template}" for template in templates]
+    out = subprocess.run(
+        [helm_binary(), "template", release, str(CHART), "--namespace", namespace, *values, *shown],
+        capture_output=True, text=True, check=True, timeout=120,
+    ).stdout  # fmt: skip
+    return [d for d in yaml.safe_load_all(out) if d and d["kind"] in KINDS]
+
 
 @contextlib.contextmanager
 def applied(k8s_api: client.ApiClient, docs: list[dict[str, Any]], home: str) -> Iterator[str]:

@@ -36,7 +36,7 @@ from kubernetes import client
 from shadow_operator.api import naming
 
 from tests.support.controlplane import free_port, wait_for
-from tests.support.rbac import applied, token_kubeconfig
+from tests.support.rbac import applied, rendered, token_kubeconfig
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "shadow-operator"
@@ -71,19 +71,6 @@ def render_router(values: list[str]) -> tuple[str, list[str]]:
     return config["data"]["router.conf"], list(containers["router-auth"]["args"])
 
 
-RBAC_KINDS = ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
-
-
-def render_router_rbac(values: list[str], release: str, namespace: str) -> list[dict[str, Any]]:
-    """The router's ServiceAccount and RBAC exactly as the chart renders them for `release` in `namespace`."""
-    out = subprocess.run(
-        [helm_binary(), "template", release, str(CHART), "--namespace", namespace, *values,
-         "--show-only=templates/preview-router.yaml"],
-        capture_output=True, text=True, check=True, timeout=120,
-    ).stdout  # fmt: skip
-    return [d for d in yaml.safe_load_all(out) if d and d["kind"] in RBAC_KINDS]
-
-
 @contextlib.contextmanager
 def router_account(
     k8s_api: client.ApiClient, admin_kubeconfig: str, values: list[str], directory: Path
@@ -93,7 +80,8 @@ def router_account(
     core = client.CoreV1Api(k8s_api)
     release = f"rt-{uuid.uuid4().hex[:6]}"
     home = f"{release}-home"
-    with applied(k8s_api, render_router_rbac(values, release, home), home) as account:
+    docs = rendered(release, home, values, "templates/preview-router.yaml")
+    with applied(k8s_api, docs, home) as account:
         request = {"spec": {"expirationSeconds": 7200}}
         token = core.create_namespaced_service_account_token(account, home, request).status.token
         yield token_kubeconfig(admin_kubeconfig, str(token), directory / "router.kubeconfig")
