@@ -68,8 +68,9 @@ def read_keys(namespace: str, name: str, signs_for: str) -> Op[KeyRing]:
     except NotFound:
         raise PreviewKeysUnavailable(
             f"the preview keys Secret {where} does not exist",
-            hint="the operator writes it into each namespace the preview router serves once the router's keys "
-            "Secret exists (README: Private previews)",
+            hint=f"the operator writes {c.PREVIEW_LINK_KEYS_SECRET} into each namespace the preview router serves "
+            "once the router's keys Secret exists; or name another with --keys-secret, --keys-namespace "
+            "(README: Private previews)",
         ) from None
     except Forbidden as exc:
         raise PreviewKeysUnavailable(
