@@ -106,7 +106,9 @@ def main() -> int:
         (work / "router").mkdir()
         with running_router(work / "router", str(plane.kubeconfig), values) as router:
             (router.keys_dir / "k1").write_bytes(KEY)
-            cookie = "shadow_preview=" + KeyRing({"k1": KEY}).sign(namespace, "private", private_uid, 3600)
+            cookie = "shadow_preview=" + KeyRing({"k1": KEY}).for_namespace(namespace).sign(
+                namespace, "private", private_uid, 3600
+            )
             direct = Target("direct", PUBLIC_IP, upstream_port, PUBLIC_IP, {})
             targets = [
                 direct,

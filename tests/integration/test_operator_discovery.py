@@ -19,6 +19,7 @@ import pytest
 import yaml
 from kubernetes import client, utils
 from shadow_operator.common.tokens import KeyRing
+from shadow_operator.resources.previewkeys import link_keys_secret
 from shadow_operator.sdk import kube, preview_link
 from shadow_operator.sdk.preview import PreviewKeysUnavailable
 
@@ -151,15 +152,16 @@ def test_doctor_with_leader_election_off(release: Release) -> None:
 
 
 def test_preview_keys_of_the_release(release: Release, kubeconfig: str) -> None:
-    """The SDK signs with the keys Secret of the release serving the sandbox's namespace; a tenant who may not
-    read it is told which Secret that is."""
+    """The SDK signs with the link keys of the sandbox's namespace (the Secret the operator writes there, derived
+    from the release's keys Secret): a tenant with `edit` there signs for it; the release's keys Secret itself
+    is not the tenant's to read, and the refusal names it."""
     core = client.CoreV1Api(release.api)
+    root_name = f"{release.fullname}-preview-keys"
+    root = {"k1": base64.b64encode(KEY).decode()}
+    core.create_namespaced_secret(release.namespace, {"metadata": {"name": root_name}, "data": root})
+    # What the operator writes (controllers/previewkeys.py; tests/integration/test_router.py runs it).
     core.create_namespaced_secret(
-        release.namespace,
-        client.V1Secret(
-            metadata=client.V1ObjectMeta(name=f"{release.fullname}-preview-keys"),
-            data={"k1": base64.b64encode(KEY).decode()},
-        ),
+        release.tenant, link_keys_secret(release.tenant, KeyRing.from_secret_data(root))
     )
     sandbox = Objects(release.api, release.tenant).create(
         SANDBOX,
@@ -176,16 +178,22 @@ def test_preview_keys_of_the_release(release: Release, kubeconfig: str) -> None:
         "box",
         {"status": {"previewURL": "https://box.preview.example/"}},
     )
-    with kube.connect(kubeconfig=kubeconfig) as admin:
-        link = preview_link("box", release.tenant, http=admin)
-    token = link.split("shadow_token=")[1]
-    claims = KeyRing({"k1": KEY}).verify(token)
-    assert (claims.namespace, claims.sandbox, claims.uid) == (
-        release.tenant,
-        "box",
-        sandbox["metadata"]["uid"],
-    )
+    tenant_keys = KeyRing({"k1": KEY}).for_namespace(release.tenant)
+    for config in (
+        kubeconfig,
+        release.config,
+    ):  # the administrator, and erin, who has `edit` in the namespace
+        with kube.connect(kubeconfig=config) as http:
+            link = preview_link("box", release.tenant, http=http)
+        claims = tenant_keys.verify(link.split("shadow_token=")[1])
+        assert (claims.namespace, claims.sandbox, claims.uid) == (
+            release.tenant,
+            "box",
+            sandbox["metadata"]["uid"],
+        )
 
     with kube.connect(kubeconfig=release.config) as erin, pytest.raises(PreviewKeysUnavailable) as refused:
-        preview_link("box", release.tenant, http=erin)
-    assert f"{release.namespace}/{release.fullname}-preview-keys" in refused.value.hint
+        preview_link(
+            "box", release.tenant, keys_secret=root_name, keys_namespace=release.namespace, http=erin
+        )
+    assert f"{release.namespace}/{root_name}" in refused.value.hint

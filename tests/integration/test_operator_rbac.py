@@ -11,12 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from kubernetes import client, utils
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.integration.test_pod_security_admission import CHART, helm
 from tests.support.controlplane import wait_for
+from tests.support.rbac import applied, rendered, token_kubeconfig
 from tests.support.sandbox_operator import (
     SANDBOX,
     TEMPLATE,
@@ -33,60 +32,24 @@ pytestmark = pytest.mark.integration
 
 def render_rbac(release: str, release_namespace: str, served: str, *values: str) -> list[dict[str, Any]]:
     """The chart's RBAC and ServiceAccount for a release serving `served` (`values`: more --set)."""
-    import subprocess
-
-    out = subprocess.run(
-        [helm(), "template", release, str(CHART), "--namespace", release_namespace,
-         f"--set=operator.watchNamespaces={{{served}}}", "--set=operator.leaderElection.enabled=false",
-         "--set=operator.replicas=1", *(f"--set={v}" for v in values), "--show-only=templates/rbac.yaml",
-         "--show-only=templates/serviceaccount.yaml"],
-        capture_output=True, text=True, check=True, timeout=120,
-    ).stdout  # fmt: skip
-    return [doc for doc in yaml.safe_load_all(out) if doc]
-
-
-def account_kubeconfig(admin_kubeconfig: str, token: str, path: Path) -> str:
-    config = yaml.safe_load(Path(admin_kubeconfig).read_text())
-    context = next(c for c in config["contexts"] if c["name"] == config["current-context"])["context"]
-    cluster = next(c for c in config["clusters"] if c["name"] == context["cluster"])
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [cluster],
-                "users": [{"name": "operator", "user": {"token": token}}],
-                "contexts": [
-                    {"name": "operator", "context": {"cluster": cluster["name"], "user": "operator"}}
-                ],
-                "current-context": "operator",
-            }
-        )
+    settings = [
+        f"--set=operator.watchNamespaces={{{served}}}",
+        "--set=operator.leaderElection.enabled=false",
+        "--set=operator.replicas=1",
+        *(f"--set={v}" for v in values),
+    ]
+    return rendered(
+        release, release_namespace, settings, "templates/rbac.yaml", "templates/serviceaccount.yaml"
     )
-    return str(path)
 
 
 @pytest.fixture
 def release(k8s_api: client.ApiClient, namespace: str) -> Iterator[dict[str, str]]:
     """The chart's RBAC and ServiceAccount for a release serving only `namespace`, applied; removed after."""
-    core, rbac = client.CoreV1Api(k8s_api), client.RbacAuthorizationV1Api(k8s_api)
     name = f"rbac-{uuid.uuid4().hex[:6]}"
     release_ns = f"{name}-system"
-    core.create_namespace({"metadata": {"name": release_ns}})
-    docs = render_rbac(name, release_ns, namespace)
-    try:
-        utils.create_from_yaml(k8s_api, yaml_objects=docs)
-        (account,) = [d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount"]
+    with applied(k8s_api, render_rbac(name, release_ns, namespace), release_ns) as account:
         yield {"name": name, "namespace": release_ns, "account": account}
-    finally:
-        for doc in docs:
-            delete = {
-                "ClusterRole": rbac.delete_cluster_role,
-                "ClusterRoleBinding": rbac.delete_cluster_role_binding,
-            }.get(doc["kind"])
-            if delete is not None:
-                delete(doc["metadata"]["name"])
-        core.delete_namespace(release_ns)
 
 
 def test_the_operator_serves_its_namespace_with_the_chart_rbac_and_nothing_else(
@@ -97,7 +60,7 @@ def test_the_operator_serves_its_namespace_with_the_chart_rbac_and_nothing_else(
     token = core.create_namespaced_service_account_token(
         release["account"], release["namespace"], {"spec": {"expirationSeconds": 3600}}
     ).status.token
-    config = account_kubeconfig(kubeconfig, token, tmp_path / "operator.kubeconfig")
+    config = token_kubeconfig(kubeconfig, token, tmp_path / "operator.kubeconfig")
 
     # What the account may do, asked of the API server itself.
     def can(verb: str, resource: str, ns: str | None, group: str = "") -> bool:

@@ -28,13 +28,19 @@ import aiohttp
 import httpx
 import pytest
 import yaml
-from kubernetes import client
+from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from prometheus_client.parser import text_string_to_metric_families
+from shadow_operator.api import constants as c
 from shadow_operator.api import naming
+from shadow_operator.clients.kube import Kube
 from shadow_operator.common.tokens import KeyRing
+from shadow_operator.controllers.previewkeys import LinkKeysPublisher
+from shadow_operator.sdk.errors import ShadowError
+from shadow_operator.sdk.preview import preview_link
 
 from tests.support.controlplane import absent, wait_for
+from tests.support.rbac import applied, rendered, token_kubeconfig
 from tests.support.router import (
     SSE_EVENTS,
     SSE_GAP_SECONDS,
@@ -44,6 +50,7 @@ from tests.support.router import (
     managed_sandbox,
     outside_address,
     raw_get,
+    router_account,
     running_router,
     sandbox_object,
     sandbox_pod,
@@ -63,9 +70,11 @@ class World:
     router: Router
     namespace: str
     other_namespace: str
+    tenant_b: str  # a second namespace the router serves (another tenant's)
     boxes: dict[str, Box]
     uids: dict[str, str]  # metadata.uid of each managed sandbox: what preview tokens are bound to
-    keys: KeyRing
+    root: KeyRing  # the router's keys
+    keys: KeyRing  # `namespace`'s link keys, derived from them: what its tenant signs with
     custom: client.CustomObjectsApi
     upstreams: Upstreams
 
@@ -77,12 +86,13 @@ def world(
     install_crds(k8s_api)
     core, custom = client.CoreV1Api(k8s_api), client.CustomObjectsApi(k8s_api)
     suffix = uuid.uuid4().hex[:6]
-    namespace, other = f"router-{suffix}", f"router-other-{suffix}"
-    for ns in (namespace, other):
+    namespace, other, tenant_b = f"router-{suffix}", f"router-other-{suffix}", f"router-b-{suffix}"
+    for ns in (namespace, other, tenant_b):
         core.create_namespace({"metadata": {"name": ns}})
     upstreams = Upstreams()
     boxes: dict[str, Box] = {}
-    for number, name in enumerate(("sb-a", "sb-b", "sb-private", "sb-cold", "sb-gone", "elsewhere"), start=2):
+    names = ("sb-a", "sb-b", "sb-private", "sb-cold", "sb-gone", "elsewhere", "vault")
+    for number, name in enumerate(names, start=2):
         ip = f"127.0.0.{number}"
         boxes[name] = Box(
             name=name,
@@ -96,6 +106,7 @@ def world(
     made["sb-private"] = managed_sandbox(apis, namespace, boxes["sb-private"], private=True)
     made["sb-cold"] = managed_sandbox(apis, namespace, boxes["sb-cold"], ready=False)
     made["elsewhere"] = managed_sandbox(apis, other, boxes["elsewhere"])
+    made["vault"] = managed_sandbox(apis, tenant_b, boxes["vault"], private=True)
     uids = {name: str(body["metadata"]["uid"]) for name, body in made.items()}
     # Must stay unreachable: a Service + pod that are no sandbox, and a pod with a sandbox's label and name
     # for a Sandbox that does not own it.
@@ -127,17 +138,23 @@ def world(
         "--set=previewRouter.enabled=true",
         f"--set=previewRouter.domain={DOMAIN}",
         "--set=previewRouter.scheme=http",
-        f"--set=previewRouter.sandboxNamespaces={{{namespace}}}",
+        f"--set=previewRouter.sandboxNamespaces={{{namespace},{tenant_b}}}",
         "--set=previewRouter.authCacheSeconds=2",
     ]
-    keys = KeyRing({"k1": KEY})
+    root = KeyRing({"k1": KEY})
     try:
-        with running_router(directory, kubeconfig, values) as router:
+        # router-auth runs as the chart's router ServiceAccount with the chart's RBAC (issue 28 L4: no list or
+        # watch of Secrets), not as an administrator.
+        with (
+            router_account(k8s_api, kubeconfig, values, directory) as account,
+            running_router(directory, account, values) as router,
+        ):
             (router.keys_dir / "k1").write_bytes(KEY)
-            yield World(router, namespace, other, boxes, uids, keys, custom, upstreams)
+            keys = root.for_namespace(namespace)
+            yield World(router, namespace, other, tenant_b, boxes, uids, root, keys, custom, upstreams)
     finally:
         upstreams.close()
-        for ns in (namespace, other):
+        for ns in (namespace, other, tenant_b):
             core.delete_namespace(ns, propagation_policy="Background")
 
 
@@ -484,6 +501,162 @@ def test_shadowctl_prints_links_that_open_the_private_preview(
     # -o yaml is not re-wrapped at the terminal width (COLUMNS=80 here): the link parses back whole.
     assert as_yaml.returncode == 0, as_yaml.stderr
     assert yaml.safe_load(as_yaml.stdout)["url"].startswith(f"http://{host}/?shadow_token=")
+
+
+ROOT_KEYS = "root-keys"
+
+
+@dataclass
+class OperatorAccount:
+    kubeconfig: str
+    namespace: str  # the release's (and the router's) namespace, where the root keys Secret is
+
+
+@pytest.fixture
+def operator_account(
+    world: World, k8s_api: client.ApiClient, kubeconfig: str, tmp_path: Path
+) -> Iterator[OperatorAccount]:
+    """The operator's ServiceAccount with the chart's RBAC for a router serving the world's two tenant
+    namespaces (its keys Secret ROOT_KEYS in the release namespace), the operator itself watching a third: the
+    link keys are published with the Roles the chart gives for them and nothing else."""
+    release = f"op-{uuid.uuid4().hex[:6]}"
+    home = f"{release}-system"
+    values = [
+        "--set=previewRouter.enabled=true",
+        f"--set=previewRouter.sandboxNamespaces={{{world.namespace},{world.tenant_b}}}",
+        f"--set=previewRouter.keysSecret={ROOT_KEYS}",
+        f"--set=operator.watchNamespaces={{{world.other_namespace}}}",
+    ]
+    docs = rendered(release, home, values, "templates/rbac.yaml", "templates/serviceaccount.yaml")
+    core = client.CoreV1Api(k8s_api)
+    with applied(k8s_api, docs, home) as account:
+        request = {"spec": {"expirationSeconds": 3600}}
+        token = str(core.create_namespaced_service_account_token(account, home, request).status.token)
+        yield OperatorAccount(token_kubeconfig(kubeconfig, token, tmp_path / "operator"), home)
+
+
+def _publish_link_keys(operator: OperatorAccount, namespaces: list[str]) -> list[str]:
+    """One pass of the operator's link keys loop (controllers/previewkeys.py), as the operator's account."""
+
+    async def run() -> list[str]:
+        kube = await Kube.connect()
+        try:
+            return await LinkKeysPublisher(kube, operator.namespace, ROOT_KEYS, namespaces).publish()
+        finally:
+            await kube.close()
+
+    previous = os.environ["KUBECONFIG"]
+    os.environ["KUBECONFIG"] = operator.kubeconfig
+    try:
+        return asyncio.run(run())
+    finally:
+        os.environ["KUBECONFIG"] = previous
+
+
+def test_a_tenant_signs_preview_links_for_its_own_namespace_only(
+    world: World,
+    k8s_api: client.ApiClient,
+    kubeconfig: str,
+    operator_account: OperatorAccount,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 28 L3, through the real router: the operator (its account, the chart's RBAC) writes each served
+    namespace its own link keys; a tenant of namespace A reads A's (and may not read B's nor the root), and a
+    link it signs for B's private sandbox is refused while its link to A's own private sandbox opens. Rotation
+    and a tenant's edits are followed."""
+    core, rbac = client.CoreV1Api(k8s_api), client.RbacAuthorizationV1Api(k8s_api)
+    ns_a, ns_b, home = world.namespace, world.tenant_b, operator_account.namespace
+    core.create_namespaced_secret(
+        home, {"metadata": {"name": ROOT_KEYS}, "data": {"k1": base64.b64encode(KEY).decode()}}
+    )
+
+    def publish() -> list[str]:
+        return _publish_link_keys(operator_account, [ns_a, ns_b])
+
+    assert publish() == [ns_a, ns_b]
+    assert publish() == []  # nothing changed: nothing written
+
+    token = _service_account_token(core, ns_a, "tenant-a")
+    read = {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}
+    _grant(rbac, ns_a, (ns_a, "tenant-a"), "tenant-a", read)
+    tenant = client.CoreV1Api(
+        config.new_client_from_config(token_kubeconfig(kubeconfig, token, tmp_path / "tenant-a"))
+    )
+    secret = tenant.read_namespaced_secret(c.PREVIEW_LINK_KEYS_SECRET, ns_a)
+    assert secret.metadata.annotations[c.ANNOTATION_PREVIEW_LINK_NAMESPACE] == ns_a
+    mine = KeyRing.from_secret_data(secret.data)
+    for namespace, name in ((ns_b, c.PREVIEW_LINK_KEYS_SECRET), (home, ROOT_KEYS)):
+        with pytest.raises(ApiException) as refused:
+            tenant.read_namespaced_secret(name, namespace)
+        assert refused.value.status == 403
+
+    vault_host = f"vault.{DOMAIN}"
+    forged = mine.sign(ns_b, "vault", world.uids["vault"], 60)
+    status, _, body = _preview(world, vault_host, headers=[("X-Shadow-Preview-Token", forged)])
+    assert status == 401 and _served_by(body) is None, body
+    status, _, body = _preview(world, vault_host, f"/?shadow_token={forged}")
+    assert status == 401 and _served_by(body) is None, body  # no cookie for it either
+    legacy = world.root.sign(ns_b, "vault", world.uids["vault"], 60)  # the one shared key of before
+    assert _preview(world, vault_host, headers=[("X-Shadow-Preview-Token", legacy)])[0] == 401
+    own = mine.sign(ns_a, "sb-private", world.uids["sb-private"], 60)
+    status, _, body = _preview(world, f"sb-private.{DOMAIN}", headers=[("X-Shadow-Preview-Token", own)])
+    assert status == 200 and _served_by(body) == "sb-private/preview", body
+    theirs = KeyRing.from_secret_data(core.read_namespaced_secret(c.PREVIEW_LINK_KEYS_SECRET, ns_b).data)
+    status, _, body = _preview(
+        world,
+        vault_host,
+        headers=[("X-Shadow-Preview-Token", theirs.sign(ns_b, "vault", world.uids["vault"], 60))],
+    )
+    assert status == 200 and _served_by(body) == "vault/preview", body
+
+    # The SDK signs with the namespace's own Secret by default, as the tenant; B's sandbox is out of its reach.
+    custom = world.custom
+    url = f"http://sb-private.{DOMAIN}/"
+    custom.patch_namespaced_custom_object_status(
+        "agents.x-k8s.io", "v1beta1", ns_a, "sandboxes", "sb-private", {"status": {"previewURL": url}}
+    )
+    _grant(
+        rbac,
+        ns_a,
+        (ns_a, "tenant-a"),
+        "tenant-a-sandboxes",
+        {**read, "apiGroups": ["agents.x-k8s.io"], "resources": ["sandboxes"]},
+    )
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "tenant-a"))
+    status, body = _open_link(world, preview_link("sb-private", ns_a, ttl_seconds=120))
+    assert status == 200 and _served_by(body) == "sb-private/preview"
+    with pytest.raises(ShadowError):
+        preview_link("vault", ns_b)
+    monkeypatch.setenv("KUBECONFIG", kubeconfig)
+
+    # A tenant's edit of its Secret is undone on the operator's next pass.
+    core.patch_namespaced_secret(
+        c.PREVIEW_LINK_KEYS_SECRET, ns_a, {"data": {"k1": base64.b64encode(b"m" * 32).decode()}}
+    )
+    assert publish() == [ns_a]
+    assert (
+        KeyRing.from_secret_data(
+            tenant.read_namespaced_secret(c.PREVIEW_LINK_KEYS_SECRET, ns_a).data
+        ).secrets()
+        == mine.secrets()
+    )
+
+    # Rotation: a newer root key reaches every namespace; links signed with it open once the router has it.
+    newer = b"n" * 32
+    core.patch_namespaced_secret(ROOT_KEYS, home, {"data": {"k2": base64.b64encode(newer).decode()}})
+    assert publish() == [ns_a, ns_b]
+    rotated = KeyRing.from_secret_data(tenant.read_namespaced_secret(c.PREVIEW_LINK_KEYS_SECRET, ns_a).data)
+    assert rotated.signing_id == "k2" and set(rotated.secrets()) == {"k1", "k2"}
+    (world.router.keys_dir / "k2").write_bytes(newer)
+    fresh = rotated.sign(ns_a, "sb-private", world.uids["sb-private"], 60)
+    wait_for(
+        lambda: (
+            _preview(world, f"sb-private.{DOMAIN}", headers=[("X-Shadow-Preview-Token", fresh)])[0] == 200
+        ),
+        timeout=30,
+        what="the router to accept links signed with the rotated key",
+    )
 
 
 # -------------------------------------------------------------------------------------------- the SDK

@@ -24,6 +24,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,7 @@ from kubernetes import client
 from shadow_operator.api import naming
 
 from tests.support.controlplane import free_port, wait_for
+from tests.support.rbac import applied, rendered, token_kubeconfig
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "shadow-operator"
@@ -67,6 +69,22 @@ def render_router(values: list[str]) -> tuple[str, list[str]]:
     ]
     containers = {c["name"]: c for c in deployment["spec"]["template"]["spec"]["containers"]}
     return config["data"]["router.conf"], list(containers["router-auth"]["args"])
+
+
+@contextlib.contextmanager
+def router_account(
+    k8s_api: client.ApiClient, admin_kubeconfig: str, values: list[str], directory: Path
+) -> Iterator[str]:
+    """A kubeconfig of the router's own ServiceAccount, with the chart's RBAC for it applied in a namespace of
+    its own (removed after): router-auth runs with exactly the rights the chart gives it."""
+    core = client.CoreV1Api(k8s_api)
+    release = f"rt-{uuid.uuid4().hex[:6]}"
+    home = f"{release}-home"
+    docs = rendered(release, home, values, "templates/preview-router.yaml")
+    with applied(k8s_api, docs, home) as account:
+        request = {"spec": {"expirationSeconds": 7200}}
+        token = core.create_namespaced_service_account_token(account, home, request).status.token
+        yield token_kubeconfig(admin_kubeconfig, str(token), directory / "router.kubeconfig")
 
 
 # ------------------------------------------------------------------------------------------- upstreams

@@ -654,6 +654,75 @@ def test_router_auth_reads_only_what_it_routes(helm: str) -> None:
     assert all("preview-router" not in r["metadata"]["name"] for r in by_kind(without_sdk, "ClusterRole"))
 
 
+def test_router_may_not_list_or_watch_secrets(helm: str) -> None:
+    """Issue 28 L4: the internet-facing router gets a sandbox's runtime token Secret by name, never a listing
+    (or a watch) of every Secret of the namespaces it serves."""
+    docs = router_docs(helm, "--set=previewRouter.sandboxNamespaces={team-a,team-b}")
+    roles = [r for r in by_kind(docs, "Role") if r["metadata"]["name"].endswith("preview-router")]
+    assert len(roles) == 2
+    for role in roles:
+        secrets = [
+            rule for rule in role["rules"] if "secrets" in rule["resources"] or "*" in rule["resources"]
+        ]
+        assert [rule["verbs"] for rule in secrets] == [["get"]], role
+    router_account = "shadow-shadow-operator-preview-router"
+    for kind in ("RoleBinding", "ClusterRoleBinding"):
+        for binding in by_kind(docs, kind):
+            if any(s.get("name") == router_account for s in binding["subjects"]):
+                assert binding["roleRef"]["name"].startswith(router_account), binding
+
+
+def test_operator_publishes_each_served_namespaces_link_keys(
+    helm: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 28 L3: the operator reads the router's keys Secret (by name) and writes each served namespace
+    its own link keys (the Secret shadow-preview-link-keys, by name after creating it)."""
+    docs = router_docs(helm, "--set=previewRouter.sandboxNamespaces={team-a,team-b}")
+    (operator,) = [d for d in by_kind(docs, "Deployment") if not d["metadata"]["name"].endswith("router")]
+    env = {e["name"]: e.get("value") for e in operator["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["SHADOW_PREVIEW_KEYS_SECRET"] == "shadow-system/shadow-shadow-operator-preview-keys"
+    assert env["SHADOW_PREVIEW_NAMESPACES"] == "team-a,team-b"
+    for name in ("SHADOW_PREVIEW_KEYS_SECRET", "SHADOW_PREVIEW_NAMESPACES"):
+        monkeypatch.setenv(name, str(env[name]))
+    config = Config.from_env()
+    assert config.preview_keys_secret == "shadow-system/shadow-shadow-operator-preview-keys"
+    assert config.preview_namespaces == ("team-a", "team-b")
+    for bad in ("no-slash", "/name", "ns/", "a/b/c"):
+        monkeypatch.setenv("SHADOW_PREVIEW_KEYS_SECRET", bad)
+        with pytest.raises(ValueError, match=r"SHADOW_PREVIEW_KEYS_SECRET: .* is not NAMESPACE/NAME"):
+            Config.from_env()
+    roles = {
+        (r["metadata"]["namespace"], r["metadata"]["name"]): r["rules"]
+        for r in by_kind(docs, "Role")
+        if "preview-keys" in r["metadata"]["name"] or "preview-link-keys" in r["metadata"]["name"]
+    }
+    assert roles[("shadow-system", "shadow-shadow-operator-preview-keys")] == [
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": ["shadow-shadow-operator-preview-keys"],
+            "verbs": ["get"],
+        }
+    ]
+    for namespace in ("team-a", "team-b"):
+        assert roles[(namespace, "shadow-shadow-operator-preview-link-keys")] == [
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+            {
+                "apiGroups": [""],
+                "resources": ["secrets"],
+                "resourceNames": ["shadow-preview-link-keys"],
+                "verbs": ["get", "update"],
+            },
+        ]
+    bindings = [
+        b
+        for b in by_kind(docs, "RoleBinding")
+        if "preview-" in b["roleRef"]["name"] and "keys" in b["roleRef"]["name"]
+    ]
+    assert len(bindings) == 3
+    assert all(b["subjects"][0]["name"] == "shadow-shadow-operator" for b in bindings)
+
+
 def test_router_in_its_own_namespace_with_a_wildcard_ingress(helm: str) -> None:
     docs = router_docs(
         helm,

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
-from shadow_operator.api import naming
+from shadow_operator.clients.kube import ApiError
 from shadow_operator.common.tokens import KeyRing
 from shadow_operator.router import validation
 from shadow_operator.router.decisions import (
@@ -21,16 +21,19 @@ from shadow_operator.router.index import Index
 pytestmark = pytest.mark.unit
 
 NS = "team-a"
-KEYS = KeyRing({"k1": b"s" * 32})
+ROOT = KeyRing({"k1": b"s" * 32})  # the router's keys
+KEYS = ROOT.for_namespace(NS)  # what team-a signs its links with
 NOW = 1_800_000_000.0
 LOOPBACK = "127.0.0.1"
 NETWORK = "10.244.1.7"  # another pod
 
 
-def sandbox(name: str, uid: str, *, ready: bool = True, access: str | None = None) -> dict[str, Any]:
+def sandbox(
+    name: str, uid: str, *, ready: bool = True, access: str | None = None, namespace: str = NS
+) -> dict[str, Any]:
     annotations = {"shadow.dev/preview-access": access} if access else {}
     return {
-        "metadata": {"name": name, "namespace": NS, "uid": uid, "annotations": annotations},
+        "metadata": {"name": name, "namespace": namespace, "uid": uid, "annotations": annotations},
         "spec": {
             "podTemplate": {
                 "spec": {
@@ -50,10 +53,10 @@ def sandbox(name: str, uid: str, *, ready: bool = True, access: str | None = Non
     }
 
 
-def pod(name: str, owner_uid: str | None, ip: str) -> dict[str, Any]:
+def pod(name: str, owner_uid: str | None, ip: str, namespace: str = NS) -> dict[str, Any]:
     refs = [{"uid": owner_uid, "controller": True}] if owner_uid else []
     return {
-        "metadata": {"name": name, "namespace": NS, "ownerReferences": refs},
+        "metadata": {"name": name, "namespace": namespace, "ownerReferences": refs},
         "status": {"phase": "Running", "podIP": ip, "conditions": [{"type": "Ready", "status": "True"}]},
     }
 
@@ -68,24 +71,12 @@ def index() -> Index:
     index.put("Sandbox", sandbox("cold", "u-cold", ready=False))
     index.put("Pod", pod("cold", "u-cold", "10.0.0.7"))
     index.put("Pod", pod("stray", None, "10.0.0.8"))
-    index.put(
-        "Secret",
-        {
-            "metadata": {
-                "name": naming.token_secret_name("web"),
-                "namespace": NS,
-                "labels": {"app.kubernetes.io/managed-by": "shadow-operator"},
-            },
-            "data": {"token": "cnVudGltZS10b2tlbg=="},
-        },
-    )
     return index
 
 
 def preview(index: Index, **kwargs: Any) -> PreviewPolicy:
-    return PreviewPolicy(
-        index=index, domain="p.example", namespaces=(NS,), keys=lambda: KEYS, clock=lambda: NOW, **kwargs
-    )
+    settings: dict[str, Any] = {"namespaces": (NS,), "keys": lambda: ROOT, "clock": lambda: NOW, **kwargs}
+    return PreviewPolicy(index=index, domain="p.example", **settings)
 
 
 def test_public_preview_routes_to_the_owned_pod(index: Index) -> None:
@@ -164,6 +155,24 @@ def test_preview_token_signed_to_live_longer_than_the_maximum_is_refused(index: 
     assert policy.decide("secret.p.example", f"/?shadow_token={beyond}").status == 401
 
 
+def test_a_namespace_signs_links_for_its_own_sandboxes_only(index: Index) -> None:
+    """Issue 28 L3: team-a's keys (which team-a may read) open team-a's previews, never team-b's; nor do links
+    signed with the router's root keys themselves (the format before per-namespace keys)."""
+    index.put("Sandbox", sandbox("vault", "u-vault", access="private", namespace="team-b"))
+    index.put("Pod", pod("vault", "u-vault", "10.0.1.5", namespace="team-b"))
+    policy = preview(index, namespaces=(NS, "team-b"))
+    forged = KEYS.sign("team-b", "vault", "u-vault", 60, now=NOW)
+    assert policy.decide("vault.p.example", "/", header_token=forged).status == 401
+    assert policy.decide("vault.p.example", f"/?shadow_token={forged}").status == 401
+    own = ROOT.for_namespace("team-b").sign("team-b", "vault", "u-vault", 60, now=NOW)
+    assert policy.decide("vault.p.example", "/", header_token=own).status == 200
+    assert policy.decide("secret.p.example", "/", header_token=own).status == 401
+    mine = KEYS.sign(NS, "secret", "u-secret", 60, now=NOW)
+    assert policy.decide("secret.p.example", "/", header_token=mine).status == 200
+    legacy = ROOT.sign("team-b", "vault", "u-vault", 60, now=NOW)
+    assert policy.decide("vault.p.example", "/", header_token=legacy).status == 401
+
+
 # ---------------------------------------------------------------------------------------------- the SDK path
 class ApiServer:
     """Stands in for TokenReview + SubjectAccessReview (the real ones run in tests/integration/test_router.py):
@@ -183,8 +192,25 @@ class ApiServer:
         return None
 
 
+class TokenSecrets:
+    """Stands in for reading a token Secret by name (router/secrets.py; the real one in test_router.py):
+    (namespace, sandbox, uid) -> token; what it was asked is kept."""
+
+    def __init__(self, tokens: Mapping[tuple[str, str, str], str]) -> None:
+        self.tokens = tokens
+        self.asked: list[tuple[str, str, str]] = []
+
+    async def __call__(self, namespace: str, sandbox: str, uid: str) -> str | None:
+        self.asked.append((namespace, sandbox, uid))
+        return self.tokens.get((namespace, sandbox, uid))
+
+
 def sdk(index: Index, api: ApiServer | None = None, **kwargs: Any) -> SdkPolicy:
-    return SdkPolicy(index=index, namespaces=(NS,), authorize=api or ApiServer({}), **kwargs)
+    settings: dict[str, Any] = {
+        "runtime_tokens": TokenSecrets({(NS, "web", "u-web"): "runtime-token"}),
+        **kwargs,
+    }
+    return SdkPolicy(index=index, namespaces=(NS,), authorize=api or ApiServer({}), **settings)
 
 
 def decide(policy: SdkPolicy, headers: Mapping[str, str], peer: str = LOOPBACK) -> Decision:
@@ -208,6 +234,23 @@ def test_sdk_routes_with_the_runtime_token_only_on_the_runtime_port(index: Index
     assert decide(policy, {**WEB, "X-Sandbox-Pod-IP": "10.0.0.8"}).status == 502
     assert decide(policy, {**WEB, "X-Sandbox-UID": "00000000-0000-0000-0000-000000000000"}).status == 404
     assert decide(policy, {**WEB, "X-Sandbox-Namespace": "team-b"}).status == 404
+
+
+def test_sdk_reads_the_runtime_token_of_the_routed_sandbox_only_and_says_when_it_cannot(index: Index) -> None:
+    """The token Secret is read by name for the sandbox (and uid) the request was routed to, on the runtime port
+    only; a failed read is a 503 to retry, never a request sent on without its token."""
+    tokens = TokenSecrets({(NS, "web", "u-web"): "runtime-token"})
+    policy = sdk(index, runtime_tokens=tokens)
+    decide(policy, {**WEB, "X-Sandbox-Port": "3000"})
+    assert tokens.asked == []
+    assert decide(policy, WEB).runtime_token == "runtime-token"
+    assert tokens.asked == [(NS, "web", "u-web")]
+
+    async def failing(namespace: str, sandbox: str, uid: str) -> str | None:
+        raise ApiError(403, "Forbidden", "secrets is forbidden")
+
+    refused = decide(sdk(index, runtime_tokens=failing), WEB)
+    assert (refused.status, refused.upstream) == (503, None)
 
 
 @pytest.mark.parametrize("port", ["22", "8080", "9090", "65535"])

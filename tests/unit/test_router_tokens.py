@@ -135,3 +135,22 @@ def test_tokens_without_a_uid_are_refused() -> None:
     assert refused.value.reason == "malformed"
     with pytest.raises(ValueError, match="uid"):
         keys.sign("ns", "sb", "", 60, now=NOW)
+
+
+def test_namespace_keys_are_derived_per_namespace_under_the_same_ids() -> None:
+    """Issue 28 L3: each namespace's keys are HMAC(root key, its name); they sign for that namespace only."""
+    root = KeyRing({"k1": OLD, "k2": NEW})
+    team_a, team_b = root.for_namespace("team-a"), root.for_namespace("team-b")
+    assert set(team_a.secrets()) == {"k1", "k2"} and team_a.signing_id == "k2"
+    expected = hmac.new(
+        NEW, b"shadow-operator preview links for namespace\x00team-a", hashlib.sha256
+    ).digest()
+    assert team_a.secrets()["k2"] == base64.urlsafe_b64encode(expected).rstrip(b"=")
+    assert team_a.secrets() != team_b.secrets() and OLD not in team_a.secrets().values()
+    assert root.for_namespace("team-a").secrets() == team_a.secrets()  # the operator and router agree
+    token = team_a.sign("team-b", "sb-1", UID, 60, now=NOW)
+    with pytest.raises(TokenError) as refused:
+        team_b.verify(token, now=NOW)
+    assert refused.value.reason == "bad-signature"
+    with pytest.raises(ValueError, match="namespace"):
+        root.for_namespace("")

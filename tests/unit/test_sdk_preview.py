@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from shadow_operator.common.tokens import KeyRing
+from shadow_operator.common.tokens import KeyRing, TokenError
 from shadow_operator.sdk import kube
 from shadow_operator.sdk.errors import SandboxNotFoundError, ShadowError
 from shadow_operator.sdk.preview import (
@@ -25,7 +25,9 @@ pytestmark = pytest.mark.unit
 
 KEY = b"k" * 32
 SANDBOX_PATH = "/apis/agents.x-k8s.io/v1beta1/namespaces/ns/sandboxes/box"
-SECRET_PATH = "/api/v1/namespaces/shadow-system/secrets/shadow-operator-preview-keys"
+SECRET_PATH = "/api/v1/namespaces/ns/secrets/shadow-preview-link-keys"  # the namespace's own link keys
+ROOT_PATH = "/api/v1/namespaces/shadow-system/secrets/shadow-operator-preview-keys"  # the router's
+SCOPED = {"annotations": {"shadow.dev/preview-link-namespace": "ns"}}
 UID = "0b6a1c5e-8d2f-4e3a-9c7b-1f2e3d4c5b6a"
 SANDBOX = {"metadata": {"name": "box", "uid": UID}, "status": {"previewURL": "https://box.preview.example/"}}
 
@@ -34,15 +36,21 @@ def status(code: int, message: str) -> httpx.Response:
     return httpx.Response(code, json={"kind": "Status", "code": code, "message": message})
 
 
+def b64(key: bytes) -> str:
+    return base64.b64encode(key).decode()
+
+
 def cluster(
     sandbox: dict[str, Any] | None = None, secret: dict[str, Any] | httpx.Response | None = None
 ) -> Callable[[httpx.Request], httpx.Response]:
     sandbox_body = SANDBOX if sandbox is None else sandbox
-    secret_body = {"data": {"k1": base64.b64encode(KEY).decode()}} if secret is None else secret
+    secret_body = {"metadata": SCOPED, "data": {"k1": b64(KEY)}} if secret is None else secret
 
     def handle(request: httpx.Request) -> httpx.Response:
         if request.url.path == SANDBOX_PATH:
             return httpx.Response(200, json=sandbox_body)
+        if request.url.path == ROOT_PATH:
+            return httpx.Response(200, json={"data": {"k1": b64(KEY)}})
         if request.url.path == SECRET_PATH:
             return (
                 secret_body
@@ -90,7 +98,16 @@ def test_sync_and_async_twins_agree() -> None:
         (None, status(404, 'secrets "x" not found'), PreviewKeysUnavailable, "does not exist"),
         (None, status(403, "secrets is forbidden"), PreviewKeysUnavailable, "forbidden"),
         (None, {"data": {}}, PreviewKeysUnavailable, "holds no preview key"),
-        (None, {"data": {"k1": base64.b64encode(b"short").decode()}}, PreviewKeysUnavailable, "shorter"),
+        (None, {"data": {"k1": b64(b"short")}}, PreviewKeysUnavailable, "shorter"),
+        (
+            None,
+            {
+                "metadata": {"annotations": {"shadow.dev/preview-link-namespace": "team-b"}},
+                "data": {"k1": b64(KEY)},
+            },
+            PreviewKeysUnavailable,
+            "signs links for namespace team-b, not ns",
+        ),
     ],
 )
 def test_each_failure_is_a_typed_error_with_a_hint(
@@ -119,3 +136,16 @@ def test_links_longer_than_the_routers_maximum_are_not_signed() -> None:
         link = preview_link("box", "ns", ttl_seconds=7 * 86400, max_ttl_seconds=7 * 86400, http=http)
     claims = KeyRing({"k1": KEY}).verify(link.split("shadow_token=")[1])
     assert claims.expires - claims.issued == 7 * 86400
+
+
+def test_the_routers_own_keys_sign_for_the_namespace_as_the_router_derives_them() -> None:
+    """An administrator may name the router's keys Secret (no namespace annotation): the link is signed with the
+    keys derived for the sandbox's namespace, never with the root keys themselves (the router refuses those)."""
+    with client(cluster()) as http:
+        link = preview_link(
+            "box", "ns", keys_secret="shadow-operator-preview-keys", keys_namespace="shadow-system", http=http
+        )
+    token = link.split("shadow_token=")[1]
+    assert KeyRing({"k1": KEY}).for_namespace("ns").verify(token).namespace == "ns"
+    with pytest.raises(TokenError):
+        KeyRing({"k1": KEY}).verify(token)

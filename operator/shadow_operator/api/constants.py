@@ -158,6 +158,12 @@ LEADER_LEASE_NAME: Final = "shadow-operator"
 DISCOVERY_CONFIGMAP: Final = "shadow-operator-discovery"
 DISCOVERY_SELECTOR: Final = "app.kubernetes.io/name=shadow-operator,app.kubernetes.io/component=discovery"
 
+# The Secret the operator writes into each namespace the preview router serves: that namespace's preview link
+# keys (derived from the router's root keys, common/tokens.py), so tenants there sign links for it alone. Its
+# annotation names the namespace the keys sign for.
+PREVIEW_LINK_KEYS_SECRET: Final = "shadow-preview-link-keys"
+ANNOTATION_PREVIEW_LINK_NAMESPACE: Final = f"{OPERATOR_PREFIX}/preview-link-namespace"
+
 # Whether a Sandbox's preview needs a signed link (public|private); set on a SandboxTemplate, a Sandbox, or
 # on a SandboxClaim / ShadowEnvironment, whose sandbox gets it.
 ANNOTATION_PREVIEW_ACCESS: Final = f"{OPERATOR_PREFIX}/preview-access"

@@ -1,7 +1,8 @@
 """`shadowctl preview NAME` and `shadowctl sandbox preview CLAIM`: a signed link to a private preview.
 
-The link is signed here, with the router's keys read from their Secret: whoever may read that Secret may hand
-out links, and nobody else (the router only verifies).
+The link is signed here, with the keys of the sandbox's namespace read from the Secret the operator writes there
+(`shadow-preview-link-keys`): whoever may read that Secret may hand out links for that namespace's sandboxes,
+and for no other namespace's (the router only verifies).
 """
 
 from __future__ import annotations
@@ -29,12 +30,13 @@ KeysSecretOpt = Annotated[
     str | None,
     typer.Option(
         "--keys-secret",
-        help="The router's keys Secret (default: as the release's shadow-operator-discovery ConfigMap says).",
+        help="The keys Secret (default: shadow-preview-link-keys, the namespace's own link keys; the router's "
+        "keys Secret signs for any namespace).",
     ),
 ]
 KeysNamespaceOpt = Annotated[
     str | None,
-    typer.Option("--keys-namespace", help="Namespace of the keys Secret (default: likewise)."),
+    typer.Option("--keys-namespace", help="Namespace of the keys Secret (default: the sandbox's)."),
 ]
 ClaimArg = Annotated[str, typer.Argument(help="Name of the SandboxClaim.", show_default=False)]
 

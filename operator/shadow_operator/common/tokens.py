@@ -9,6 +9,11 @@ allows (`max_lifetime`), whoever signed them. v1 tokens (bound to the name only,
 The key id names the key that signed, so a verifier holding several keys checks against exactly one. Rotation: add a key whose id sorts after the others (new
 links are signed with the last id), keep the old one until the longest token it signed has expired, then drop
 it; live cookies keep working throughout because every key present is accepted.
+
+Per namespace: the router holds the root keys (a Secret no tenant reads) and verifies a token for a sandbox of
+namespace N only with N's keys, `for_namespace(N)`: each root key's HMAC over N, under the same key id. The
+operator writes N's keys into a Secret in N (`PREVIEW_LINK_KEYS_SECRET`), so whoever may read Secrets there
+signs links for N's sandboxes and for no other namespace's. Rotating a root key rotates every namespace's.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ CLOCK_SKEW_SECONDS = 60
 KEY_ID = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
 MIN_KEY_BYTES = 32
 MAX_TOKEN_LENGTH = 1024
+# What a namespace's keys are derived for (HMAC-SHA256(root key, DERIVATION + namespace)): never a token's MAC.
+DERIVATION = b"shadow-operator preview links for namespace\x00"
 
 
 class TokenError(ValueError):
@@ -62,8 +69,12 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
+def _mac_bytes(key: bytes, message: bytes) -> bytes:
+    return hmac.new(key, message, hashlib.sha256).digest()
+
+
 def _mac(key: bytes, signed: str) -> bytes:
-    return hmac.new(key, signed.encode(), hashlib.sha256).digest()
+    return _mac_bytes(key, signed.encode())
 
 
 class KeyRing:
@@ -85,6 +96,30 @@ class KeyRing:
         if not self._keys:
             raise ValueError("no preview signing key")
         return max(self._keys)
+
+    def secrets(self) -> dict[str, bytes]:
+        """Key id -> key: what a keys Secret holds."""
+        return dict(self._keys)
+
+    def for_namespace(self, namespace: str) -> KeyRing:
+        """The keys of one namespace, derived from these (the root keys): the same ids, each key the base64url
+        text of HMAC-SHA256(root key, DERIVATION + namespace). They sign and verify tokens for that namespace's
+        sandboxes only; they reveal nothing of the root keys or of another namespace's keys."""
+        if not namespace:
+            raise ValueError("preview keys are derived for a namespace: give one")
+        label = DERIVATION + namespace.encode()
+        return KeyRing({kid: _b64(_mac_bytes(key, label)).encode() for kid, key in self._keys.items()})
+
+    @classmethod
+    def from_secret_data(cls, data: Mapping[str, str] | None) -> KeyRing:
+        """A keys Secret's `data` as the API server returns it (base64 values); ValueError when one is not."""
+        keys = {}
+        for kid, value in (data or {}).items():
+            try:
+                keys[kid] = base64.b64decode(value, validate=True).strip()
+            except (binascii.Error, ValueError):
+                raise ValueError(f"preview key {kid!r} is not base64") from None
+        return cls(keys)
 
     @classmethod
     def from_directory(cls, directory: Path) -> KeyRing:

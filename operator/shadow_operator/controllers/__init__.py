@@ -3,7 +3,7 @@ them with kopf (`kopf run -m shadow_operator.controllers`, or `shadow-operator r
 
 import kopf
 
-from shadow_operator.controllers import settings
+from shadow_operator.controllers import previewkeys, settings
 from shadow_operator.controllers.claim import ClaimReconciler
 from shadow_operator.controllers.config import Config
 from shadow_operator.controllers.environment import EnvironmentReconciler
@@ -26,6 +26,7 @@ manager = Manager(
     RECONCILERS, load_config=Config.from_env, configure=settings.configure, prepare=settings.prepare
 )
 manager.register()
+previewkeys.register()
 kopf.on.login()(settings.login)
 
 __all__ = [

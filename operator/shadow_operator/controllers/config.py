@@ -21,6 +21,10 @@ class Config:
     cluster_domain: str = "cluster.local"
     preview_domain: str | None = None
     preview_scheme: str = "https"
+    # The preview router's keys Secret (`namespace/name`) and the namespaces it serves: the operator writes each
+    # of those namespaces its own link keys, derived from that Secret's (controllers/previewkeys.py).
+    preview_keys_secret: str | None = None
+    preview_namespaces: tuple[str, ...] = ()
     operator_namespace: str = "shadow-system"
     # Namespaces the default NetworkPolicy lets in (the operator's plus, e.g., a separate preview router's).
     ingress_namespaces: tuple[str, ...] = ("shadow-system",)
@@ -84,6 +88,12 @@ class Config:
             cluster_domain=env.get("SHADOW_CLUSTER_DOMAIN", "cluster.local"),
             preview_domain=env.get("SHADOW_PREVIEW_DOMAIN") or None,
             preview_scheme=env.get("SHADOW_PREVIEW_SCHEME", "https"),
+            preview_keys_secret=_namespaced_name(env, "SHADOW_PREVIEW_KEYS_SECRET"),
+            preview_namespaces=tuple(
+                dict.fromkeys(
+                    ns.strip() for ns in env.get("SHADOW_PREVIEW_NAMESPACES", "").split(",") if ns.strip()
+                )
+            ),
             operator_namespace=operator_namespace,
             ingress_namespaces=tuple(dict.fromkeys([operator_namespace, *extra])),
             cluster_cidrs=cluster_cidrs,
@@ -122,6 +132,16 @@ def _level(env: Mapping[str, str], name: str) -> str:
     value = env.get(name, "").strip() or "restricted"
     if value not in LEVELS:
         raise ValueError(f"{name}: {value!r} is not a Pod Security level ({', '.join(LEVELS)})")
+    return value
+
+
+def _namespaced_name(env: Mapping[str, str], name: str) -> str | None:
+    value = env.get(name, "").strip()
+    if not value:
+        return None
+    namespace, slash, rest = value.partition("/")
+    if not slash or not namespace or not rest or "/" in rest:
+        raise ValueError(f"{name}: {value!r} is not NAMESPACE/NAME")
     return value
 
 

@@ -7,16 +7,19 @@ cookie), 400, 401, 403 (authenticated but not allowed, or a port the sandbox doe
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
+from shadow_operator.clients.kube import ApiError
 from shadow_operator.common.links import QUERY_PARAMETER
 from shadow_operator.common.tokens import DEFAULT_MAX_LIFETIME_SECONDS, KeyRing, TokenError
 from shadow_operator.router import validation
 from shadow_operator.router.index import Index, Route
 
+log = logging.getLogger(__name__)
 HEADER = "X-Shadow-Preview-Token"
 COOKIE = "shadow_preview"
 # Over HTTPS the cookie carries the __Host- prefix: browsers then refuse it unless it is Secure, for "/" and
@@ -48,7 +51,8 @@ def cookie_value(cookie_header: str, name: str) -> str | None:
 
 @dataclass
 class PreviewPolicy:
-    """Previews: `<sandbox>.<domain>` in one of `namespaces`; private ones need a token signed by `keys`."""
+    """Previews: `<sandbox>.<domain>` in one of `namespaces`; private ones need a token signed with the keys
+    of the sandbox's namespace, derived from the root `keys` (`KeyRing.for_namespace`)."""
 
     index: Index
     domain: str
@@ -92,7 +96,9 @@ class PreviewPolicy:
     def _verify(self, token: str, route: Route) -> int | None:
         """The token's expiry when it is valid for this sandbox (this incarnation of it: its uid), else None."""
         try:
-            claims = self.keys().verify(token, now=self.clock(), max_lifetime=self.max_token_seconds)
+            # The keys of the sandbox's own namespace (the one the Host named): a tenant signs for its own.
+            keys = self.keys().for_namespace(route.namespace)
+            claims = keys.verify(token, now=self.clock(), max_lifetime=self.max_token_seconds)
         except TokenError:
             return None
         if (claims.namespace, claims.sandbox, claims.uid) != (route.namespace, route.name, route.uid):
@@ -129,6 +135,9 @@ class PreviewPolicy:
 # Who may use the SDK path, asked of the API server: (the caller's Authorization header, namespace, sandbox)
 # -> None when allowed, else the refusal (401 unauthenticated, 403 not allowed, 503 could not ask).
 Authorizer = Callable[[str, str, str], Awaitable[Decision | None]]
+# A sandbox's runtime token: (namespace, sandbox, sandbox uid) -> the token, or None; ApiError when it could not
+# be read (router/secrets.py reads the sandbox's token Secret by name).
+TokenReader = Callable[[str, str, str], Awaitable[str | None]]
 # The authorization modes of the SDK path. `subjectaccessreview`: every caller is authorized (a loopback peer,
 # i.e. a `kubectl port-forward` that RBAC allowed, or a bearer token the API server authenticates and
 # authorizes for the sandbox). `insecure-allow-all`: anyone who reaches the port may use public sandboxes.
@@ -145,6 +154,7 @@ class SdkPolicy:
     index: Index
     namespaces: tuple[str, ...]
     authorize: Authorizer
+    runtime_tokens: TokenReader
     mode: str = SUBJECT_ACCESS_REVIEW
     trust_loopback: bool = True
     default_access: str = "public"
@@ -202,7 +212,11 @@ class SdkPolicy:
         token = None
         if target.port == route.runtime_port:
             # Only the runtime gets the token; a dev server on another port never sees it.
-            token = self.index.runtime_token(target.namespace, target.name)
+            try:
+                token = await self.runtime_tokens(target.namespace, target.name, route.uid)
+            except ApiError as exc:
+                log.warning("runtime token of %s/%s not read: %s", target.namespace, target.name, exc)
+                return Decision(503, "could not read the sandbox's runtime token; retry")
         return Decision(
             200,
             "ok",

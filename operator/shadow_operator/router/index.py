@@ -1,4 +1,4 @@
-"""What the router may reach: an in-memory index of managed sandboxes, their pods and runtime tokens.
+"""What the router may reach: an in-memory index of managed sandboxes and their pods.
 
 Fed by list + watch (`watch.py`); every lookup is a dict access. Only a few fields of each object are kept.
 A sandbox is routable when it is Ready and exactly one Pod is controlled by it (owner reference with its
@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shadow_operator.api import constants as c
-from shadow_operator.api import naming
 from shadow_operator.resources import conditions as conds
 from shadow_operator.resources import sandbox as res
 from shadow_operator.router.options import ACCESS_VALUES
@@ -99,7 +98,6 @@ class Index:
     sandboxes: dict[Key, SandboxEntry] = field(default_factory=dict)
     pods: dict[Key, PodEntry] = field(default_factory=dict)
     pods_by_owner: dict[str, set[Key]] = field(default_factory=dict)
-    tokens: dict[Key, str] = field(default_factory=dict)
     template_access: dict[Key, str] = field(default_factory=dict)
 
     # ------------------------------------------------------------------------------------------ writes
@@ -114,12 +112,6 @@ class Index:
             self.pods[key] = entry
             if entry.controller_uid:
                 self.pods_by_owner.setdefault(entry.controller_uid, set()).add(key)
-        elif kind == "Secret":
-            token = _runtime_token(body)
-            if token is None:
-                self.tokens.pop(key, None)
-            else:
-                self.tokens[key] = token
         elif kind == "SandboxTemplate":
             access = _access(meta.get("annotations"))
             if access is None:
@@ -133,8 +125,6 @@ class Index:
             self.sandboxes.pop(key, None)
         elif kind == "Pod":
             self._drop_pod(key)
-        elif kind == "Secret":
-            self.tokens.pop(key, None)
         elif kind == "SandboxTemplate":
             self.template_access.pop(key, None)
 
@@ -152,7 +142,6 @@ class Index:
         tables: dict[str, Mapping[Key, object]] = {
             "Sandbox": self.sandboxes,
             "Pod": self.pods,
-            "Secret": self.tokens,
             "SandboxTemplate": self.template_access,
         }
         return tables[kind].keys()
@@ -190,11 +179,8 @@ class Index:
             access=access,
         )
 
-    def runtime_token(self, namespace: str, sandbox: str) -> str | None:
-        return self.tokens.get((namespace, naming.token_secret_name(sandbox)))
 
-
-def _runtime_token(body: Body) -> str | None:
+def runtime_token(body: Body) -> str | None:
     """The token of a runtime token Secret the operator made (by name suffix and label), else None."""
     meta = body["metadata"]
     if not meta["name"].endswith(c.RUNTIME_TOKEN_SECRET_SUFFIX):

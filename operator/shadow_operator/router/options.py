@@ -51,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--sdk",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="serve the SDK path (reads the runtime token Secrets to attach them)",
+        help="serve the SDK path (reads a sandbox's runtime token Secret, by name, to attach it)",
     )
     parser.add_argument(
         "--metrics-listen",

@@ -18,6 +18,7 @@ from shadow_operator.router.app import KeyFiles, build_app, build_metrics_app
 from shadow_operator.router.decisions import PreviewPolicy, SdkPolicy
 from shadow_operator.router.index import Index
 from shadow_operator.router.metrics import LogReceiver, RouterMetrics
+from shadow_operator.router.secrets import RuntimeTokens
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -52,7 +53,7 @@ async def serve(args: argparse.Namespace) -> None:
     namespaces = tuple(dict.fromkeys(args.namespace))
     index = Index(default_preview_port=args.preview_port)
     kube = await Kube.connect()
-    feeder = watch.Feeder(kube, index, list(namespaces), watch.sources(runtime_tokens=args.sdk))
+    feeder = watch.Feeder(kube, index, list(namespaces), watch.sources())
     preview = PreviewPolicy(
         index=index,
         domain=args.domain,
@@ -66,6 +67,7 @@ async def serve(args: argparse.Namespace) -> None:
         index=index,
         namespaces=namespaces if args.sdk else (),
         authorize=ApiServerAuthorizer(kube),
+        runtime_tokens=RuntimeTokens(kube),
         mode=args.authz_mode,
         trust_loopback=args.trust_loopback,
         default_access=args.default_access,

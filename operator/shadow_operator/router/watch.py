@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from shadow_operator.api import constants as c
-from shadow_operator.api.kinds import POD, SANDBOX, SANDBOX_TEMPLATE, SECRET, ResourceKind
+from shadow_operator.api.kinds import POD, SANDBOX, SANDBOX_TEMPLATE, ResourceKind
 from shadow_operator.clients.kube import ApiError, Kube
 from shadow_operator.router.index import Index
 
@@ -24,17 +24,14 @@ class Source:
     labels: str | None = None
 
 
-def sources(*, runtime_tokens: bool) -> list[Source]:
-    """What the router reads: Sandboxes and templates, the Pods the operator labels, and (for the SDK path,
-    which attaches the runtime token) the token Secrets the operator made, by label, never other Secrets."""
-    found = [
+def sources() -> list[Source]:
+    """What the router watches: Sandboxes and templates, and the Pods the operator labels. Never Secrets: the
+    SDK path reads one sandbox's runtime token Secret by name when it needs it (router/secrets.py)."""
+    return [
         Source(SANDBOX),
         Source(SANDBOX_TEMPLATE),
         Source(POD, c.LABEL_SANDBOX_NAME_HASH),
     ]
-    if runtime_tokens:
-        found.append(Source(SECRET, f"{c.LABEL_SANDBOX_NAME_HASH},{c.LABEL_MANAGED_BY}={c.MANAGED_BY_VALUE}"))
-    return found
 
 
 class Feeder:

@@ -1,4 +1,5 @@
-"""A signed link to a private preview, from the cluster: the Sandbox's previewURL and the router's keys.
+"""A signed link to a private preview, from the cluster: the Sandbox's previewURL and the keys of its namespace
+(the Secret `shadow-preview-link-keys` the operator writes there: they sign for that namespace only).
 
 Written once as an operation (`signed_preview`), driven on a sync client (`preview_link`) or an async one
 (`apreview_link`); shadowctl's `preview` verbs use it too.
@@ -6,16 +7,16 @@ Written once as an operation (`signed_preview`), driven on a sync client (`previ
 
 from __future__ import annotations
 
-import base64
 import time
 from dataclasses import dataclass
 
 import httpx
 
+from shadow_operator.api import constants as c
 from shadow_operator.api.kinds import SANDBOX, SECRET
 from shadow_operator.common.links import DEFAULT_TTL_SECONDS, signed_link
 from shadow_operator.common.tokens import DEFAULT_MAX_LIFETIME_SECONDS, KeyRing
-from shadow_operator.sdk import discovery, kube
+from shadow_operator.sdk import kube
 from shadow_operator.sdk.errors import Forbidden, NotFound, SandboxNotFoundError, ShadowError
 from shadow_operator.sdk.kube import Op
 
@@ -28,7 +29,7 @@ class PreviewUnavailable(ShadowError):
 
 
 class PreviewKeysUnavailable(ShadowError):
-    """The router's keys Secret cannot be read, or holds no usable key: no link can be signed."""
+    """The keys Secret cannot be read, holds no usable key, or signs for another namespace: no link."""
 
     code = "PreviewKeysUnavailable"
 
@@ -43,9 +44,7 @@ class PreviewLink:
 
 def _keys(body: kube.Body, where: str) -> KeyRing:
     try:
-        keys = KeyRing(
-            {kid: base64.b64decode(value).strip() for kid, value in (body.get("data") or {}).items()}
-        )
+        keys = KeyRing.from_secret_data(body.get("data"))
     except ValueError as exc:
         raise PreviewKeysUnavailable(
             f"Secret {where} holds an unusable preview key: {exc}",
@@ -54,19 +53,24 @@ def _keys(body: kube.Body, where: str) -> KeyRing:
     if not keys:
         raise PreviewKeysUnavailable(
             f"Secret {where} holds no preview key",
-            hint="add a key of 32 bytes or more to it (README: Private previews)",
+            hint="add a key of 32 bytes or more to the router's keys Secret (README: Private previews)",
         )
     return keys
 
 
-def read_keys(namespace: str, name: str) -> Op[KeyRing]:
+def read_keys(namespace: str, name: str, signs_for: str) -> Op[KeyRing]:
+    """The keys that sign links for sandboxes of `signs_for`: a namespace's link keys Secret (the operator
+    writes it, annotated with its namespace), or the router's own keys Secret (administrators), whose keys are
+    then derived for `signs_for` here as the router derives them."""
     where = f"{namespace}/{name}"
     try:
         body = yield from kube.get(SECRET.path(namespace, name), f"read the preview keys Secret {where}")
     except NotFound:
         raise PreviewKeysUnavailable(
             f"the preview keys Secret {where} does not exist",
-            hint="create it (README: Private previews), or name the router's with --keys-secret, --keys-namespace",
+            hint=f"the operator writes {c.PREVIEW_LINK_KEYS_SECRET} into each namespace the preview router serves "
+            "once the router's keys Secret exists; or name another with --keys-secret, --keys-namespace "
+            "(README: Private previews)",
         ) from None
     except Forbidden as exc:
         raise PreviewKeysUnavailable(
@@ -74,7 +78,17 @@ def read_keys(namespace: str, name: str) -> Op[KeyRing]:
             hint=f"signing links needs `get` on Secret {where}: "
             f"kubectl auth can-i get secret/{name} -n {namespace}",
         ) from None
-    return _keys(body, where)
+    keys = _keys(body, where)
+    annotations = (body.get("metadata") or {}).get("annotations") or {}
+    scope = annotations.get(c.ANNOTATION_PREVIEW_LINK_NAMESPACE)
+    if scope is None:
+        return keys.for_namespace(signs_for)
+    if scope != signs_for:
+        raise PreviewKeysUnavailable(
+            f"Secret {where} signs links for namespace {scope}, not {signs_for}",
+            hint=f"use the Secret {c.PREVIEW_LINK_KEYS_SECRET} of namespace {signs_for}",
+        )
+    return keys
 
 
 def signed_preview(
@@ -108,11 +122,10 @@ def signed_preview(
     uid = str((body.get("metadata") or {}).get("uid") or "")
     if not uid:
         raise ShadowError(f"{what} has no metadata.uid", hint="read it from the API server, not from a file")
-    if keys_secret is None or keys_namespace is None:
-        where = yield from discovery.locate(namespace)  # the router of the release serving `namespace`
-        keys_secret = keys_secret or where.keys_secret
-        keys_namespace = keys_namespace or where.keys_namespace
-    keys = yield from read_keys(keys_namespace, keys_secret)
+    # The namespace's own link keys unless told otherwise (the router refuses any other namespace's).
+    keys = yield from read_keys(
+        keys_namespace or namespace, keys_secret or c.PREVIEW_LINK_KEYS_SECRET, signs_for=namespace
+    )
     issued = int(now if now is not None else time.time())
     link = signed_link(keys, url, namespace, sandbox, uid, ttl_seconds=ttl_seconds, now=issued)
     return PreviewLink(link, sandbox, namespace, issued + ttl_seconds)
@@ -129,8 +142,10 @@ def preview_link(
     http: httpx.Client | None = None,
 ) -> str:
     """A link that opens the sandbox's (private) preview for `ttl_seconds` (at most `max_ttl_seconds`, the
-    router's `previewRouter.maxTokenSeconds`); the caller needs read access to the Sandbox and to the router's
-    keys Secret, which is what makes handing out links a privilege."""
+    router's `previewRouter.maxTokenSeconds`); the caller needs read access to the Sandbox and to the Secret
+    `shadow-preview-link-keys` of its namespace, which is what makes handing out links a privilege (and one
+    for that namespace only). `keys_secret`/`keys_namespace` name another Secret: the router's own keys
+    Secret (administrators) signs for any namespace."""
     op = signed_preview(
         sandbox,
         namespace,
