@@ -17,11 +17,13 @@ from pathlib import Path
 import pytest
 import yaml
 from kubernetes import client
+from kubernetes import config as config_module
 from kubernetes.client.exceptions import ApiException
 
 from tests.e2e.cluster import CACHE, Cluster
 from tests.e2e.test_cli_sdk import REQUESTS, TIMEOUT, ctl, ok
 from tests.e2e.test_environment import python_package
+from tests.support.tenant_pods import every_escape_is_refused
 
 pytestmark = pytest.mark.e2e
 
@@ -142,3 +144,43 @@ def test_a_tenant_with_edit_runs_the_whole_flow_in_its_namespace_only(
         rbac.delete_namespaced_role_binding(f"{user}-edit", TENANT_NAMESPACE)
         core.delete_namespaced_service_account(user, TENANT_NAMESPACE)
         core.delete_namespace(other_ns)
+
+
+def test_a_tenant_with_edit_cannot_reach_the_node(cluster: Cluster, tmp_path: Path) -> None:
+    """The built-in `edit` creates Pods, Deployments and Jobs directly: in a namespace the chart prepared,
+    which the operator labels to enforce restricted, a privileged, hostPath or hostPID pod gets no node."""
+    core = client.CoreV1Api(cluster.api)
+    labels = core.read_namespace(TENANT_NAMESPACE).metadata.labels or {}
+    assert labels.get("pod-security.kubernetes.io/enforce") == "restricted", labels
+    rbac = client.RbacAuthorizationV1Api(cluster.api)
+    suffix = uuid.uuid4().hex[:6]
+    user = f"mallory-{suffix}"
+    core.create_namespaced_service_account(
+        TENANT_NAMESPACE, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=user))
+    )
+    binding = client.V1RoleBinding(
+        metadata=client.V1ObjectMeta(name=f"{user}-edit"),
+        role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name="edit"),
+        subjects=[client.RbacV1Subject(kind="ServiceAccount", name=user, namespace=TENANT_NAMESPACE)],
+    )
+    rbac.create_namespaced_role_binding(TENANT_NAMESPACE, binding)
+    prefix = f"esc-{suffix}-"
+    try:
+        config = tenant_kubeconfig(cluster, tmp_path, user, TENANT_NAMESPACE)
+        with config_module.new_client_from_config(str(config)) as api:
+            every_escape_is_refused(api, TENANT_NAMESPACE, prefix)
+    finally:
+        apps, batch = client.AppsV1Api(cluster.api), client.BatchV1Api(cluster.api)
+        for deployment in apps.list_namespaced_deployment(TENANT_NAMESPACE).items:
+            if deployment.metadata.name.startswith(prefix):
+                apps.delete_namespaced_deployment(deployment.metadata.name, TENANT_NAMESPACE)
+        for job in batch.list_namespaced_job(TENANT_NAMESPACE).items:
+            if job.metadata.name.startswith(prefix):
+                batch.delete_namespaced_job(
+                    job.metadata.name, TENANT_NAMESPACE, propagation_policy="Background"
+                )
+        for pod in core.list_namespaced_pod(TENANT_NAMESPACE).items:
+            if pod.metadata.name.startswith(prefix):
+                core.delete_namespaced_pod(pod.metadata.name, TENANT_NAMESPACE)
+        rbac.delete_namespaced_role_binding(f"{user}-edit", TENANT_NAMESPACE)
+        core.delete_namespaced_service_account(user, TENANT_NAMESPACE)

@@ -137,3 +137,27 @@ def wait_refused_by_controller(api: client.ApiClient, namespace: str, kind: str,
 
     wait_for(refused, timeout=60, what=f"the {kind} controller to report its Pod refused ({kind} {name})")
     return found["message"]
+
+
+def every_escape_is_refused(api: client.ApiClient, namespace: str, prefix: str = "") -> None:
+    """As the tenant (`api`), try every escape as a Pod, a Deployment and a Job in `namespace`, which enforces
+    restricted: the Pods are refused at once, the workloads are admitted with Pod Security's warning and their
+    controllers then make no Pod. A pod that passes restricted is admitted, so the role is not what refused."""
+    for name, spec in ESCAPES.items():
+        pod = try_pod(api, namespace, f"{prefix}pod-{name}", spec)
+        assert pod.refused is not None and VIOLATION in pod.refused, pod
+        for attempt in (
+            try_deployment(api, namespace, f"{prefix}deploy-{name}", spec),
+            try_job(api, namespace, f"{prefix}job-{name}", spec),
+        ):
+            # Admitted (Pod Security does not refuse workloads), with its warning to the tenant.
+            assert attempt.refused is None and WOULD_VIOLATE in attempt.warnings, attempt
+    for name in ESCAPES:
+        for kind, workload in (("Deployment", f"{prefix}deploy-{name}"), ("Job", f"{prefix}job-{name}")):
+            message = wait_refused_by_controller(api, namespace, kind, workload)
+            assert 'violates PodSecurity "restricted:latest"' in message, message
+    assert try_pod(api, namespace, f"{prefix}harmless", HARMLESS).refused is None
+    names = [p.metadata.name for p in client.CoreV1Api(api).list_namespaced_pod(namespace).items]
+    assert f"{prefix}harmless" in names
+    escapes = [n for n in names if any(n.startswith(f"{prefix}{k}-") for k in ("pod", "deploy", "job"))]
+    assert not escapes, names
