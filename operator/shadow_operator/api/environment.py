@@ -331,7 +331,8 @@ class WorkspaceShape(ApiModel):
     )
     resources: dict[str, Any] | None = Field(
         default=None,
-        description="core/v1 ResourceRequirements of the workspace container (replaces the template's).",
+        description="core/v1 ResourceRequirements of the workspace container, laid over the template's key by "
+        "key: a request or limit named here replaces the template's, the others are kept.",
         json_schema_extra={"type": "object", **PRESERVE},
     )
     preview: PreviewSpec | None = Field(default=None, description="The preview dev server.")
