@@ -1,22 +1,9 @@
-"""shadowctl (also the kubectl plugin `kubectl-shadow`): shadow environments and sandboxes from the command line.
-
-    shadowctl create my-change --local ~/src/core --rewrite https://github.com/microsoft/=shadow
-    shadowctl exec my-change -- python3 -m pytest -q
-    shadowctl diff my-change
-    shadowctl fork my-change --count 3   # three independent copies (copy-on-write where storage allows)
-    shadowctl race my-change --count 3 -- 'agent fix-tests'   # forks, verified and ranked; --promote the best
-    shadowctl manifest my-change -o yaml # seed 001's handoff manifest for a smoke-test agent
-    shadowctl promote my-change
-    shadowctl preview my-change          # a signed link to its private preview
-    shadowctl destroy my-change
-
-Every verb talks to the API server of the kubeconfig's context (`--context` picks another); workspace runtimes
-are reached through the API server's pod proxy, so no Ingress or port-forward is needed. Errors print one line
-and a hint, never a traceback.
-"""
+"""The shadowctl application: the typer app, its global options and the error handling of `main()`."""
 
 from __future__ import annotations
 
+import importlib
+import os
 import sys
 from typing import Annotated, NoReturn
 
@@ -24,7 +11,6 @@ import typer
 from rich.markup import escape
 
 from shadow_operator import __version__
-from shadow_operator.cli import environments, forks, maintenance, manifest, previews, race, sandboxes
 from shadow_operator.cli.common import GLOBALS, check_output, err, out
 from shadow_operator.sdk.errors import ShadowError
 
@@ -113,13 +99,46 @@ def lift_globals(argv: list[str]) -> list[str]:
     return rest
 
 
-environments.register(app)
-forks.register(app)
-race.register(app)
-manifest.register(app)
-previews.register(app, sandboxes.app)
-maintenance.register(app)
-app.add_typer(sandboxes.app, name="sandbox")
+# The module of each verb. A command loads its own module only, so a `shadowctl list` does not import the
+# models and SDK operations of every other verb; help, completion and an unknown verb load them all.
+VERB_MODULES = {
+    **dict.fromkeys(
+        (
+            "create", "list", "status", "exec", "shell", "cp", "diff", "promote", "publish", "sync", "logs",
+            "journal", "decide", "handoff", "verify", "stop", "start", "destroy",
+        ),
+        ("environments",),
+    ),
+    "fork": ("forks",),
+    "snapshot": ("forks",),
+    "race": ("race",),
+    "manifest": ("manifest",),
+    "preview": ("previews", "sandboxes"),
+    "sandbox": ("previews", "sandboxes"),
+    "doctor": ("maintenance",),
+    "cleanup": ("maintenance",),
+}  # fmt: skip
+ALL_MODULES = ("environments", "forks", "race", "manifest", "previews", "maintenance", "sandboxes")
+
+
+def register(verb: str | None) -> None:
+    """Add the commands of `verb`'s module (every module's for None or a verb not in VERB_MODULES)."""
+    names = VERB_MODULES.get(verb or "", ALL_MODULES)
+    modules = {name: importlib.import_module(f"shadow_operator.cli.{name}") for name in names}
+    for name, module in modules.items():
+        if name == "previews":
+            module.register(app, modules["sandboxes"].app)
+        elif name == "sandboxes":
+            app.add_typer(module.app, name="sandbox")
+        else:
+            module.register(app)
+
+
+def first_verb(args: list[str]) -> str | None:
+    """The verb of a command line whose global options are lifted out (None when help is asked for)."""
+    if "--help" in args or "-h" in args or any(k.endswith("_COMPLETE") for k in os.environ):
+        return None
+    return next((a for a in args if not a.startswith("-")), None)
 
 
 def _error(message: str, hint: str, code: int) -> NoReturn:
@@ -133,6 +152,7 @@ def main(argv: list[str] | None = None) -> None:
     """Every error ends as one line and a hint (usage errors too), never a traceback."""
     try:
         args = lift_globals(sys.argv[1:] if argv is None else list(argv)) or ["--help"]
+        register(first_verb(args))
         code = app(args=args, prog_name="shadowctl", standalone_mode=False)
     except ShadowError as exc:
         _error(exc.message, exc.hint, 1)

@@ -10,7 +10,6 @@ import typer
 from rich.table import Table
 
 from shadow_operator.api import constants as c
-from shadow_operator.api.kinds import SANDBOX_CLAIM
 from shadow_operator.cli.common import (
     GLOBALS,
     AllNamespacesOpt,
@@ -35,7 +34,7 @@ app = typer.Typer(help="Plain sandboxes: claim, exec, cp, preview, snapshot, del
 ClaimArg = Annotated[
     str,
     typer.Argument(
-        help="Name of the SandboxClaim.", show_default=False, autocompletion=complete_names(SANDBOX_CLAIM)
+        help="Name of the SandboxClaim.", show_default=False, autocompletion=complete_names("SandboxClaim")
     ),
 ]
 

@@ -93,7 +93,10 @@ class EnvironmentSpec:
     mount_path: str | None = None
     storage_class: str | None = None  # of the workspace volume; forks by snapshot need one that supports it
     verify_commands: Sequence[str] = ()
-    requests: dict[str, str] = field(default_factory=dict)  # resource requests of the workspace, e.g. cpu
+    # Resource requests and limits of the workspace, e.g. {"cpu": "500m"}: laid over the template's, so a
+    # request given alone keeps the template's limits.
+    requests: dict[str, str] = field(default_factory=dict)
+    limits: dict[str, str] = field(default_factory=dict)
     # A ShadowEnvironmentPool to take a started workspace and Gitea from: the environment starts from the
     # pool's values (template, workspace, rewrites, ...), and the fields set here override them.
     pool: str | None = None
@@ -141,8 +144,9 @@ def build_environment(
     }
     if workspace:
         body_spec["workspace"] = workspace
-    if spec.requests:
-        body_spec["resources"] = {"requests": dict(spec.requests)}
+    resources = {k: dict(v) for k, v in (("requests", spec.requests), ("limits", spec.limits)) if v}
+    if resources:
+        body_spec["resources"] = resources
     if spec.verify_commands:
         body_spec["verify"] = {
             "commands": [
