@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.support.sandbox_operator import ENVIRONMENT, Objects
 
@@ -45,11 +46,30 @@ def test_create_list_status_destroy(objs: Objects, kubeconfig: str) -> None:
     )
     listed = run(kubeconfig, "list", "-n", ns, "-o", "json")
     assert listed.returncode == 0, listed.stderr
-    assert json.loads(listed.stdout) == [
-        {"name": "cli", "ready": "False", "sources": "", "verdict": "", "failure": "TemplateNotFound"}
+    # As kubectl prints several objects: a v1 List of the objects themselves.
+    as_list = json.loads(listed.stdout)
+    assert as_list["apiVersion"] == "v1" and as_list["kind"] == "List"
+    [item] = as_list["items"]
+    stored = objs.get(ENVIRONMENT, "cli", "v1alpha1")
+    assert stored is not None
+    assert item["apiVersion"] == "shadow.dev/v1alpha1" and item["kind"] == "ShadowEnvironment"
+    assert item["metadata"]["uid"] == stored["metadata"]["uid"]
+    assert item["status"]["failure"]["code"] == "TemplateNotFound"
+    table = run(kubeconfig, "list", "-n", ns)
+    assert table.stdout.split() == [
+        "NAME",
+        "READY",
+        "SOURCES",
+        "VERDICT",
+        "FAILURE",
+        "cli",
+        "False",
+        "TemplateNotFound",
     ]
     status = run(kubeconfig, "status", "cli", "-n", ns)
     assert status.returncode == 0 and "TemplateNotFound" in status.stdout
+    as_yaml = yaml.safe_load(run(kubeconfig, "status", "cli", "-n", ns, "-o", "yaml").stdout)
+    assert as_yaml["kind"] == "ShadowEnvironment" and as_yaml["spec"] == stored["spec"]
 
     missing = run(kubeconfig, "status", "nope", "-n", ns)
     assert missing.returncode == 1 and missing.stderr.startswith(
