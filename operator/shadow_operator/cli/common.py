@@ -139,6 +139,11 @@ def plain(data: Any) -> Any:
     return data
 
 
+def kube_list(items: list[dict[str, Any]]) -> dict[str, Any]:
+    """Objects as kubectl prints several for -o json|yaml: a v1 List."""
+    return {"apiVersion": "v1", "kind": "List", "items": items, "metadata": {"resourceVersion": ""}}
+
+
 def emit(data: Any, output: str) -> bool:
     """Print data as json or yaml and return True; return False for text (the caller prints)."""
     if output == "json":

@@ -22,6 +22,7 @@ from shadow_operator.cli.common import (
     emit,
     err,
     fail,
+    kube_list,
     out,
     split_remote,
 )
@@ -238,11 +239,6 @@ def environments_path(namespace: str | None) -> str:
         + (f"/namespaces/{namespace}" if namespace else "")
         + "/shadowenvironments"
     )
-
-
-def kube_list(items: list[dict[str, Any]]) -> dict[str, Any]:
-    """Objects as kubectl prints several: a v1 List."""
-    return {"apiVersion": "v1", "kind": "List", "items": items, "metadata": {"resourceVersion": ""}}
 
 
 def status(name: NameArg, namespace: NamespaceOpt = "", output: OutputOpt = "text") -> None:

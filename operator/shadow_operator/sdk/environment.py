@@ -58,10 +58,12 @@ class LocalSource:
 
     @property
     def source_name(self) -> str:
+        """The source's name in the environment (a DNS label)."""
         return self.name or source_name(self.path.name)
 
     @property
     def repo_name(self) -> str:
+        """Its Gitea repository, org/name."""
         return self.repo or f"shadow/{self.path.name}"
 
 
@@ -74,11 +76,13 @@ class GitSource:
 
     @property
     def source_name(self) -> str:
+        """The source's name in the environment (a DNS label)."""
         base = self.url.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git") or "src"
         return self.name or source_name(base)
 
     @property
     def repo_name(self) -> str:
+        """Its Gitea repository, org/name."""
         return self.repo or f"shadow/{self.url.rstrip('/').rsplit('/', 1)[-1].removesuffix('.git')}"
 
 
@@ -513,7 +517,7 @@ def upload_source(
     source: str,
     path: str | PathLike[str],
     *,
-    namespace: str = "default",
+    namespace: str | None = None,
     timeout: float = 300.0,
     progress: Progress | None = None,
 ) -> UploadResult:
@@ -524,6 +528,7 @@ def upload_source(
     sha256: the operator snapshots the directory once that annotation is there. Uploading again overwrites
     files but removes none, and the operator snapshots a source only once.
     """
+    namespace = namespace or kube.context_namespace()  # as kubectl: the context's unless one is named
     with kube.connect() as http:
         result, digest = kube.run(http, upload(namespace, environment, source, path, timeout, progress))
         localdirs.record(str(http.base_url), namespace, environment, {source: path})

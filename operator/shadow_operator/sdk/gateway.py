@@ -313,8 +313,11 @@ class ShadowGateway(kube.ClientHolder):
         namespace = namespace or kube.context_namespace()
         self._ops = _Ops(name, namespace, workspace_path, str(self._http.base_url), pool)
 
-    name = property(lambda self: self._ops.name)
-    namespace = property(lambda self: self._ops.namespace)
+    name = property(lambda self: self._ops.name, doc="The environment's name.")
+    namespace = property(
+        lambda self: self._ops.namespace,
+        doc="The environment's namespace (the kubeconfig context's unless one was named).",
+    )
 
     def _run(self, op: Op[Any]) -> Any:
         return kube.run(self._http, op)
@@ -356,6 +359,7 @@ class ShadowGateway(kube.ClientHolder):
         self._ops.forget()
 
     def status(self) -> ShadowEnvironment:
+        """The ShadowEnvironment as the API server has it now (spec, status, conditions)."""
         return self._run(envops.get(self.namespace, self.name))  # type: ignore[no-any-return]
 
     def wait_ready(
@@ -367,6 +371,7 @@ class ShadowGateway(kube.ClientHolder):
     def upload(
         self, source: LocalSource, *, timeout: float = 300.0, progress: Progress | None = None
     ) -> ImportResult:
+        """Upload one local source's working tree into the workspace and tell the operator to snapshot it."""
         return self._run(self._ops.upload(source, timeout, progress))  # type: ignore[no-any-return]
 
     # work in the workspace
@@ -392,15 +397,19 @@ class ShadowGateway(kube.ClientHolder):
         )
 
     def read_file(self, path: str) -> bytes:
+        """The bytes of a file of the workspace (a path relative to it)."""
         return self._run(self._ops.read_file(path))  # type: ignore[no-any-return]
 
     def write_file(self, path: str, data: bytes | str) -> None:
+        """Write a file of the workspace (its directories are made); a str is written as UTF-8."""
         self._run(self._ops.write_file(path, data))
 
     def diff(self, *, paths_only: bool = False) -> Diff:
+        """What changed in the workspace since the copy-in: the paths, and unless `paths_only` the patch."""
         return self._run(self._ops.diff(paths_only))  # type: ignore[no-any-return]
 
     def git(self, command: str, cwd: str = ".") -> ExecutionResult:
+        """Run `git COMMAND` (a shell command line) in a directory of the workspace."""
         return self.exec(f"git {command}", cwd=cwd)
 
     # results
@@ -430,6 +439,7 @@ class ShadowGateway(kube.ClientHolder):
     def apply_promote(
         self, plans: Sequence[PromotePlan], *, max_bytes: int = confine.DEFAULT_MAX_BYTES
     ) -> list[PromotePlan]:
+        """Carry out plans made by plan_promote (never .git, never through a link, within `max_bytes`)."""
         return self._run(self._ops.apply_promote(plans, max_bytes))  # type: ignore[no-any-return]
 
     def publish_module(
@@ -494,15 +504,18 @@ class ShadowGateway(kube.ClientHolder):
         return raceops.race_sync(self, self._http, cmds, raceops.RaceOptions(**options))
 
     def journal(self, since: int = 0, *, significant: bool = False) -> list[JournalEntry]:
+        """The workspace's command journal after `since` (only the significant entries if asked)."""
         return self._run(self._ops.journal(since, significant))  # type: ignore[no-any-return]
 
     def follow_journal(self, since: int = 0, *, significant: bool = False) -> Iterator[JournalEntry]:
+        """Journal entries after `since` as they are recorded (an endless stream; stop iterating to end it)."""
         ep = self.runtime_endpoint()
         call = runtime.journal_follow_call(ep, since=since, significant=significant)
         for entry in runtime.stream_events(self._http, call):
             yield JournalEntry.model_validate(entry)
 
     def handoff(self) -> str | None:
+        """The workspace's HANDOFF.md (None when the runtime keeps none)."""
         return self._run(self._ops.handoff())  # type: ignore[no-any-return]
 
     # copy-on-write workspaces
@@ -532,6 +545,7 @@ class ShadowGateway(kube.ClientHolder):
 
 
 # -------------------------------------------------------------------------------------------- async
+@kube.documented_as(ShadowGateway)
 class AsyncShadowGateway(kube.AsyncClientHolder):
     """The async twin of ShadowGateway: the same operations, awaited."""
 
@@ -563,6 +577,7 @@ class AsyncShadowGateway(kube.AsyncClientHolder):
         timeout: float = 600.0,
         progress: Callable[[str, int, int], None] | None = None,
     ) -> ShadowEnvironment:
+        """Create the environment, upload its local sources, and (by default) wait for Ready and a verdict."""
         spec = self._ops.spec(spec)
         env: ShadowEnvironment = await self._run(self._ops.create(spec))
         for source in spec.local:
@@ -570,7 +585,27 @@ class AsyncShadowGateway(kube.AsyncClientHolder):
             await self._run(self._ops.upload(source, timeout, report))
         return await self.wait_ready(timeout) if wait else env
 
+    async def create(self, spec: EnvironmentSpec) -> ShadowEnvironment:
+        """Only create the object (start() also uploads and waits)."""
+        return await self._run(self._ops.create(spec))  # type: ignore[no-any-return]
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        """The httpx client on the API server (for calls the gateway does not wrap)."""
+        return self._http
+
+    async def runtime_endpoint(self) -> runtime.RuntimeEndpoint:
+        """The workspace runtime through the API server's pod proxy (base path and token header)."""
+        return await self._run(self._ops.endpoint())  # type: ignore[no-any-return]
+
+    async def upload(
+        self, source: LocalSource, *, timeout: float = 300.0, progress: Progress | None = None
+    ) -> ImportResult:
+        """Upload one local source's working tree into the workspace and tell the operator to snapshot it."""
+        return await self._run(self._ops.upload(source, timeout, progress))  # type: ignore[no-any-return]
+
     async def stop(self, *, wait: bool = True, timeout: float = 120.0) -> None:
+        """Delete the environment (workspace, Gitea, volumes); by default wait until it is gone."""
         self._ops.forget_endpoint()
         await self._run(envops.delete(self.namespace, self.name, wait=wait, timeout=timeout))
         self._ops.forget()
@@ -578,8 +613,11 @@ class AsyncShadowGateway(kube.AsyncClientHolder):
     async def status(self) -> ShadowEnvironment:
         return await self._run(envops.get(self.namespace, self.name))  # type: ignore[no-any-return]
 
-    async def wait_ready(self, timeout: float = 600.0) -> ShadowEnvironment:
-        return await self._run(self._ops.wait_ready(timeout))  # type: ignore[no-any-return]
+    async def wait_ready(
+        self, timeout: float = 600.0, *, on_change: Callable[[ShadowEnvironment], None] | None = None
+    ) -> ShadowEnvironment:
+        """Wait (watching) for Ready and a verdict; a failure in status raises EnvironmentFailed."""
+        return await self._run(self._ops.wait_ready(timeout, on_change))  # type: ignore[no-any-return]
 
     async def exec(
         self,
@@ -637,8 +675,13 @@ class AsyncShadowGateway(kube.AsyncClientHolder):
     ) -> list[PromotePlan]:
         return await self._run(self._ops.apply_promote(plans, max_bytes))  # type: ignore[no-any-return]
 
-    async def publish_module(self, module_path: str | Path, repo: str | None = None) -> dict[str, str]:
-        return await self._run(self._ops.publish(Path(module_path).expanduser().resolve(), repo, None))  # type: ignore[no-any-return]
+    async def publish_module(
+        self, module_path: str | Path, repo: str | None = None, *, progress: Progress | None = None
+    ) -> dict[str, str]:
+        """Push a local repository into the environment's Gitea (created if missing), so the workspace can
+        install it from its rewritten URL."""
+        path = Path(module_path).expanduser().resolve()
+        return await self._run(self._ops.publish(path, repo, progress))  # type: ignore[no-any-return]
 
     async def verify(
         self, timeout: float = 600.0, *, fallback: str | None = None, spec: EnvironmentSpec | None = None
@@ -693,7 +736,17 @@ class AsyncShadowGateway(kube.AsyncClientHolder):
     async def journal(self, since: int = 0, *, significant: bool = False) -> list[JournalEntry]:
         return await self._run(self._ops.journal(since, significant))  # type: ignore[no-any-return]
 
+    async def follow_journal(
+        self, since: int = 0, *, significant: bool = False
+    ) -> AsyncIterator[JournalEntry]:
+        """Journal entries after `since` as they are recorded (an endless stream; stop iterating to end it)."""
+        ep = await self.runtime_endpoint()
+        call = runtime.journal_follow_call(ep, since=since, significant=significant)
+        async for entry in runtime.astream_events(self._http, call):
+            yield JournalEntry.model_validate(entry)
+
     async def handoff(self) -> str | None:
+        """The workspace's HANDOFF.md (None when the runtime keeps none)."""
         return await self._run(self._ops.handoff())  # type: ignore[no-any-return]
 
     async def fork(

@@ -232,6 +232,7 @@ class ClientHolder:
         self._http = client or connect()
 
     def close(self) -> None:
+        """Close the httpx client if this object made it (not one the caller passed)."""
         if self._own_client:
             self._http.close()
 
@@ -250,6 +251,7 @@ class AsyncClientHolder:
         self._http = client or connect_async()
 
     async def aclose(self) -> None:
+        """Close the httpx client if this object made it (not one the caller passed)."""
         if self._own_client:
             await self._http.aclose()
 
@@ -258,6 +260,24 @@ class AsyncClientHolder:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def documented_as(sync: type) -> Callable[[type[T]], type[T]]:
+    """A class decorator for an async twin: each of its public methods and properties without a docstring
+    takes the one of the same name in `sync`, so that a method is documented once for both."""
+
+    def decorate(cls: type[T]) -> type[T]:
+        for name, member in vars(cls).items():
+            twin = getattr(sync, name, None)
+            if name.startswith("_") or twin is None or getattr(member, "__doc__", None):
+                continue
+            if isinstance(member, property):
+                setattr(cls, name, property(member.fget, member.fset, member.fdel, twin.__doc__))
+            elif callable(member):
+                member.__doc__ = twin.__doc__
+        return cls
+
+    return decorate
 
 
 # -------------------------------------------------------------------------------------------- calls

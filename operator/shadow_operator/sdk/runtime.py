@@ -39,6 +39,7 @@ class ExecutionResult(BaseModel):
 
     @property
     def ok(self) -> bool:
+        """Whether the command exited 0 (not killed, not timed out)."""
         return self.exit_code == 0 and not self.timed_out
 
 
@@ -60,6 +61,7 @@ class Diff(BaseModel):
 
     @property
     def empty(self) -> bool:
+        """Whether nothing changed."""
         return not (self.added or self.modified or self.deleted)
 
     def changed_in(self, sources: Sequence[str]) -> list[str]:
