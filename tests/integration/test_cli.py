@@ -83,3 +83,33 @@ def test_create_list_status_destroy(objs: Objects, kubeconfig: str) -> None:
     assert run(kubeconfig, "destroy", "cli", "-n", ns).stderr.startswith(
         f"error: ShadowEnvironment {ns}/cli does not exist"
     )
+
+
+def test_create_refuses_a_linked_worktree_before_creating_anything(
+    objs: Objects, kubeconfig: str, tmp_path: Path
+) -> None:
+    """It used to create the environment, wait for its workspace, then refuse the worktree and leave the
+    environment behind."""
+    main = tmp_path / "main"
+    main.mkdir()
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run([*git, "init", "-q", str(main)], check=True)
+    (main / "app.py").write_text("print('hi')\n")
+    subprocess.run([*git, "-C", str(main), "add", "app.py"], check=True)
+    subprocess.run([*git, "-C", str(main), "commit", "-qm", "one"], check=True)
+    subprocess.run([*git, "-C", str(main), "worktree", "add", "-q", str(tmp_path / "linked")], check=True)
+
+    refused = run(
+        kubeconfig,
+        "create",
+        "wt",
+        "-n",
+        objs.namespace,
+        "--local",
+        str(tmp_path / "linked"),
+        "--timeout",
+        "20",
+    )
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert refused.stderr.startswith("error: ") and "linked worktree" in refused.stderr
+    assert objs.get(ENVIRONMENT, "wt", "v1alpha1") is None  # nothing left behind

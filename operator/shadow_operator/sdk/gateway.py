@@ -42,7 +42,7 @@ from shadow_operator.sdk.manifest import HandoffManifest
 from shadow_operator.sdk.promote import PromotePlan
 from shadow_operator.sdk.race import RaceResult
 from shadow_operator.sdk.runtime import Diff, ExecutionResult, ImportResult, JournalEntry
-from shadow_operator.sdk.upload import stream_worktree
+from shadow_operator.sdk.upload import check_source, stream_worktree
 
 T = TypeVar("T")
 
@@ -91,6 +91,8 @@ class _Ops:
 
     def create(self, spec: EnvironmentSpec) -> Op[ShadowEnvironment]:
         self._endpoint = None  # a new environment: a new runtime token
+        for source in spec.local:  # every local check before anything is created in the cluster
+            check_source(source.path)
         pool = (yield from envops.get_pool_spec(self.namespace, spec.pool)) if spec.pool else None
         env = yield from envops.create(envops.build_environment(self.name, self.namespace, spec, pool))
         self.forget()
