@@ -643,6 +643,25 @@ def journal(
             out.print(f"{entry.seq:>5} {mark} {what}{code}", markup=True, highlight=False)
 
 
+def decide(
+    name: NameArg,
+    text: Annotated[str, typer.Argument(help="The decision: what was chosen, and why.", show_default=False)],
+    author: Annotated[str | None, typer.Option(help="Who decided (default: your login name).")] = None,
+    namespace: NamespaceOpt = "",
+    output: OutputOpt = "text",
+) -> None:
+    """Record a decision in the workspace's journal and HANDOFF.md's Decision Log.
+
+    shadowctl decide my-change "keep the v1 API: two clients still call it"
+    """
+    import getpass
+
+    with gateway(name, namespace) as gw:
+        entry = gw.decide(text, author=author or getpass.getuser())
+    if not emit(entry, output):
+        err.print(f"recorded decision {entry.seq} in {name}'s journal")
+
+
 def handoff(name: NameArg, namespace: NamespaceOpt = "") -> None:
     """Print the workspace's HANDOFF.md."""
     with gateway(name, namespace) as gw:
@@ -709,6 +728,7 @@ def register(app: typer.Typer) -> None:
         (sync, "sync"),
         (logs, "logs"),
         (journal, "journal"),
+        (decide, "decide"),
         (handoff, "handoff"),
         (with_fallback(verify), "verify"),
         (destroy, "destroy"),

@@ -282,6 +282,9 @@ class _Ops:
     def handoff(self) -> Op[str | None]:
         return self.on_runtime(runtime.handoff)
 
+    def decide(self, text: str, author: str | None) -> Op[JournalEntry]:
+        return self.on_runtime(lambda ep: runtime.decide(ep, text, author))
+
     def fork_names(self, names: Sequence[str], count: int | None) -> list[str]:
         return [*names, *(f"{self.name}-fork-{i}" for i in range(1, (count or 0) + 1))] or [
             f"{self.name}-fork-1"
@@ -520,6 +523,11 @@ class ShadowGateway(kube.ClientHolder):
         """The workspace's HANDOFF.md (None when the runtime keeps none)."""
         return self._run(self._ops.handoff())  # type: ignore[no-any-return]
 
+    def decide(self, text: str, *, author: str | None = None) -> JournalEntry:
+        """Record a decision (what was chosen and why) in the journal, and so in HANDOFF.md's Decision Log:
+        the next agent or person reads it there."""
+        return self._run(self._ops.decide(text, author))  # type: ignore[no-any-return]
+
     # copy-on-write workspaces
     def fork(
         self,
@@ -750,6 +758,9 @@ class AsyncShadowGateway(kube.AsyncClientHolder):
     async def handoff(self) -> str | None:
         """The workspace's HANDOFF.md (None when the runtime keeps none)."""
         return await self._run(self._ops.handoff())  # type: ignore[no-any-return]
+
+    async def decide(self, text: str, *, author: str | None = None) -> JournalEntry:
+        return await self._run(self._ops.decide(text, author))  # type: ignore[no-any-return]
 
     async def fork(
         self,

@@ -242,6 +242,15 @@ def journal(ep: RuntimeEndpoint, *, since: int = 0, significant: bool = False) -
     return [JournalEntry.model_validate(e) for e in response.json()["entries"]]
 
 
+def decide(ep: RuntimeEndpoint, text: str, author: str | None = None) -> Op[JournalEntry]:
+    """Record a decision in the journal (HANDOFF.md's Decision Log, where the runtime keeps one)."""
+    if not text.strip():
+        raise ShadowError("a decision needs its text", hint='e.g. shadowctl decide NAME "keep the v1 API"')
+    body = {"text": text, **({"author": author} if author else {})}
+    response = yield ep.call("POST", "/v1/journal/decisions", "record a decision", body=body)
+    return JournalEntry.model_validate(response.json())
+
+
 def journal_follow_call(ep: RuntimeEndpoint, *, since: int = 0, significant: bool = False) -> Call:
     params = {"since": str(since), "significant": str(significant).lower(), "follow": "true"}
     return ep.call("GET", "/v1/journal", "journal", params=params)
