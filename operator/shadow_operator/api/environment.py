@@ -411,6 +411,12 @@ class ShadowEnvironmentSpec(WorkspaceShape):
         description="Suspend the workspace after this long without runtime API activity (its Pod is removed, "
         "its volume kept); set the annotation shadow.dev/resume-requested to a new value to resume.",
     )
+    suspend: bool = Field(
+        default=False,
+        description="Stop the workspace while true: its Pod is removed, its volume (uncommitted work "
+        "included) and Gitea are kept; set it back to false to start the workspace again as it was "
+        "(shadowctl stop / start).",
+    )
     startup_timeout_seconds: int = Field(
         default=600,
         ge=30,

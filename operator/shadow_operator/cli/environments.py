@@ -703,6 +703,31 @@ def verify(
     raise typer.Exit(0 if verdict.result == "PASS" else 1)
 
 
+def stop(
+    name: NameArg,
+    namespace: NamespaceOpt = "",
+    wait: Annotated[bool, typer.Option(help="Wait until the workspace is stopped.")] = True,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait.")] = 300.0,
+) -> None:
+    """Stop an environment and keep it: its workspace Pod goes, its volume (uncommitted work included) and
+    Gitea stay. `shadowctl start` brings it back as it was."""
+    with gateway(name, namespace) as gw, err.status(f"stopping {name}"):
+        gw.suspend(wait=wait, timeout=timeout)
+    err.print(f"stopped ShadowEnvironment {namespace}/{name} (start it again: shadowctl start {name})")
+
+
+def start(
+    name: NameArg,
+    namespace: NamespaceOpt = "",
+    wait: Annotated[bool, typer.Option(help="Wait until it is Ready.")] = True,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait.")] = 600.0,
+) -> None:
+    """Start a stopped environment (or one suspended for idleness) again, as it was."""
+    with gateway(name, namespace) as gw, err.status(f"starting {name}"):
+        gw.resume(wait=wait, timeout=timeout)
+    err.print(f"started ShadowEnvironment {namespace}/{name}")
+
+
 def destroy(
     name: NameArg,
     namespace: NamespaceOpt = "",
@@ -731,6 +756,8 @@ def register(app: typer.Typer) -> None:
         (decide, "decide"),
         (handoff, "handoff"),
         (with_fallback(verify), "verify"),
+        (stop, "stop"),
+        (start, "start"),
         (destroy, "destroy"),
     ):
         app.command(verb)(fn)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import secrets
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -450,6 +451,40 @@ def upload(
         content_type=kube.MERGE_PATCH,
     )
     return result, digest.hexdigest()
+
+
+def set_stopped(
+    namespace: str, name: str, stop: bool, timeout: float, wait_for_it: bool
+) -> Op[ShadowEnvironment]:
+    """Stop the workspace (spec.suspend: its Pod goes, its volume and Gitea stay) or start it again as it
+    was; a start also resumes a workspace suspended for idleness. By default waits until the operator has
+    acted: WorkspaceReady False (Stopped), or Ready again."""
+    patch: Body = {"spec": {"suspend": stop}}
+    if not stop:
+        patch["metadata"] = {"annotations": {c.ANNOTATION_RESUME_REQUEST: secrets.token_hex(8)}}
+    verb = "stop" if stop else "start"
+    try:
+        body = yield Call(
+            "PATCH",
+            SHADOW_ENVIRONMENT.path(namespace, name),
+            f"{verb} {_what(namespace, name)}",
+            body=patch,
+            content_type=kube.MERGE_PATCH,
+        )
+    except NotFound:
+        raise EnvironmentNotFound(f"{_what(namespace, name)} does not exist") from None
+    if not wait_for_it:
+        return ShadowEnvironment.from_body(kube.decoded(body, verb))
+
+    def stopped(env: ShadowEnvironment) -> bool:
+        cond = conditions(env).get(c.COND_WORKSPACE_READY)
+        return cond is not None and cond.status == "False" and cond.reason == "Stopped"
+
+    if stop:
+        return (yield from wait(namespace, name, stopped, "the workspace stopped", timeout))
+    return (
+        yield from wait(namespace, name, lambda e: is_true(e, c.COND_READY), "condition Ready=True", timeout)
+    )
 
 
 def request(

@@ -363,6 +363,18 @@ class ShadowGateway(kube.ClientHolder):
         self._run(envops.delete(self.namespace, self.name, wait=wait, timeout=timeout))
         self._ops.forget()
 
+    def suspend(self, *, wait: bool = True, timeout: float = 300.0) -> ShadowEnvironment:
+        """Stop the workspace and keep it: its Pod goes, its volume (uncommitted work included) and Gitea
+        stay (`shadowctl stop`); by default wait until the operator has stopped it."""
+        self._ops.forget_endpoint()
+        return self._run(envops.set_stopped(self.namespace, self.name, True, timeout, wait))  # type: ignore[no-any-return]
+
+    def resume(self, *, wait: bool = True, timeout: float = 600.0) -> ShadowEnvironment:
+        """Start a stopped (or idle-suspended) workspace again, as it was (`shadowctl start`); by default wait
+        until it is Ready."""
+        self._ops.forget_endpoint()
+        return self._run(envops.set_stopped(self.namespace, self.name, False, timeout, wait))  # type: ignore[no-any-return]
+
     def status(self) -> ShadowEnvironment:
         """The ShadowEnvironment as the API server has it now (spec, status, conditions)."""
         return self._run(envops.get(self.namespace, self.name))  # type: ignore[no-any-return]
@@ -619,6 +631,14 @@ class AsyncShadowGateway(kube.AsyncClientHolder):
         self._ops.forget_endpoint()
         await self._run(envops.delete(self.namespace, self.name, wait=wait, timeout=timeout))
         self._ops.forget()
+
+    async def suspend(self, *, wait: bool = True, timeout: float = 300.0) -> ShadowEnvironment:
+        self._ops.forget_endpoint()
+        return await self._run(envops.set_stopped(self.namespace, self.name, True, timeout, wait))  # type: ignore[no-any-return]
+
+    async def resume(self, *, wait: bool = True, timeout: float = 600.0) -> ShadowEnvironment:
+        self._ops.forget_endpoint()
+        return await self._run(envops.set_stopped(self.namespace, self.name, False, timeout, wait))  # type: ignore[no-any-return]
 
     async def status(self) -> ShadowEnvironment:
         return await self._run(envops.get(self.namespace, self.name))  # type: ignore[no-any-return]
