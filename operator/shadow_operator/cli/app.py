@@ -104,7 +104,7 @@ def lift_globals(argv: list[str]) -> list[str]:
 VERB_MODULES = {
     **dict.fromkeys(
         (
-            "create", "list", "status", "exec", "shell", "cp", "diff", "promote", "publish", "sync", "logs",
+            "create", "list", "status", "exec", "shell", "cp", "diff", "promote", "publish", "publish-all", "sync", "logs",
             "journal", "decide", "handoff", "verify", "stop", "start", "destroy",
         ),
         ("environments",),

@@ -556,6 +556,53 @@ def publish(
 
 def sync(
     name: NameArg,
+    source: Annotated[
+        str | None, typer.Option(help="Only this source (default: every uploaded one).")
+    ] = None,
+    watch: Annotated[
+        bool, typer.Option("--watch", "-w", help="Keep pushing as files change, until interrupted.")
+    ] = False,
+    namespace: NamespaceOpt = "",
+    output: OutputOpt = "text",
+) -> None:
+    """Push local edits into the running workspace.
+
+    The files changed in each source's local directory (the one it was created or uploaded from on this
+    machine) since the last push are sent, with the same rules as an upload; files deleted here are deleted
+    there, only inside the source and never in .git. --watch keeps doing so as files change.
+    """
+    with gateway(name, namespace) as gw:
+        report(gw.sync(source=source), output)
+        if not watch:
+            return
+        import watchfiles
+
+        dirs = [str(p) for p in localdirs_of(gw)]
+        err.print(f"watching {', '.join(dirs)} (Ctrl-C to stop)")
+        for _ in watchfiles.watch(*dirs, debounce=300, raise_interrupt=False):
+            report(gw.sync(source=source), output)
+
+
+def localdirs_of(gw: ShadowGateway) -> list[Path]:
+    from shadow_operator.sdk import localdirs
+
+    return sorted(
+        {Path(d) for d in localdirs.recorded(str(gw.client.base_url), gw.namespace, gw.name).values()}
+    )
+
+
+def report(plans: list[Any], output: str) -> None:
+    if emit([{"source": p.source, "sent": p.changed, "deleted": p.deleted} for p in plans], output):
+        return
+    for p in plans:
+        if p.empty:
+            err.print(f"{p.source}: up to date")
+        else:
+            err.print(f"{p.source}: sent {len(p.changed)}, deleted {len(p.deleted)} ({p.local_dir})")
+
+
+def publish_all(
+    name: NameArg,
     workspace: Annotated[Path, typer.Option(help="Directory whose git repositories are published.")] = Path(
         "."
     ),
@@ -750,6 +797,7 @@ def register(app: typer.Typer) -> None:
         (diff, "diff"),
         (promote, "promote"),
         (publish, "publish"),
+        (publish_all, "publish-all"),
         (sync, "sync"),
         (logs, "logs"),
         (journal, "journal"),

@@ -29,6 +29,7 @@ from shadow_operator.sdk import environment as envops
 from shadow_operator.sdk import fork as forkops
 from shadow_operator.sdk import manifest as manifestops
 from shadow_operator.sdk import race as raceops
+from shadow_operator.sdk import sync as syncops
 from shadow_operator.sdk.environment import ANNOTATION_LOCAL_PREFIX, EnvironmentSpec, LocalSource
 from shadow_operator.sdk.errors import (
     ClusterUnreachable,
@@ -100,11 +101,40 @@ class _Ops:
         return env
 
     def upload(self, source: LocalSource, timeout: float, progress: Progress | None) -> Op[ImportResult]:
+        # What the upload carries, stamped before it is read: the first `sync` sends what changed since.
+        sent = syncops.SyncPlan(source.source_name, source.path, "", stamps=syncops.stamps(source.path))
         result, _ = yield from envops.upload(
             self.namespace, self.name, source.source_name, source.path, timeout, progress
         )
         localdirs.record(self.cluster, self.namespace, self.name, {source.source_name: source.path})
+        syncops.record(self.cluster, self.namespace, self.name, sent)
         return result
+
+    def sync(self, source: str | None) -> Op[list[syncops.SyncPlan]]:
+        """Push each source's local edits (changed files, deletions) into the workspace."""
+        env = yield from envops.get(self.namespace, self.name)
+        recorded = self.recorded()
+        plans = [envops.source_plan(env, source)] if source else envops.source_plans(env)
+        pushed = []
+        for plan in plans:
+            annotated = env.metadata.annotations.get(ANNOTATION_LOCAL_PREFIX + plan.name)
+            local = localdirs.trusted_dir(recorded.get(plan.name), annotated)
+            if local is None and len(plans) == 1 and self.workspace_path is not None:
+                local = str(self.workspace_path)
+            if local is None:
+                continue  # a cloned source, or one this machine did not upload
+            before = syncops.previous(self.cluster, self.namespace, self.name, plan.name)
+            todo = syncops.plan(plan.name, Path(local), plan.path, before)
+            if not todo.empty:
+                yield from self.on_runtime(lambda ep, todo=todo: syncops.push(ep, todo))
+                syncops.record(self.cluster, self.namespace, self.name, todo)
+            pushed.append(todo)
+        if not pushed:
+            raise ShadowError(
+                f"no source of {self.name} came from a local directory this machine recorded",
+                hint="sync pushes the directories the environment was created or uploaded from, on this machine",
+            )
+        return pushed
 
     def forget(self) -> None:
         localdirs.forget(self.cluster, self.namespace, self.name)
@@ -466,6 +496,12 @@ class ShadowGateway(kube.ClientHolder):
         install it from its rewritten URL."""
         return self._run(self._ops.publish(Path(module_path).expanduser().resolve(), repo, progress))  # type: ignore[no-any-return]
 
+    def sync(self, *, source: str | None = None) -> list[syncops.SyncPlan]:
+        """Push local edits into the running workspace: the files changed in each source's local directory
+        since the last push from this machine are sent (with the upload's rules), and the ones deleted here
+        are deleted there (only inside the source, never in .git). Returns what each source sent."""
+        return self._run(self._ops.sync(source))  # type: ignore[no-any-return]
+
     def verify(
         self, timeout: float = 600.0, *, fallback: str | None = None, spec: EnvironmentSpec | None = None
     ) -> Verdict:
@@ -712,6 +748,10 @@ class AsyncShadowGateway(kube.AsyncClientHolder):
         install it from its rewritten URL."""
         path = Path(module_path).expanduser().resolve()
         return await self._run(self._ops.publish(path, repo, progress))  # type: ignore[no-any-return]
+
+    async def sync(self, *, source: str | None = None) -> list[syncops.SyncPlan]:
+        # Listing the local files (git ls-files) blocks the loop briefly, as an upload's listing does.
+        return await self._run(self._ops.sync(source))  # type: ignore[no-any-return]
 
     async def verify(
         self, timeout: float = 600.0, *, fallback: str | None = None, spec: EnvironmentSpec | None = None
