@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """CPU time of a shadowctl call: `shadowctl --version` and `shadowctl list`, beside `kubectl get`.
 
-Each command runs --runs times as a child process; its CPU time (user + sys, from the kernel's accounting of
+Each command runs --runs times as a child process (after one warm-up run that also caches its bytecode, as
+an installed package has it); its CPU time (user + sys, from the kernel's accounting of
 the child: `os.wait4`) is recorded, and the median and the worst are printed. `list` talks to a real API
 server: a local control plane (tests/support/controlplane.py: etcd, kube-apiserver, kwok) started for the
 run with the CRDs applied and --objects ShadowEnvironments created, or the one of --kubeconfig.
@@ -94,7 +95,15 @@ def main() -> int:
             kubeconfig = str(plane.kubeconfig)
             prepare(kubeconfig, args.namespace, args.objects)
         try:
-            env = {**os.environ, "KUBECONFIG": kubeconfig, "COLUMNS": "200"}
+            # As an installed package runs: with its bytecode cached (the warm-up run writes it, outside the
+            # checkout), whatever PYTHONDONTWRITEBYTECODE the caller has.
+            env = {
+                **os.environ,
+                "KUBECONFIG": kubeconfig,
+                "COLUMNS": "200",
+                "PYTHONPYCACHEPREFIX": f"{tmp}/pycache",
+            }
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
             commands = {
                 "shadowctl --version": [args.shadowctl, "--version"],
                 "shadowctl list": [args.shadowctl, "list", "-n", args.namespace],

@@ -30,7 +30,6 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def options(
     context: Annotated[
         str | None, typer.Option("--context", help="kubeconfig context to use (default: the current one).")
@@ -49,6 +48,12 @@ def options(
     ] = False,
 ) -> None:
     """Global options; `main()` has already lifted them out of the command line wherever they stood."""
+
+
+def no_options() -> None:
+    """Running a verb: `main()` has lifted the global options out of the command line, so the root needs none
+    (each would cost the parser a pydantic TypeAdapter); help and completion get `options`. A callback
+    there must be, or an app of one command (race) would run it without its name."""
 
 
 # Options kubectl users give anywhere: (long, short, takes a value) -> the Globals field it sets.
@@ -123,6 +128,7 @@ ALL_MODULES = ("environments", "forks", "race", "manifest", "previews", "mainten
 
 def register(verb: str | None) -> None:
     """Add the commands of `verb`'s module (every module's for None or a verb not in VERB_MODULES)."""
+    app.callback()(no_options if verb in VERB_MODULES else options)
     names = VERB_MODULES.get(verb or "", ALL_MODULES)
     modules = {name: importlib.import_module(f"shadow_operator.cli.{name}") for name in names}
     for name, module in modules.items():

@@ -217,7 +217,9 @@ def list_(
     )
     for item in items:
         st = item.get("status") or {}
-        ready = next((x for x in st.get("conditions") or () if x.get("type") == c.COND_READY), {})
+        ready: dict[str, Any] = next(
+            (x for x in st.get("conditions") or () if x.get("type") == c.COND_READY), {}
+        )
         table.add_row(
             *([item["metadata"]["namespace"]] if everywhere else []),
             item["metadata"]["name"],

@@ -463,16 +463,7 @@ def set_stopped(
     if not stop:
         patch["metadata"] = {"annotations": {c.ANNOTATION_RESUME_REQUEST: secrets.token_hex(8)}}
     verb = "stop" if stop else "start"
-    try:
-        body = yield Call(
-            "PATCH",
-            SHADOW_ENVIRONMENT.path(namespace, name),
-            f"{verb} {_what(namespace, name)}",
-            body=patch,
-            content_type=kube.MERGE_PATCH,
-        )
-    except NotFound:
-        raise EnvironmentNotFound(f"{_what(namespace, name)} does not exist") from None
+    body = yield from _patch(namespace, name, patch, f"{verb} {_what(namespace, name)}")
     if not wait_for_it:
         return ShadowEnvironment.from_body(kube.decoded(body, verb))
 
@@ -500,17 +491,24 @@ def request(
     """Ask the operator for something by setting one annotation to a new value, then wait (watching) for
     the environment whose status answers it."""
     patch = {"metadata": {"annotations": {annotation: value}}}
+    yield from _patch(namespace, name, patch, f"{what} of {_what(namespace, name)}")
+    return (yield from wait(namespace, name, answered, waiting_for, timeout))
+
+
+def _patch(namespace: str, name: str, patch: Body, what: str) -> Op[Any]:
+    """A merge patch of the environment; its answer."""
     try:
-        yield Call(
-            "PATCH",
-            SHADOW_ENVIRONMENT.path(namespace, name),
-            f"{what} of {_what(namespace, name)}",
-            body=patch,
-            content_type=kube.MERGE_PATCH,
+        return (
+            yield Call(
+                "PATCH",
+                SHADOW_ENVIRONMENT.path(namespace, name),
+                what,
+                body=patch,
+                content_type=kube.MERGE_PATCH,
+            )
         )
     except NotFound:
         raise EnvironmentNotFound(f"{_what(namespace, name)} does not exist") from None
-    return (yield from wait(namespace, name, answered, waiting_for, timeout))
 
 
 def verify(namespace: str, name: str, timeout: float) -> Op[Verdict]:

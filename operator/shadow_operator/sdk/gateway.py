@@ -13,6 +13,7 @@ Both twins run the same operations (`sdk.environment`, `sdk.runtime`, `sdk.promo
 from __future__ import annotations
 
 import asyncio
+import functools
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -126,7 +127,7 @@ class _Ops:
             before = syncops.previous(self.cluster, self.namespace, self.name, plan.name)
             todo = syncops.plan(plan.name, Path(local), plan.path, before)
             if not todo.empty:
-                yield from self.on_runtime(lambda ep, todo=todo: syncops.push(ep, todo))
+                yield from self.on_runtime(functools.partial(syncops.push, sync=todo))
                 syncops.record(self.cluster, self.namespace, self.name, todo)
             pushed.append(todo)
         if not pushed:

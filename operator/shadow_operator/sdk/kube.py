@@ -12,7 +12,6 @@ only then: it loads the generated API client, most of a second of CPU.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import json
@@ -50,17 +49,7 @@ WATCH_SECONDS = 60  # one watch request; waits re-watch until their deadline
 
 
 # ------------------------------------------------------------------------------------------- clients
-@dataclass(frozen=True)
-class Login:
-    """Where the API server is and how to prove who we are, as the kubeconfig (or the Pod) says."""
-
-    server: str
-    ssl_context: ssl.SSLContext
-    headers: dict[str, str]
-    proxy: str | None
-    namespace: str  # the context's namespace, else the Pod's, else "default"
-    # Runs the credential source again (an exec plugin's token expired): a fresh Authorization header.
-    refresh: Callable[[], dict[str, str]]
+Login = kubeconfig_file.Login
 
 
 def kubeconfig_paths(kubeconfig: str | None = None) -> str:
@@ -82,8 +71,7 @@ def login(context: str | None = None, kubeconfig: str | None = None) -> Login:
     credential plugin, an auth provider): that package is imported only then."""
     if kubeconfig_file.needs_full_loader(context, kubeconfig):
         return _full_login(context, kubeconfig)
-    found = kubeconfig_file.credentials(context, kubeconfig)
-    return Login(found.server, found.ssl_context, found.headers, found.proxy, found.namespace, found.refresh)
+    return kubeconfig_file.credentials(context, kubeconfig)
 
 
 def _full_login(context: str | None, kubeconfig: str | None) -> Login:
@@ -408,6 +396,8 @@ async def _asend(client: httpx.AsyncClient, call: Call) -> httpx.Response | Shad
 
 async def _async_chunks(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
     """A blocking producer (reading local files) fed to an async upload without blocking the loop."""
+    import asyncio  # here, not at the top: a sync client (every shadowctl call) never needs it
+
     end = object()
     while (piece := await asyncio.to_thread(next, chunks, end)) is not end:
         yield piece  # type: ignore[misc]

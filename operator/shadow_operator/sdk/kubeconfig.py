@@ -153,14 +153,15 @@ def context_namespace(context: str | None = None, kubeconfig: str | None = None)
 
 
 @dataclass(frozen=True)
-class Credentials:
-    """What a client needs: where the API server is, how to trust it, who we are."""
+class Login:
+    """Where the API server is and how to prove who we are, as the kubeconfig (or the Pod) says."""
 
     server: str
     ssl_context: ssl.SSLContext
     headers: dict[str, str]
     proxy: str | None
-    namespace: str
+    namespace: str  # the context's namespace, else the Pod's, else "default"
+    # Runs the credential source again (an exec plugin's token expired): a fresh Authorization header.
     refresh: Callable[[], dict[str, str]]
 
 
@@ -264,7 +265,7 @@ def _auth_headers(user: Entry | None) -> dict[str, str]:
     return {}
 
 
-def credentials(context: str | None = None, kubeconfig: str | None = None) -> Credentials:
+def credentials(context: str | None = None, kubeconfig: str | None = None) -> Login:
     """The login of `context` (the current one if None), or of the Pod's service account; for what
     `needs_full_loader()` says this module does not run, use `kube.login`."""
     merged = load(kubeconfig)
@@ -287,7 +288,7 @@ def credentials(context: str | None = None, kubeconfig: str | None = None) -> Cr
             hint="check it with: kubectl config view --raw",
         ) from None
     proxy = cluster.body.get("proxy-url")
-    return Credentials(
+    return Login(
         server=str(cluster.body["server"]).rstrip("/"),
         ssl_context=context_ssl,
         headers=_auth_headers(user),
@@ -297,7 +298,7 @@ def credentials(context: str | None = None, kubeconfig: str | None = None) -> Cr
     )
 
 
-def _in_cluster(kubeconfig: str | None) -> Credentials:
+def _in_cluster(kubeconfig: str | None) -> Login:
     host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT")
     token_file = os.path.join(SERVICE_ACCOUNT_DIR, "token")
     if not host or not port or not os.path.exists(token_file):
@@ -308,7 +309,7 @@ def _in_cluster(kubeconfig: str | None) -> Credentials:
         )
     account = Entry({"tokenFile": token_file}, SERVICE_ACCOUNT_DIR)
     server = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
-    return Credentials(
+    return Login(
         server=server,
         ssl_context=ssl.create_default_context(cafile=os.path.join(SERVICE_ACCOUNT_DIR, "ca.crt")),
         headers=_auth_headers(account),
