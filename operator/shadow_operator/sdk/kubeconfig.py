@@ -12,10 +12,10 @@ second of CPU, which a `shadowctl list` should not pay for a bearer token.
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import ssl
-import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,10 +122,22 @@ def _named(path: str, data: dict[str, Any], key: str) -> list[tuple[str, dict[st
 
 
 def load(kubeconfig: str | None = None) -> Merged | None:
-    """The merged kubeconfig files, or None when there is none (then a Pod's service account may do)."""
+    """The merged kubeconfig files, or None when there is none (then a Pod's service account may do). Read
+    once per process while the files stay the same (a command asks for its namespace, then its login)."""
     files = paths(kubeconfig)
     if not files:
         return None
+    key = tuple((p, st.st_mtime_ns, st.st_size) for p in files for st in (os.stat(p),))
+    if key not in _LOADED:
+        _LOADED.clear()
+        _LOADED[key] = _merge(files)
+    return _LOADED[key]
+
+
+_LOADED: dict[tuple[tuple[str, int, int], ...], Merged] = {}
+
+
+def _merge(files: list[str]) -> Merged:
     merged = Merged(files, {}, {}, {}, "")
     for path in files:
         data = _load_file(path)
@@ -234,13 +246,7 @@ def _client_certificate(context: ssl.SSLContext, user: Entry) -> None:
         key = _read(_path(user, str(body["client-key"])), "client key")
     if cert is None:
         return
-    # ssl loads a certificate chain from files only: a private directory, removed at once.
-    with tempfile.TemporaryDirectory(prefix="shadowctl-") as tmp:
-        cert_file, key_file = os.path.join(tmp, "cert.pem"), os.path.join(tmp, "key.pem")
-        for path, content in ((cert_file, cert), (key_file, key or b"")):
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(content)
+    with _as_files(cert, key or b"") as (cert_file, key_file):
         try:
             context.load_cert_chain(cert_file, key_file if key else None)
         except ssl.SSLError as exc:
@@ -248,6 +254,34 @@ def _client_certificate(context: ssl.SSLContext, user: Entry) -> None:
                 f"the kubeconfig's client certificate or key cannot be used: {exc.reason or exc}",
                 hint="check them with: kubectl config view --raw",
             ) from None
+
+
+@contextlib.contextmanager
+def _as_files(*contents: bytes) -> Iterator[list[str]]:
+    """Paths that read as `contents` while the block runs (ssl loads a certificate chain from files only):
+    anonymous memory files on Linux, so a key never reaches a disk; else a private directory, removed."""
+    if hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):
+        fds = [os.memfd_create("shadowctl", 0) for _ in contents]
+        try:
+            for fd, content in zip(fds, contents, strict=True):
+                left = memoryview(content)
+                while left:
+                    left = left[os.write(fd, left) :]
+            yield [f"/proc/self/fd/{fd}" for fd in fds]
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="shadowctl-") as tmp:
+        names = []
+        for i, content in enumerate(contents):
+            name = os.path.join(tmp, str(i))
+            with os.fdopen(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as fh:
+                fh.write(content)
+            names.append(name)
+        yield names
 
 
 def _auth_headers(user: Entry | None) -> dict[str, str]:
