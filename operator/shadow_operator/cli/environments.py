@@ -1,5 +1,6 @@
-"""shadowctl verbs for ShadowEnvironments: create, list, status, exec, shell, cp, diff, promote, publish, sync,
-logs, journal, handoff, verify, destroy. Each is a thin layer over the SDK (`ShadowGateway`)."""
+"""shadowctl verbs for ShadowEnvironments: create, list, status, exec, shell, cp, diff, promote, publish,
+publish-all, sync, logs, journal, decide, handoff, verify, stop, start, destroy. Each is a thin layer over the
+SDK (`ShadowGateway`); the SDK's modules are imported by the verbs that use them, so a `list` loads none."""
 
 from __future__ import annotations
 
