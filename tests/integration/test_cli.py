@@ -31,7 +31,7 @@ def test_create_list_status_destroy(objs: Objects, kubeconfig: str) -> None:
         "create", "cli", "-n", ns, "--no-wait",
         "--git", "https://example.com/org/tool.git@v1:org/tool",
         "--rewrite", "https://github.com/org/=org",
-        "--template", "absent",
+        "--template", "absent", "--cpu", "500m", "--memory-limit", "2Gi",
     )  # fmt: skip
     assert created.returncode == 0, created.stderr
     env: dict[str, Any] | None = objs.get(ENVIRONMENT, "cli", "v1alpha1")
@@ -40,6 +40,8 @@ def test_create_list_status_destroy(objs: Objects, kubeconfig: str) -> None:
         {"name": "tool", "repo": "org/tool", "git": {"url": "https://example.com/org/tool.git", "ref": "v1"}}
     ]
     assert env["spec"]["gitRewrites"] == [{"from": "https://github.com/org/", "to": "org"}]
+    # Laid over the template's by the operator: a request alone keeps the template's limits.
+    assert env["spec"]["resources"] == {"requests": {"cpu": "500m"}, "limits": {"memory": "2Gi"}}
 
     objs.wait(
         ENVIRONMENT, "cli", lambda o: (o.get("status") or {}).get("failure"), timeout=30, version="v1alpha1"
