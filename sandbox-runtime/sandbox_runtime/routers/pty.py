@@ -12,7 +12,7 @@ import contextlib
 import json
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
@@ -58,19 +58,8 @@ async def pty_ws(ws: WebSocket, rt: RuntimeDep) -> None:
 def _reading(fd: int, sink: ShellJournal) -> Iterator[None]:
     """Journal what the shell writes to `fd` while the session lasts; close it after."""
     loop = asyncio.get_running_loop()
-
-    def readable() -> None:
-        try:
-            data = os.read(fd, 1 << 16)
-        except OSError:
-            data = b""
-        if not data:
-            loop.remove_reader(fd)
-            return
-        sink.feed(data)
-
     os.set_blocking(fd, False)
-    loop.add_reader(fd, readable)
+    _pump(loop, fd, sink.feed)
     try:
         yield
     finally:
@@ -81,22 +70,27 @@ def _reading(fd: int, sink: ShellJournal) -> Iterator[None]:
         os.close(fd)
 
 
+def _pump(loop: asyncio.AbstractEventLoop, fd: int, deliver: Callable[[bytes], object]) -> None:
+    """Hand what `fd` gives to `deliver` as it comes; at its end (or an error) b"" once, and stop."""
+
+    def readable() -> None:
+        try:
+            data = os.read(fd, 1 << 16)
+        except OSError:
+            data = b""
+        if not data:
+            loop.remove_reader(fd)
+        deliver(data)
+
+    loop.add_reader(fd, readable)
+
+
 async def _session(ws: WebSocket, term: Terminal, rows: int, cols: int) -> None:
     """Pump keystrokes in and output out until either side ends; the shell's group dies with it."""
     master, proc = term.master, term.proc
     loop = asyncio.get_running_loop()
     out: asyncio.Queue[bytes] = asyncio.Queue()
-
-    def readable() -> None:
-        try:
-            data = os.read(master, 1 << 16)
-        except OSError:
-            data = b""
-        if not data:
-            loop.remove_reader(master)
-        out.put_nowait(data)
-
-    loop.add_reader(master, readable)
+    _pump(loop, master, out.put_nowait)
 
     async def pump_out() -> None:
         while data := await out.get():
