@@ -9,10 +9,12 @@ can skip one of them.
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from collections.abc import Mapping
 from types import TracebackType
 
+from . import shell_journal
 from .config import Settings
 from .errors import ApiError, bad_request
 from .execution import (
@@ -140,12 +142,16 @@ class ExecService:
         timeout = req.timeout_seconds or req.timeout or self.settings.exec_timeout
         return self.spec(argv, cwd=None, timeout=timeout)
 
-    def terminal_spec(self, cwd: str, shell: str | None) -> ExecSpec:
-        """An interactive shell (the client's choice, else $SHELL) with a terminal type set."""
-        shell = shell or os.environ.get("SHELL") or "/bin/sh"
+    def terminal_spec(self, cwd: str, shell: str | None, journal_fd: int | None = None) -> ExecSpec:
+        """An interactive shell (the client's choice, else $SHELL, else bash where there is one) with a
+        terminal type set. A bash given `journal_fd` journals each command typed (`shell_journal`)."""
+        shell = shell or os.environ.get("SHELL") or shutil.which("bash") or "/bin/sh"
         argv = [shell, "-i"] if os.path.basename(shell) in _INTERACTIVE_SHELLS else [shell]
         env = base_env()
         env.setdefault("TERM", "xterm-256color")
+        if journal_fd is not None and os.path.basename(shell) == "bash":
+            argv = [shell, "--rcfile", shell_journal.rcfile(self.settings.state), "-i"]
+            env[shell_journal.FD_VARIABLE] = str(journal_fd)
         return self.spec(argv, cwd=cwd, env=env, clear_env=True, timeout=None)
 
     # ---- limit -------------------------------------------------------------------------------

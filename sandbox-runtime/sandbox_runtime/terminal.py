@@ -30,8 +30,9 @@ def _controlling_tty() -> None:
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
 
-def open_terminal(spec: ExecSpec, rows: int, cols: int) -> Terminal:
-    """Spawn `spec` on a new PTY of the given size (OSError if it cannot start)."""
+def open_terminal(spec: ExecSpec, rows: int, cols: int, pass_fds: tuple[int, ...] = ()) -> Terminal:
+    """Spawn `spec` on a new PTY of the given size (OSError if it cannot start); `pass_fds` stay open in
+    the shell (the shell journal's pipe)."""
     master, slave = os.openpty()
     try:
         set_size(master, rows, cols)
@@ -44,6 +45,7 @@ def open_terminal(spec: ExecSpec, rows: int, cols: int) -> Terminal:
             env=spec.env,
             start_new_session=True,
             preexec_fn=_controlling_tty,
+            pass_fds=pass_fds,
         )
     except BaseException:
         os.close(master)

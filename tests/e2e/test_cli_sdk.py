@@ -95,12 +95,13 @@ def test_seed_workflow_with_shadowctl(cluster: Cluster, e2e_namespace: str, tmp_
             "--memory", REQUESTS["memory"], "--timeout", TIMEOUT, "-o", "json",
         )
     )  # fmt: skip
-    status = json.loads(created)
+    status = json.loads(created)["status"]  # -o json prints the object, as kubectl
     assert status["sourcesReady"] == "2/2" and status["verdict"]["result"] == "PASS"
     assert {s["repo"] for s in status["sources"]} == {f"{ORG}/core", "shadow/lib"}
 
-    listed = json.loads(ok(ctl(cluster, "list", "-n", ns, "-o", "json")))
-    assert [row["name"] for row in listed] == [name] and listed[0]["ready"] == "True"
+    listed = json.loads(ok(ctl(cluster, "list", "-n", ns, "-o", "json")))["items"]
+    assert [o["metadata"]["name"] for o in listed] == [name]
+    assert {x["type"]: x["status"] for x in listed[0]["status"]["conditions"]}["Ready"] == "True"
 
     # exec streams the output and returns the command's exit code.
     assert (

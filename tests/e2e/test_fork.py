@@ -45,7 +45,7 @@ def create_source(cluster: Cluster, ns: str, name: str, repo: Path, *extra: str)
                 "--memory", REQUESTS["memory"], "--timeout", TIMEOUT, "-o", "json", *extra,
             )
         )
-    )  # fmt: skip
+    )["status"]  # fmt: skip
     assert status["sourcesReady"] == "1/1"
     # Work done in the workspace after the copy-in, never committed: the forks must carry it.
     ok(ctl(cluster, "exec", name, "-n", ns, "--", "sh", "-c", "echo agent > core/agent.txt"))
@@ -113,7 +113,10 @@ def destroy_forks_and_check_source(cluster: Cluster, ns: str, source: str, forks
         ok(ctl(cluster, "destroy", fork, "-n", ns))
     assert read(cluster, ns, source, "core/agent.txt") == "agent\n"
     assert read(cluster, ns, source, "core/core/__init__.py") == 'VERSION = "uncommitted"\n'
-    assert json.loads(ok(ctl(cluster, "status", source, "-n", ns, "-o", "json")))["sourcesReady"] == "1/1"
+    assert (
+        json.loads(ok(ctl(cluster, "status", source, "-n", ns, "-o", "json")))["status"]["sourcesReady"]
+        == "1/1"
+    )
 
 
 def test_fork_three_clones_by_snapshot(cluster: Cluster, e2e_namespace: str, tmp_path: Path) -> None:

@@ -173,7 +173,9 @@ def test_eight_hostile_and_ordinary_tenants_at_once(
         for name, result in created.items():
             assert result["returncode"] == 0 or name == noisy, result
         statuses = {
-            name: json.loads(result["stdout"]) for name, result in created.items() if result["stdout"]
+            name: json.loads(result["stdout"])["status"]
+            for name, result in created.items()
+            if result["stdout"]
         }
 
         # The tenant plants its canaries, the environment is forked (the fork's copy-in pushes to its own
@@ -197,14 +199,16 @@ def test_eight_hostile_and_ordinary_tenants_at_once(
     for name in ordinary:
         assert statuses[name]["verdict"]["result"] == "PASS", statuses[name]
     # The flood: a verdict whose evidence holds a bounded tail of the output, not 10 MiB.
-    flooded = json.loads(ok(ctl(cluster, "status", noisy, "-n", ns, "-o", "json")))
+    flooded = json.loads(ok(ctl(cluster, "status", noisy, "-n", ns, "-o", "json")))["status"]
     detail = flooded["verdict"]["evidence"]["codeExecution"]["checks"][0]["detail"]
     assert len(detail) < 8192, len(detail)
     assert "(output truncated)" in detail[:200], detail[:200]
 
     # Canaries: none saw either token; each push landed in the environment's own Gitea.
     for env in (canary, fork):
-        url = json.loads(ok(ctl(cluster, "status", env, "-n", ns, "-o", "json")))["sources"][0]["cloneURL"]
+        url = json.loads(ok(ctl(cluster, "status", env, "-n", ns, "-o", "json")))["status"]["sources"][0][
+            "cloneURL"
+        ]
         listed = sh(cluster, ns, env, f"cd / && git ls-remote {url} refs/heads/review/x")
         assert listed.split()[0] == pushed[env]["commit"], listed
         shown = sh(

@@ -66,7 +66,7 @@ def test_an_environment_from_a_pool(cluster: Cluster, e2e_namespace: str, tmp_pa
     core, _ = repositories(tmp_path)
     status = json.loads(
         ok(ctl(cluster, "create", name, "-n", ns, "--pool", "warm", "--local", f"{core}:{ORG}/core", "--timeout", TIMEOUT, "-o", "json"))
-    )  # fmt: skip
+    )["status"]  # fmt: skip
     took = time.monotonic() - started
     assert status["pool"]["adopted"] is True, status["pool"]
     assert status["sandbox"] == instance["metadata"]["name"]

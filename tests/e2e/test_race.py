@@ -51,7 +51,7 @@ def broken_environment(cluster: Cluster, ns: str, source: str, repo: Path) -> No
                 "--timeout", TIMEOUT, "-o", "json",
             )
         )
-    )  # fmt: skip
+    )["status"]  # fmt: skip
     assert status["verdict"]["result"] == "FAIL"  # the source is broken: that is what the race is for
 
 

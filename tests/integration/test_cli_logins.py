@@ -57,9 +57,11 @@ def run(
 
 
 def names(result: subprocess.CompletedProcess[str]) -> list[tuple[str, str]]:
-    """(namespace, name) of each row of `-o json` (namespace "" when the rows have none)."""
+    """(namespace, name) of each object of the List `-o json` prints."""
     assert result.returncode == 0, result.stderr
-    return sorted((row.get("namespace", ""), row["name"]) for row in json.loads(result.stdout))
+    listed = json.loads(result.stdout)
+    assert listed["kind"] == "List"
+    return sorted((o["metadata"]["namespace"], o["metadata"]["name"]) for o in listed["items"])
 
 
 def write_kubeconfig(
@@ -193,7 +195,7 @@ def test_exec_credential_plugin(
     config = write_kubeconfig(tmp_path / "config", kubeconfig, {"sa": user}, {"tenant": ("sa", ns)})
 
     # No -n: the context's namespace.
-    assert names(run("list", "-o", "json", kubeconfig=config)) == [("", "alpha")]
+    assert names(run("list", "-o", "json", kubeconfig=config)) == [(ns, "alpha")]
     assert calls.read_text().split() == [version]
     # The token is the ServiceAccount's: the other namespace is refused, in one line.
     refused = run("list", "-n", other, kubeconfig=config)
@@ -237,7 +239,7 @@ def test_token_file(
     config = write_kubeconfig(
         tmp_path / "config", kubeconfig, {"sa": {"tokenFile": str(token)}}, {"c": ("sa", ns)}
     )
-    assert names(run("sandbox", "list", "-o", "json", kubeconfig=config)) == [("", "first")]
+    assert names(run("sandbox", "list", "-o", "json", kubeconfig=config)) == [(ns, "first")]
     assert run("sandbox", "list", "-n", other, kubeconfig=config).returncode == 1
 
 
@@ -256,7 +258,7 @@ def test_client_certificate(
         "client-key-data": base64.b64encode(pair.key.read_bytes()).decode(),
     }
     config = write_kubeconfig(tmp_path / "config", kubeconfig, {"carol": user}, {"c": ("carol", ns)})
-    assert names(run("list", "-o", "json", kubeconfig=config)) == [("", "alpha")]
+    assert names(run("list", "-o", "json", kubeconfig=config)) == [(ns, "alpha")]
     refused = run("list", "-n", other, kubeconfig=config)
     assert refused.returncode == 1 and "carol" in refused.stderr
 
@@ -272,7 +274,7 @@ def test_global_options_anywhere(kubeconfig: str, namespaces: tuple[str, str], t
         {"first": ("admin", ns), "second": ("admin", other)},
     )
     nowhere = str(tmp_path / "missing")
-    alpha, beta = [("", "alpha")], [("", "beta")]
+    alpha, beta = [(ns, "alpha")], [(other, "beta")]
     for args, expected in (
         (["--kubeconfig", config, "list"], alpha),
         (["list", f"--kubeconfig={config}"], alpha),
@@ -283,7 +285,7 @@ def test_global_options_anywhere(kubeconfig: str, namespaces: tuple[str, str], t
         ([f"-n{other}", "--kubeconfig", config, "list"], beta),
     ):
         assert names(run(*args, "-o", "json", kubeconfig=nowhere)) == expected, args
-    # -A on list verbs, before or after the verb; rows say their namespace.
+    # -A on list verbs, before or after the verb.
     both = [(ns, "alpha"), (other, "beta")]
 
     def ours(rows: list[tuple[str, str]]) -> list[tuple[str, str]]:

@@ -92,6 +92,7 @@ def start_server(
     log: Path | None = None,
     prefix: tuple[str, ...] = (),
     python: str = sys.executable,
+    host: str = "127.0.0.1",
 ) -> Server:
     port = free_port()
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("SANDBOX_RUNTIME_")}
@@ -108,7 +109,7 @@ def start_server(
             "--root",
             str(root),
             "--host",
-            "127.0.0.1",
+            host,
             "--port",
             str(port),
             *args,
@@ -117,7 +118,7 @@ def start_server(
         stdout=out,
         stderr=subprocess.STDOUT if log else subprocess.DEVNULL,
     )
-    srv = Server(root=root, url=f"http://127.0.0.1:{port}", proc=proc, token=token, log=log)
+    srv = Server(root=root, url=f"http://{host}:{port}", proc=proc, token=token, log=log)
 
     def healthy() -> bool:
         if proc.poll() is not None:

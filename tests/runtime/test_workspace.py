@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import tarfile
 import threading
 from collections.abc import Callable
@@ -204,6 +205,52 @@ def test_pty_requires_token_when_set(launch: Callable[..., Server]) -> None:
         out = b""
         while b"viaproto\r\n" not in out:
             out += ws.recv(timeout=10)  # type: ignore[operator]
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="the shell journal hooks bash")
+def test_commands_typed_in_the_terminal_are_journaled_one_by_one(
+    launch: Callable[..., Server], tmp_path: Path
+) -> None:
+    root = tmp_path / "typed"
+    root.mkdir()
+    srv = launch("--handoff", root=root)
+    url = srv.url.replace("http://", "ws://") + "/v1/pty?shell=" + str(shutil.which("bash"))
+    with connect(url, open_timeout=10) as ws:
+        for line in (b"mkdir sub && cd sub", b"", b"ls /nonexistent-dir", b"echo done-$((6*7))"):
+            ws.send(line + b"\n")
+        out = b""
+        while b"done-42" not in out:
+            out += ws.recv(timeout=10)  # type: ignore[operator]
+
+        def typed() -> list[dict[str, object]]:
+            entries = srv.client().get("/v1/journal").json()["entries"]
+            return [e for e in entries if e.get("api") == "pty"]
+
+        wait_until(lambda: len(typed()) == 3, 10, "three typed commands journaled")
+        ws.send(b"exit\n")
+    first, failed, last = typed()
+    assert (first["command"], first["exit_code"], first["cwd"]) == ("mkdir sub && cd sub", 0, "sub")
+    assert (failed["command"], failed["exit_code"], failed["kind"]) == ("ls /nonexistent-dir", 2, "error")
+    assert last["command"] == "echo done-$((6*7))" and last["exit_code"] == 0  # the empty line is no command
+    assert "ls /nonexistent-dir" in (root / "HANDOFF.md").read_text()  # significant: into HANDOFF.md
+
+
+def test_the_shell_journal_reads_only_well_formed_bounded_records() -> None:
+    from sandbox_runtime.shell_journal import MAX_RECORD, ShellJournal
+
+    recorded: list[dict[str, object]] = []
+
+    class Journal:
+        def record_command(self, **entry: object) -> None:
+            recorded.append(entry)
+
+    sink = ShellJournal(Journal(), "/bin/bash")  # type: ignore[arg-type]
+    assert sink.feed(b"0\t/w\tmake\0x\tbad\0-1\t/w\tneg\0" + b"1\t/w\tpart") == 1
+    assert sink.feed(b"ial\0") == 1 and [e["argv"] for e in recorded] == [
+        ["/bin/bash", "-c", c] for c in ("make", "partial")
+    ]
+    assert sink.feed(b"0\t/w\t" + b"y" * (MAX_RECORD + 1)) == 0 and sink.pending == b""  # never ends: dropped
+    assert sink.feed(b"\0" + b"0\t/w\tok\0") == 1
 
 
 def test_metrics_exposed(client: httpx.Client) -> None:

@@ -138,3 +138,15 @@ def test_an_html_answer_is_one_line(tmp_path: Path, html_proxy: str, args: tuple
     assert_one_error(result, "HTML page, not the Kubernetes API", "kubectl config view --minify")
     assert len(result.stderr.strip().splitlines()) == 2, result.stderr
     assert "<html>" not in result.stderr
+
+
+def test_doctor_names_the_install_the_readme_shows() -> None:
+    """The hint named `helm install shadow-operator charts/shadow-operator`, which the README says does not
+    work (the chart's images point at no registry until a release sets them)."""
+    from shadow_operator.cli import maintenance
+
+    readme = (Path(shadow_operator.__file__).parents[2] / "README.md").read_text()
+    commands = readme.replace("\\\n", " ")
+    hint = maintenance.install_hint("team-a")
+    assert maintenance.INSTALL.format(namespace="team-a") in " ".join(commands.split())
+    assert "helm install sandboxes oci://" in hint and "charts/shadow-operator (" not in hint

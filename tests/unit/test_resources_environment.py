@@ -79,6 +79,23 @@ def template() -> dict[str, Any]:
     }
 
 
+def test_the_environments_resources_keep_the_templates_other_limits() -> None:
+    """`shadowctl create --cpu 500m` on a template with a memory limit: the limit stays (it was dropped)."""
+    base = template()
+    base["spec"]["podTemplate"]["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": "100m", "memory": "256Mi"},
+        "limits": {"memory": "1Gi"},
+    }
+    env = environment(resources={"requests": {"cpu": "500m"}, "limits": {"cpu": "2"}})
+    container = res.build_workspace_sandbox(env, base, gitea_base_url=None)["spec"]["podTemplate"]["spec"][
+        "containers"
+    ][0]
+    assert container["resources"] == {
+        "requests": {"cpu": "500m", "memory": "256Mi"},
+        "limits": {"memory": "1Gi", "cpu": "2"},
+    }
+
+
 def test_workspace_sandbox_mounts_a_volume_at_the_preserved_path() -> None:
     env = environment(
         workspace={"mountPath": "/home/dev/src", "size": "5Gi", "storageClassName": "fast"},

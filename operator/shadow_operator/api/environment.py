@@ -331,7 +331,8 @@ class WorkspaceShape(ApiModel):
     )
     resources: dict[str, Any] | None = Field(
         default=None,
-        description="core/v1 ResourceRequirements of the workspace container (replaces the template's).",
+        description="core/v1 ResourceRequirements of the workspace container, laid over the template's key by "
+        "key: a request or limit named here replaces the template's, the others are kept.",
         json_schema_extra={"type": "object", **PRESERVE},
     )
     preview: PreviewSpec | None = Field(default=None, description="The preview dev server.")
@@ -409,6 +410,12 @@ class ShadowEnvironmentSpec(WorkspaceShape):
         ge=60,
         description="Suspend the workspace after this long without runtime API activity (its Pod is removed, "
         "its volume kept); set the annotation shadow.dev/resume-requested to a new value to resume.",
+    )
+    suspend: bool = Field(
+        default=False,
+        description="Stop the workspace while true: its Pod is removed, its volume (uncommitted work "
+        "included) and Gitea are kept; set it back to false to start the workspace again as it was "
+        "(shadowctl stop / start).",
     )
     startup_timeout_seconds: int = Field(
         default=600,

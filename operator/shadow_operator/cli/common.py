@@ -7,18 +7,18 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
-import httpx
 import typer
-import yaml
-from pydantic import BaseModel
 from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
-from shadow_operator.api.kinds import SHADOW_ENVIRONMENT, ResourceKind
 from shadow_operator.sdk import kube
 from shadow_operator.sdk.errors import ShadowError
+
+if TYPE_CHECKING:
+    import httpx
+
+    from shadow_operator.api.kinds import ResourceKind
 
 out = Console(highlight=False)
 # Errors stay on one line however narrow the terminal (scripts grep them).
@@ -86,11 +86,14 @@ AllNamespacesOpt = Annotated[
 OutputOpt = Annotated[str, typer.Option("--output", "-o", help="text, json or yaml.", callback=_output)]
 
 
-def complete_names(kind: ResourceKind) -> Callable[[typer.Context, str], list[str]]:
-    """Shell completion of `kind`'s names in the command's namespace, read from the cluster; nothing (never an
-    error, never a wait of more than a few seconds) when the cluster cannot say."""
+def complete_names(kind_name: str) -> Callable[[typer.Context, str], list[str]]:
+    """Shell completion of the names of the kind `kind_name` in the command's namespace, read from the
+    cluster; nothing (never an error, never a wait of more than a few seconds) when the cluster cannot say."""
 
     def complete(ctx: typer.Context, incomplete: str) -> list[str]:
+        from shadow_operator.api.kinds import by_kind
+
+        kind: ResourceKind = by_kind(kind_name)
         try:
             # While completing, main() has not run: the global options given before the verb are the root's.
             given = ctx.find_root().params
@@ -110,7 +113,9 @@ def complete_names(kind: ResourceKind) -> Callable[[typer.Context, str], list[st
 NameArg = Annotated[
     str,
     typer.Argument(
-        help="Name of the environment.", show_default=False, autocompletion=complete_names(SHADOW_ENVIRONMENT)
+        help="Name of the environment.",
+        show_default=False,
+        autocompletion=complete_names("ShadowEnvironment"),
     ),
 ]
 
@@ -125,7 +130,7 @@ def connect_async() -> httpx.AsyncClient:
 
 def plain(data: Any) -> Any:
     """JSON-ready data from models (by alias, as the API spells it), lists and dicts of them."""
-    if isinstance(data, BaseModel):
+    if hasattr(data, "model_dump"):  # a pydantic model (pydantic is not imported for a verb without one)
         return data.model_dump(mode="json", by_alias=True, exclude_none=True)
     if isinstance(data, list | tuple):
         return [plain(x) for x in data]
@@ -134,12 +139,19 @@ def plain(data: Any) -> Any:
     return data
 
 
+def kube_list(items: list[dict[str, Any]]) -> dict[str, Any]:
+    """Objects as kubectl prints several for -o json|yaml: a v1 List."""
+    return {"apiVersion": "v1", "kind": "List", "items": items, "metadata": {"resourceVersion": ""}}
+
+
 def emit(data: Any, output: str) -> bool:
     """Print data as json or yaml and return True; return False for text (the caller prints)."""
     if output == "json":
         out.print_json(json.dumps(plain(data)))
         return True
     if output == "yaml":
+        import yaml
+
         # soft_wrap: the console must not re-wrap long values (a signed link) at the terminal's width.
         out.print(yaml.safe_dump(plain(data), sort_keys=False), end="", markup=False, soft_wrap=True)
         return True
@@ -149,6 +161,8 @@ def emit(data: Any, output: str) -> bool:
 @contextmanager
 def byte_progress(label: str) -> Iterator[Callable[[int, int], None]]:
     """A transient progress bar on stderr; yields the (done, total) callback the SDK's uploads call."""
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
     columns = (TextColumn(label), BarColumn(), DownloadColumn(), TransferSpeedColumn())
     with Progress(*columns, console=err, transient=True) as progress:
         task = progress.add_task(label, total=None)

@@ -1,19 +1,17 @@
-"""shadowctl verbs for ShadowEnvironments: create, list, status, exec, shell, cp, diff, promote, publish, sync,
-logs, journal, handoff, verify, destroy. Each is a thin layer over the SDK (`ShadowGateway`)."""
+"""shadowctl verbs for ShadowEnvironments: create, list, status, exec, shell, cp, diff, promote, publish,
+publish-all, sync, logs, journal, decide, handoff, verify, stop, start, destroy. Each is a thin layer over the
+SDK (`ShadowGateway`); the SDK's modules are imported by the verbs that use them, so a `list` loads none."""
 
 from __future__ import annotations
 
 import fnmatch
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
 from shadow_operator.api import constants as c
-from shadow_operator.api.environment import ShadowEnvironment
-from shadow_operator.api.kinds import POD
 from shadow_operator.cli.common import (
     GLOBALS,
     AllNamespacesOpt,
@@ -25,25 +23,32 @@ from shadow_operator.cli.common import (
     emit,
     err,
     fail,
+    kube_list,
     out,
     split_remote,
 )
 from shadow_operator.cli.fallback import FallbackOpt, with_fallback
-from shadow_operator.sdk import confine, download, kube, runtime
-from shadow_operator.sdk import environment as envops
-from shadow_operator.sdk.environment import EnvironmentSpec, GitSource, LocalSource
-from shadow_operator.sdk.gateway import ShadowGateway
-from shadow_operator.sdk.promote import PromotePlan
-from shadow_operator.sdk.upload import stream_worktree
+from shadow_operator.sdk import confine, kube
+
+if TYPE_CHECKING:  # the models load with the verbs that use them: `list` and `exec` need none
+    from shadow_operator.api.environment import ShadowEnvironment
+    from shadow_operator.sdk import runtime
+    from shadow_operator.sdk.environment import GitSource, LocalSource
+    from shadow_operator.sdk.gateway import ShadowGateway
+    from shadow_operator.sdk.promote import PromotePlan
 
 
 def gateway(name: str, namespace: str) -> ShadowGateway:
+    from shadow_operator.sdk.gateway import ShadowGateway
+
     return ShadowGateway(name, namespace=namespace, client=connect())
 
 
 # ------------------------------------------------------------------------------------------- parsing
 def parse_local(spec: str) -> LocalSource:
     """PATH[:org/name]."""
+    from shadow_operator.sdk.environment import LocalSource
+
     path_text, _, repo = spec.partition(":")
     path = Path(path_text).expanduser().resolve()
     if not path.is_dir():
@@ -55,6 +60,8 @@ def parse_local(spec: str) -> LocalSource:
 
 def parse_git(spec: str) -> GitSource:
     """URL[@ref][:org/name]."""
+    from shadow_operator.sdk.environment import GitSource
+
     url, repo = spec, ""
     if spec.count(":") > 1 and not spec.rsplit(":", 1)[1].startswith("//"):
         url, repo = spec.rsplit(":", 1)
@@ -119,8 +126,19 @@ def create(
             help="StorageClass of the workspace volume (one with a VolumeSnapshotClass makes forks copy-on-write).",
         ),
     ] = None,
-    cpu: Annotated[str | None, typer.Option(help="CPU request of the workspace, e.g. 500m.")] = None,
-    memory: Annotated[str | None, typer.Option(help="Memory request of the workspace, e.g. 1Gi.")] = None,
+    cpu: Annotated[
+        str | None, typer.Option(help="CPU request of the workspace, e.g. 500m (the template's limits stay).")
+    ] = None,
+    memory: Annotated[
+        str | None,
+        typer.Option(help="Memory request of the workspace, e.g. 1Gi (the template's limits stay)."),
+    ] = None,
+    cpu_limit: Annotated[
+        str | None, typer.Option("--cpu-limit", help="CPU limit of the workspace, e.g. 2.")
+    ] = None,
+    memory_limit: Annotated[
+        str | None, typer.Option("--memory-limit", help="Memory limit of the workspace, e.g. 4Gi.")
+    ] = None,
     namespace: NamespaceOpt = "",
     fallback: FallbackOpt = None,
     wait: Annotated[bool, typer.Option(help="Wait for Ready and the verdict.")] = True,
@@ -130,8 +148,12 @@ def create(
     """Create an environment from local directories and git URLs.
 
     Local directories are uploaded with their uncommitted and untracked (not ignored) files, with a progress
-    bar; then it waits for Ready and the verdict.
+    bar; then it waits for Ready and the verdict. Every local check (directories, repositories) is made
+    before anything is created in the cluster.
     """
+    from shadow_operator.sdk import environment as envops
+    from shadow_operator.sdk.environment import EnvironmentSpec
+
     spec = EnvironmentSpec(
         local=[parse_local(x) for x in local or ()],
         git=[parse_git(x) for x in git or ()],
@@ -142,6 +164,7 @@ def create(
         storage_class=storage_class,
         verify_commands=verify_command or (),
         requests={k: v for k, v in (("cpu", cpu), ("memory", memory)) if v},
+        limits={k: v for k, v in (("cpu", cpu_limit), ("memory", memory_limit)) if v},
     )
     if not spec.local and not spec.git:
         fail("nothing to copy in", "give --local PATH or --git URL")
@@ -167,46 +190,72 @@ def create(
 def list_(
     namespace: NamespaceOpt = "", all_namespaces: AllNamespacesOpt = False, output: OutputOpt = "text"
 ) -> None:
-    """List the environments of a namespace (-A: of every namespace)."""
+    """List the environments of a namespace (-A: of every namespace); -o json|yaml prints them as kubectl
+    does (a List of the objects)."""
     everywhere = all_namespaces or GLOBALS.all_namespaces
+    where = "in all namespaces" if everywhere else f"in {namespace}"
     with connect() as http:
-        items = kube.run(http, envops.list_(None if everywhere else namespace))
-    rows = [
-        {
-            **({"namespace": e.namespace} if everywhere else {}),
-            "name": e.name,
-            "ready": getattr(envops.conditions(e).get(c.COND_READY), "status", "Unknown"),
-            "sources": (e.status.sources_ready if e.status else None) or "",
-            "verdict": (e.status.verdict.result if e.status and e.status.verdict else ""),
-            "failure": (e.status.failure.code if e.status and e.status.failure else ""),
-        }
-        for e in items
+        body = kube.run(
+            http,
+            kube.get(
+                environments_path(None if everywhere else namespace), f"list ShadowEnvironments {where}"
+            ),
+        )
+    items = [
+        {"apiVersion": ENVIRONMENT_API_VERSION, "kind": "ShadowEnvironment", **item} for item in body["items"]
     ]
-    if emit(rows, output):
+    if emit(kube_list(items), output):
         return
-    if not rows:
+    if not items:
         err.print(
             "no environments in any namespace" if everywhere else f"no environments in namespace {namespace}"
         )
         return
+    from rich.table import Table
+
     table = Table(
         *(["NAMESPACE"] if everywhere else []), "NAME", "READY", "SOURCES", "VERDICT", "FAILURE", box=None
     )
-    for row in rows:
-        table.add_row(*row.values())
-    out.print(table)
+    for item in items:
+        st = item.get("status") or {}
+        ready: dict[str, Any] = next(
+            (x for x in st.get("conditions") or () if x.get("type") == c.COND_READY), {}
+        )
+        table.add_row(
+            *([item["metadata"]["namespace"]] if everywhere else []),
+            item["metadata"]["name"],
+            str(ready.get("status") or "Unknown"),
+            str(st.get("sourcesReady") or ""),
+            str((st.get("verdict") or {}).get("result") or ""),
+            str((st.get("failure") or {}).get("code") or ""),
+        )
+    out.print(table, markup=False)
+
+
+ENVIRONMENT_API_VERSION = f"{c.SHADOW_GROUP}/{c.SHADOW_VERSION}"
+
+
+def environments_path(namespace: str | None) -> str:
+    """The REST path of the ShadowEnvironments of a namespace (None: of all), without loading the models."""
+    return (
+        f"/apis/{ENVIRONMENT_API_VERSION}"
+        + (f"/namespaces/{namespace}" if namespace else "")
+        + "/shadowenvironments"
+    )
 
 
 def status(name: NameArg, namespace: NamespaceOpt = "", output: OutputOpt = "text") -> None:
-    """Conditions, snapshot commits, URLs and verdict of an environment."""
+    """Conditions, snapshot commits, URLs and verdict of an environment (-o json|yaml: the object)."""
     with gateway(name, namespace) as gw:
         print_status(gw.status(), output)
 
 
 def print_status(env: ShadowEnvironment, output: str) -> None:
-    st = env.status
-    if emit(st or {}, output):
+    from shadow_operator.sdk import environment as envops
+
+    if emit(env.body or env, output):
         return
+    st = env.status
     out.print(f"[bold]{env.namespace}/{env.name}[/bold]")
     if st is None:
         out.print("  no status yet (is the operator running? shadowctl doctor)")
@@ -240,18 +289,29 @@ def print_status(env: ShadowEnvironment, output: str) -> None:
 
 def exec_(
     name: NameArg,
-    command: Annotated[list[str], typer.Argument(help="The command, after --.", show_default=False)],
+    command: Annotated[
+        list[str],
+        typer.Argument(
+            help="The command: one argument runs under sh -c; several (after --) run as they are, no shell.",
+            show_default=False,
+        ),
+    ],
     namespace: NamespaceOpt = "",
     cwd: Annotated[str, typer.Option(help="Working directory, relative to the workspace.")] = "",
     timeout: Annotated[float, typer.Option(help="Seconds before the command is killed.")] = 600.0,
 ) -> None:
     """Run a command in the workspace.
 
+        shadowctl exec my-change "cd app && make test"      # one argument: a shell command line
+        shadowctl exec my-change -- python3 -m pytest -q    # several: the program and its arguments
+
     Output streams as it comes; shadowctl exits with the command's exit code (124 on timeout).
     """
     code = 1
+    # As `race`: a single argument is a command line for sh -c, a list is an argv.
+    argv: str | list[str] = command[0] if len(command) == 1 else list(command)
     with gateway(name, namespace) as gw:
-        for event in gw.exec_stream(command, timeout, cwd=cwd):
+        for event in gw.exec_stream(argv, timeout, cwd=cwd):
             kind = event["type"]
             if kind == "stdout":
                 sys.stdout.write(event["data"])
@@ -330,6 +390,9 @@ def copy(
 ) -> None:
     """Shared by `cp` and `sandbox cp`: files one by one, directories as a tar.gz stream (downloads within
     the budget, 1 GiB and 100,000 entries by default)."""
+    from shadow_operator.sdk import download, runtime
+    from shadow_operator.sdk.upload import stream_worktree
+
     budget = budget or confine.Budget()
     if src_remote is None:
         local = Path(src).expanduser()
@@ -496,6 +559,53 @@ def publish(
 
 def sync(
     name: NameArg,
+    source: Annotated[
+        str | None, typer.Option(help="Only this source (default: every uploaded one).")
+    ] = None,
+    watch: Annotated[
+        bool, typer.Option("--watch", "-w", help="Keep pushing as files change, until interrupted.")
+    ] = False,
+    namespace: NamespaceOpt = "",
+    output: OutputOpt = "text",
+) -> None:
+    """Push local edits into the running workspace.
+
+    The files changed in each source's local directory (the one it was created or uploaded from on this
+    machine) since the last push are sent, with the same rules as an upload; files deleted here are deleted
+    there, only inside the source and never in .git. --watch keeps doing so as files change.
+    """
+    with gateway(name, namespace) as gw:
+        report(gw.sync(source=source), output)
+        if not watch:
+            return
+        import watchfiles
+
+        dirs = [str(p) for p in localdirs_of(gw)]
+        err.print(f"watching {', '.join(dirs)} (Ctrl-C to stop)")
+        for _ in watchfiles.watch(*dirs, debounce=300, raise_interrupt=False):
+            report(gw.sync(source=source), output)
+
+
+def localdirs_of(gw: ShadowGateway) -> list[Path]:
+    from shadow_operator.sdk import localdirs
+
+    return sorted(
+        {Path(d) for d in localdirs.recorded(str(gw.client.base_url), gw.namespace, gw.name).values()}
+    )
+
+
+def report(plans: list[Any], output: str) -> None:
+    if emit([{"source": p.source, "sent": p.changed, "deleted": p.deleted} for p in plans], output):
+        return
+    for p in plans:
+        if p.empty:
+            err.print(f"{p.source}: up to date")
+        else:
+            err.print(f"{p.source}: sent {len(p.changed)}, deleted {len(p.deleted)} ({p.local_dir})")
+
+
+def publish_all(
+    name: NameArg,
     workspace: Annotated[Path, typer.Option(help="Directory whose git repositories are published.")] = Path(
         "."
     ),
@@ -531,6 +641,8 @@ def logs(
     tail: Annotated[int, typer.Option(help="Lines from the end (-1: all).")] = 200,
 ) -> None:
     """The workspace container's log."""
+    from shadow_operator.api.kinds import POD
+
     with gateway(name, namespace) as gw:
         env = gw.status()
         pod = (env.status.sandbox if env.status else None) or name
@@ -581,6 +693,25 @@ def journal(
             out.print(f"{entry.seq:>5} {mark} {what}{code}", markup=True, highlight=False)
 
 
+def decide(
+    name: NameArg,
+    text: Annotated[str, typer.Argument(help="The decision: what was chosen, and why.", show_default=False)],
+    author: Annotated[str | None, typer.Option(help="Who decided (default: your login name).")] = None,
+    namespace: NamespaceOpt = "",
+    output: OutputOpt = "text",
+) -> None:
+    """Record a decision in the workspace's journal and HANDOFF.md's Decision Log.
+
+    shadowctl decide my-change "keep the v1 API: two clients still call it"
+    """
+    import getpass
+
+    with gateway(name, namespace) as gw:
+        entry = gw.decide(text, author=author or getpass.getuser())
+    if not emit(entry, output):
+        err.print(f"recorded decision {entry.seq} in {name}'s journal")
+
+
 def handoff(name: NameArg, namespace: NamespaceOpt = "") -> None:
     """Print the workspace's HANDOFF.md."""
     with gateway(name, namespace) as gw:
@@ -622,6 +753,31 @@ def verify(
     raise typer.Exit(0 if verdict.result == "PASS" else 1)
 
 
+def stop(
+    name: NameArg,
+    namespace: NamespaceOpt = "",
+    wait: Annotated[bool, typer.Option(help="Wait until the workspace is stopped.")] = True,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait.")] = 300.0,
+) -> None:
+    """Stop an environment and keep it: its workspace Pod goes, its volume (uncommitted work included) and
+    Gitea stay. `shadowctl start` brings it back as it was."""
+    with gateway(name, namespace) as gw, err.status(f"stopping {name}"):
+        gw.suspend(wait=wait, timeout=timeout)
+    err.print(f"stopped ShadowEnvironment {namespace}/{name} (start it again: shadowctl start {name})")
+
+
+def start(
+    name: NameArg,
+    namespace: NamespaceOpt = "",
+    wait: Annotated[bool, typer.Option(help="Wait until it is Ready.")] = True,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait.")] = 600.0,
+) -> None:
+    """Start a stopped environment (or one suspended for idleness) again, as it was."""
+    with gateway(name, namespace) as gw, err.status(f"starting {name}"):
+        gw.resume(wait=wait, timeout=timeout)
+    err.print(f"started ShadowEnvironment {namespace}/{name}")
+
+
 def destroy(
     name: NameArg,
     namespace: NamespaceOpt = "",
@@ -644,11 +800,15 @@ def register(app: typer.Typer) -> None:
         (diff, "diff"),
         (promote, "promote"),
         (publish, "publish"),
+        (publish_all, "publish-all"),
         (sync, "sync"),
         (logs, "logs"),
         (journal, "journal"),
+        (decide, "decide"),
         (handoff, "handoff"),
         (with_fallback(verify), "verify"),
+        (stop, "stop"),
+        (start, "start"),
         (destroy, "destroy"),
     ):
         app.command(verb)(fn)

@@ -9,17 +9,17 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from shadow_operator.api.environment import ShadowEnvironment
 from shadow_operator.cli.common import connect, emit, err, fail, out
-from shadow_operator.sdk import hostonly, kube, localdirs
-from shadow_operator.sdk import manifest as manifestops
-from shadow_operator.sdk.environment import EnvironmentSpec, LocalSource
 from shadow_operator.sdk.errors import ShadowError
-from shadow_operator.sdk.manifest import HandoffManifest
+
+if TYPE_CHECKING:  # loaded by the verbs that use them (a `shadowctl list` needs none)
+    from shadow_operator.api.environment import ShadowEnvironment
+    from shadow_operator.sdk.environment import EnvironmentSpec, LocalSource
+    from shadow_operator.sdk.manifest import HandoffManifest
 
 FallbackOpt = Annotated[
     str | None,
@@ -32,6 +32,8 @@ FallbackOpt = Annotated[
 
 
 def local_sources(specs: Sequence[str]) -> list[LocalSource]:
+    from shadow_operator.sdk.environment import LocalSource
+
     sources = []
     for spec in specs:
         path_text, _, repo = spec.partition(":")
@@ -43,6 +45,8 @@ def local_sources(specs: Sequence[str]) -> list[LocalSource]:
 
 
 def warn(manifest: HandoffManifest) -> None:
+    from shadow_operator.sdk import hostonly
+
     verdict = manifest.verdict
     result = f"{verdict.result} {verdict.score}/{verdict.max_score}" if verdict else "no verdict"
     err.print(
@@ -73,6 +77,9 @@ def host_only_manifest(
 ) -> HandoffManifest:
     """The host-only manifest; the environment and this machine's record of its directories are keyed by the
     cluster, so without usable credentials there is neither (only --local is copied)."""
+    from shadow_operator.sdk import kube, localdirs
+    from shadow_operator.sdk import manifest as manifestops
+
     try:
         http = connect()
     except ShadowError:
@@ -96,6 +103,10 @@ def with_fallback(verb: Callable[..., None]) -> Callable[..., None]:
 
     @functools.wraps(verb)
     def run(**options: Any) -> None:
+        from shadow_operator.sdk import hostonly
+        from shadow_operator.sdk import manifest as manifestops
+        from shadow_operator.sdk.environment import EnvironmentSpec
+
         if not hostonly.check_fallback(options.get("fallback")):
             return verb(**options)
         try:

@@ -39,6 +39,19 @@ class Check:
         }
 
 
+# The install the README shows (Quick start; For platform teams): a release of the chart from a registry. The
+# chart's directory cannot be installed as it is (its images point at no registry until a release sets them).
+INSTALL = (
+    "helm install sandboxes oci://<registry>/charts/shadow-operator --version <version> "
+    "-n sandbox-platform --create-namespace --set 'tenants.namespaces={{{namespace}}}'"
+)
+
+
+def install_hint(namespace: str) -> str:
+    """What to run when the operator is not installed (a cluster admin's command), as the README shows it."""
+    return f"a cluster admin installs it (README: Quick start): {INSTALL.format(namespace=namespace)}"
+
+
 def _checks(http: httpx.Client, namespace: str) -> list[Check]:
     checks: list[Check] = []
     try:
@@ -63,7 +76,7 @@ def _checks(http: httpx.Client, namespace: str) -> list[Check]:
             "CRDs",
             not missing,
             "installed" if not missing else f"missing: {', '.join(missing)}",
-            "helm install shadow-operator charts/shadow-operator (or kubectl apply -f crds/)",
+            install_hint(namespace),
         )
     )
 
@@ -80,8 +93,7 @@ def _checks(http: httpx.Client, namespace: str) -> list[Check]:
                 state.detail + found,
                 f"kubectl -n {where.namespace} get pods; kubectl -n {where.namespace} logs deploy/{where.deployment}"
                 if where.source or state.alive is False
-                else "install the chart (it writes ConfigMap shadow-operator-discovery into tenant namespaces), "
-                "or ask who runs the cluster",
+                else f"{install_hint(namespace)}; or ask who runs the cluster",
                 warning=state.alive is None,
             )
         )

@@ -10,7 +10,6 @@ import typer
 from rich.table import Table
 
 from shadow_operator.api import constants as c
-from shadow_operator.api.kinds import SANDBOX_CLAIM
 from shadow_operator.cli.common import (
     GLOBALS,
     AllNamespacesOpt,
@@ -21,6 +20,7 @@ from shadow_operator.cli.common import (
     emit,
     err,
     fail,
+    kube_list,
     out,
     split_remote,
 )
@@ -35,7 +35,7 @@ app = typer.Typer(help="Plain sandboxes: claim, exec, cp, preview, snapshot, del
 ClaimArg = Annotated[
     str,
     typer.Argument(
-        help="Name of the SandboxClaim.", show_default=False, autocompletion=complete_names(SANDBOX_CLAIM)
+        help="Name of the SandboxClaim.", show_default=False, autocompletion=complete_names("SandboxClaim")
     ),
 ]
 
@@ -78,10 +78,14 @@ def claim(
 def list_(
     namespace: NamespaceOpt = "", all_namespaces: AllNamespacesOpt = False, output: OutputOpt = "text"
 ) -> None:
-    """List the sandbox claims of a namespace (-A: of every namespace)."""
+    """List the sandbox claims of a namespace (-A: of every namespace); -o json|yaml prints them as kubectl
+    does (a List of the objects)."""
     everywhere = all_namespaces or GLOBALS.all_namespaces
     with connect() as http:
         claims = kube.run(http, ops.list_claims(None if everywhere else namespace))
+    items = [{"apiVersion": SANDBOX_CLAIM_API_VERSION, "kind": "SandboxClaim", **body} for body in claims]
+    if emit(kube_list(items), output):
+        return
     rows = []
     for body in claims:
         ready: dict[str, str] = next(
@@ -96,12 +100,13 @@ def list_(
                 "sandbox": ((body.get("status") or {}).get("sandbox") or {}).get("name", ""),
             }
         )
-    if emit(rows, output):
-        return
     table = Table(*(["NAMESPACE"] if everywhere else []), "NAME", "READY", "REASON", "SANDBOX", box=None)
     for row in rows:
         table.add_row(*row.values())
     out.print(table)
+
+
+SANDBOX_CLAIM_API_VERSION = f"{c.EXTENSIONS_GROUP}/{c.STORAGE_VERSION}"
 
 
 @app.command("exec")

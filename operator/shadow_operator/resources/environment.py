@@ -270,6 +270,18 @@ def _set_root_arg(container: dict[str, Any], mount_path: str) -> None:
         container["args"] = args
 
 
+def merged_resources(template: Manifest, given: Manifest) -> Manifest:
+    """The template's ResourceRequirements with the environment's laid over them, key by key: a CPU request
+    given alone keeps the template's memory limit (a workspace must not lose the limit its platform set)."""
+    merged = copy.deepcopy(dict(template))
+    for key, value in given.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **copy.deepcopy(value)}
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
 def build_workspace_sandbox(
     env: Body,
     template: Body,
@@ -313,7 +325,7 @@ def build_workspace_sandbox(
     extra += [{"name": e["name"], "value": e["value"]} for e in spec.get("env") or ()]
     _set_env(container, extra)
     if spec.get("resources"):
-        container["resources"] = copy.deepcopy(dict(spec["resources"]))
+        container["resources"] = merged_resources(container.get("resources") or {}, spec["resources"])
     preview_port = (spec.get("preview") or {}).get("port")
     if preview_port:
         ports = [p for p in container.get("ports") or () if p.get("name") != c.PREVIEW_PORT_NAME]

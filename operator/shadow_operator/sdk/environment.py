@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import secrets
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -58,10 +59,12 @@ class LocalSource:
 
     @property
     def source_name(self) -> str:
+        """The source's name in the environment (a DNS label)."""
         return self.name or source_name(self.path.name)
 
     @property
     def repo_name(self) -> str:
+        """Its Gitea repository, org/name."""
         return self.repo or f"shadow/{self.path.name}"
 
 
@@ -74,11 +77,13 @@ class GitSource:
 
     @property
     def source_name(self) -> str:
+        """The source's name in the environment (a DNS label)."""
         base = self.url.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git") or "src"
         return self.name or source_name(base)
 
     @property
     def repo_name(self) -> str:
+        """Its Gitea repository, org/name."""
         return self.repo or f"shadow/{self.url.rstrip('/').rsplit('/', 1)[-1].removesuffix('.git')}"
 
 
@@ -93,7 +98,10 @@ class EnvironmentSpec:
     mount_path: str | None = None
     storage_class: str | None = None  # of the workspace volume; forks by snapshot need one that supports it
     verify_commands: Sequence[str] = ()
-    requests: dict[str, str] = field(default_factory=dict)  # resource requests of the workspace, e.g. cpu
+    # Resource requests and limits of the workspace, e.g. {"cpu": "500m"}: laid over the template's, so a
+    # request given alone keeps the template's limits.
+    requests: dict[str, str] = field(default_factory=dict)
+    limits: dict[str, str] = field(default_factory=dict)
     # A ShadowEnvironmentPool to take a started workspace and Gitea from: the environment starts from the
     # pool's values (template, workspace, rewrites, ...), and the fields set here override them.
     pool: str | None = None
@@ -141,8 +149,9 @@ def build_environment(
     }
     if workspace:
         body_spec["workspace"] = workspace
-    if spec.requests:
-        body_spec["resources"] = {"requests": dict(spec.requests)}
+    resources = {k: dict(v) for k, v in (("requests", spec.requests), ("limits", spec.limits)) if v}
+    if resources:
+        body_spec["resources"] = resources
     if spec.verify_commands:
         body_spec["verify"] = {
             "commands": [
@@ -444,6 +453,31 @@ def upload(
     return result, digest.hexdigest()
 
 
+def set_stopped(
+    namespace: str, name: str, stop: bool, timeout: float, wait_for_it: bool
+) -> Op[ShadowEnvironment]:
+    """Stop the workspace (spec.suspend: its Pod goes, its volume and Gitea stay) or start it again as it
+    was; a start also resumes a workspace suspended for idleness. By default waits until the operator has
+    acted: WorkspaceReady False (Stopped), or Ready again."""
+    patch: Body = {"spec": {"suspend": stop}}
+    if not stop:
+        patch["metadata"] = {"annotations": {c.ANNOTATION_RESUME_REQUEST: secrets.token_hex(8)}}
+    verb = "stop" if stop else "start"
+    body = yield from _patch(namespace, name, patch, f"{verb} {_what(namespace, name)}")
+    if not wait_for_it:
+        return ShadowEnvironment.from_body(kube.decoded(body, verb))
+
+    def stopped(env: ShadowEnvironment) -> bool:
+        cond = conditions(env).get(c.COND_WORKSPACE_READY)
+        return cond is not None and cond.status == "False" and cond.reason == "Stopped"
+
+    if stop:
+        return (yield from wait(namespace, name, stopped, "the workspace stopped", timeout))
+    return (
+        yield from wait(namespace, name, lambda e: is_true(e, c.COND_READY), "condition Ready=True", timeout)
+    )
+
+
 def request(
     namespace: str,
     name: str,
@@ -457,17 +491,24 @@ def request(
     """Ask the operator for something by setting one annotation to a new value, then wait (watching) for
     the environment whose status answers it."""
     patch = {"metadata": {"annotations": {annotation: value}}}
+    yield from _patch(namespace, name, patch, f"{what} of {_what(namespace, name)}")
+    return (yield from wait(namespace, name, answered, waiting_for, timeout))
+
+
+def _patch(namespace: str, name: str, patch: Body, what: str) -> Op[Any]:
+    """A merge patch of the environment; its answer."""
     try:
-        yield Call(
-            "PATCH",
-            SHADOW_ENVIRONMENT.path(namespace, name),
-            f"{what} of {_what(namespace, name)}",
-            body=patch,
-            content_type=kube.MERGE_PATCH,
+        return (
+            yield Call(
+                "PATCH",
+                SHADOW_ENVIRONMENT.path(namespace, name),
+                what,
+                body=patch,
+                content_type=kube.MERGE_PATCH,
+            )
         )
     except NotFound:
         raise EnvironmentNotFound(f"{_what(namespace, name)} does not exist") from None
-    return (yield from wait(namespace, name, answered, waiting_for, timeout))
 
 
 def verify(namespace: str, name: str, timeout: float) -> Op[Verdict]:
@@ -509,7 +550,7 @@ def upload_source(
     source: str,
     path: str | PathLike[str],
     *,
-    namespace: str = "default",
+    namespace: str | None = None,
     timeout: float = 300.0,
     progress: Progress | None = None,
 ) -> UploadResult:
@@ -520,6 +561,7 @@ def upload_source(
     sha256: the operator snapshots the directory once that annotation is there. Uploading again overwrites
     files but removes none, and the operator snapshots a source only once.
     """
+    namespace = namespace or kube.context_namespace()  # as kubectl: the context's unless one is named
     with kube.connect() as http:
         result, digest = kube.run(http, upload(namespace, environment, source, path, timeout, progress))
         localdirs.record(str(http.base_url), namespace, environment, {source: path})

@@ -13,6 +13,7 @@ Both twins run the same operations (`sdk.environment`, `sdk.runtime`, `sdk.promo
 from __future__ import annotations
 
 import asyncio
+import functools
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -29,6 +30,7 @@ from shadow_operator.sdk import environment as envops
 from shadow_operator.sdk import fork as forkops
 from shadow_operator.sdk import manifest as manifestops
 from shadow_operator.sdk import race as raceops
+from shadow_operator.sdk import sync as syncops
 from shadow_operator.sdk.environment import ANNOTATION_LOCAL_PREFIX, EnvironmentSpec, LocalSource
 from shadow_operator.sdk.errors import (
     ClusterUnreachable,
@@ -42,7 +44,7 @@ from shadow_operator.sdk.manifest import HandoffManifest
 from shadow_operator.sdk.promote import PromotePlan
 from shadow_operator.sdk.race import RaceResult
 from shadow_operator.sdk.runtime import Diff, ExecutionResult, ImportResult, JournalEntry
-from shadow_operator.sdk.upload import stream_worktree
+from shadow_operator.sdk.upload import check_source, stream_worktree
 
 T = TypeVar("T")
 
@@ -91,6 +93,8 @@ class _Ops:
 
     def create(self, spec: EnvironmentSpec) -> Op[ShadowEnvironment]:
         self._endpoint = None  # a new environment: a new runtime token
+        for source in spec.local:  # every local check before anything is created in the cluster
+            check_source(source.path)
         pool = (yield from envops.get_pool_spec(self.namespace, spec.pool)) if spec.pool else None
         env = yield from envops.create(envops.build_environment(self.name, self.namespace, spec, pool))
         self.forget()
@@ -98,11 +102,40 @@ class _Ops:
         return env
 
     def upload(self, source: LocalSource, timeout: float, progress: Progress | None) -> Op[ImportResult]:
+        # What the upload carries, stamped before it is read: the first `sync` sends what changed since.
+        sent = syncops.SyncPlan(source.source_name, source.path, "", stamps=syncops.stamps(source.path))
         result, _ = yield from envops.upload(
             self.namespace, self.name, source.source_name, source.path, timeout, progress
         )
         localdirs.record(self.cluster, self.namespace, self.name, {source.source_name: source.path})
+        syncops.record(self.cluster, self.namespace, self.name, sent)
         return result
+
+    def sync(self, source: str | None) -> Op[list[syncops.SyncPlan]]:
+        """Push each source's local edits (changed files, deletions) into the workspace."""
+        env = yield from envops.get(self.namespace, self.name)
+        recorded = self.recorded()
+        plans = [envops.source_plan(env, source)] if source else envops.source_plans(env)
+        pushed = []
+        for plan in plans:
+            annotated = env.metadata.annotations.get(ANNOTATION_LOCAL_PREFIX + plan.name)
+            local = localdirs.trusted_dir(recorded.get(plan.name), annotated)
+            if local is None and len(plans) == 1 and self.workspace_path is not None:
+                local = str(self.workspace_path)
+            if local is None:
+                continue  # a cloned source, or one this machine did not upload
+            before = syncops.previous(self.cluster, self.namespace, self.name, plan.name)
+            todo = syncops.plan(plan.name, Path(local), plan.path, before)
+            if not todo.empty:
+                yield from self.on_runtime(functools.partial(syncops.push, sync=todo))
+                syncops.record(self.cluster, self.namespace, self.name, todo)
+            pushed.append(todo)
+        if not pushed:
+            raise ShadowError(
+                f"no source of {self.name} came from a local directory this machine recorded",
+                hint="sync pushes the directories the environment was created or uploaded from, on this machine",
+            )
+        return pushed
 
     def forget(self) -> None:
         localdirs.forget(self.cluster, self.namespace, self.name)
@@ -280,6 +313,9 @@ class _Ops:
     def handoff(self) -> Op[str | None]:
         return self.on_runtime(runtime.handoff)
 
+    def decide(self, text: str, author: str | None) -> Op[JournalEntry]:
+        return self.on_runtime(lambda ep: runtime.decide(ep, text, author))
+
     def fork_names(self, names: Sequence[str], count: int | None) -> list[str]:
         return [*names, *(f"{self.name}-fork-{i}" for i in range(1, (count or 0) + 1))] or [
             f"{self.name}-fork-1"
@@ -313,8 +349,11 @@ class ShadowGateway(kube.ClientHolder):
         namespace = namespace or kube.context_namespace()
         self._ops = _Ops(name, namespace, workspace_path, str(self._http.base_url), pool)
 
-    name = property(lambda self: self._ops.name)
-    namespace = property(lambda self: self._ops.namespace)
+    name = property(lambda self: self._ops.name, doc="The environment's name.")
+    namespace = property(
+        lambda self: self._ops.namespace,
+        doc="The environment's namespace (the kubeconfig context's unless one was named).",
+    )
 
     def _run(self, op: Op[Any]) -> Any:
         return kube.run(self._http, op)
@@ -355,7 +394,20 @@ class ShadowGateway(kube.ClientHolder):
         self._run(envops.delete(self.namespace, self.name, wait=wait, timeout=timeout))
         self._ops.forget()
 
+    def suspend(self, *, wait: bool = True, timeout: float = 300.0) -> ShadowEnvironment:
+        """Stop the workspace and keep it: its Pod goes, its volume (uncommitted work included) and Gitea
+        stay (`shadowctl stop`); by default wait until the operator has stopped it."""
+        self._ops.forget_endpoint()
+        return self._run(envops.set_stopped(self.namespace, self.name, True, timeout, wait))  # type: ignore[no-any-return]
+
+    def resume(self, *, wait: bool = True, timeout: float = 600.0) -> ShadowEnvironment:
+        """Start a stopped (or idle-suspended) workspace again, as it was (`shadowctl start`); by default wait
+        until it is Ready."""
+        self._ops.forget_endpoint()
+        return self._run(envops.set_stopped(self.namespace, self.name, False, timeout, wait))  # type: ignore[no-any-return]
+
     def status(self) -> ShadowEnvironment:
+        """The ShadowEnvironment as the API server has it now (spec, status, conditions)."""
         return self._run(envops.get(self.namespace, self.name))  # type: ignore[no-any-return]
 
     def wait_ready(
@@ -367,6 +419,7 @@ class ShadowGateway(kube.ClientHolder):
     def upload(
         self, source: LocalSource, *, timeout: float = 300.0, progress: Progress | None = None
     ) -> ImportResult:
+        """Upload one local source's working tree into the workspace and tell the operator to snapshot it."""
         return self._run(self._ops.upload(source, timeout, progress))  # type: ignore[no-any-return]
 
     # work in the workspace
@@ -392,15 +445,19 @@ class ShadowGateway(kube.ClientHolder):
         )
 
     def read_file(self, path: str) -> bytes:
+        """The bytes of a file of the workspace (a path relative to it)."""
         return self._run(self._ops.read_file(path))  # type: ignore[no-any-return]
 
     def write_file(self, path: str, data: bytes | str) -> None:
+        """Write a file of the workspace (its directories are made); a str is written as UTF-8."""
         self._run(self._ops.write_file(path, data))
 
     def diff(self, *, paths_only: bool = False) -> Diff:
+        """What changed in the workspace since the copy-in: the paths, and unless `paths_only` the patch."""
         return self._run(self._ops.diff(paths_only))  # type: ignore[no-any-return]
 
     def git(self, command: str, cwd: str = ".") -> ExecutionResult:
+        """Run `git COMMAND` (a shell command line) in a directory of the workspace."""
         return self.exec(f"git {command}", cwd=cwd)
 
     # results
@@ -430,6 +487,7 @@ class ShadowGateway(kube.ClientHolder):
     def apply_promote(
         self, plans: Sequence[PromotePlan], *, max_bytes: int = confine.DEFAULT_MAX_BYTES
     ) -> list[PromotePlan]:
+        """Carry out plans made by plan_promote (never .git, never through a link, within `max_bytes`)."""
         return self._run(self._ops.apply_promote(plans, max_bytes))  # type: ignore[no-any-return]
 
     def publish_module(
@@ -438,6 +496,12 @@ class ShadowGateway(kube.ClientHolder):
         """Push a local repository into the environment's Gitea (created if missing), so the workspace can
         install it from its rewritten URL."""
         return self._run(self._ops.publish(Path(module_path).expanduser().resolve(), repo, progress))  # type: ignore[no-any-return]
+
+    def sync(self, *, source: str | None = None) -> list[syncops.SyncPlan]:
+        """Push local edits into the running workspace: the files changed in each source's local directory
+        since the last push from this machine are sent (with the upload's rules), and the ones deleted here
+        are deleted there (only inside the source, never in .git). Returns what each source sent."""
+        return self._run(self._ops.sync(source))  # type: ignore[no-any-return]
 
     def verify(
         self, timeout: float = 600.0, *, fallback: str | None = None, spec: EnvironmentSpec | None = None
@@ -494,16 +558,24 @@ class ShadowGateway(kube.ClientHolder):
         return raceops.race_sync(self, self._http, cmds, raceops.RaceOptions(**options))
 
     def journal(self, since: int = 0, *, significant: bool = False) -> list[JournalEntry]:
+        """The workspace's command journal after `since` (only the significant entries if asked)."""
         return self._run(self._ops.journal(since, significant))  # type: ignore[no-any-return]
 
     def follow_journal(self, since: int = 0, *, significant: bool = False) -> Iterator[JournalEntry]:
+        """Journal entries after `since` as they are recorded (an endless stream; stop iterating to end it)."""
         ep = self.runtime_endpoint()
         call = runtime.journal_follow_call(ep, since=since, significant=significant)
         for entry in runtime.stream_events(self._http, call):
             yield JournalEntry.model_validate(entry)
 
     def handoff(self) -> str | None:
+        """The workspace's HANDOFF.md (None when the runtime keeps none)."""
         return self._run(self._ops.handoff())  # type: ignore[no-any-return]
+
+    def decide(self, text: str, *, author: str | None = None) -> JournalEntry:
+        """Record a decision (what was chosen and why) in the journal, and so in HANDOFF.md's Decision Log:
+        the next agent or person reads it there."""
+        return self._run(self._ops.decide(text, author))  # type: ignore[no-any-return]
 
     # copy-on-write workspaces
     def fork(
@@ -532,6 +604,7 @@ class ShadowGateway(kube.ClientHolder):
 
 
 # -------------------------------------------------------------------------------------------- async
+@kube.documented_as(ShadowGateway)
 class AsyncShadowGateway(kube.AsyncClientHolder):
     """The async twin of ShadowGateway: the same operations, awaited."""
 
@@ -563,6 +636,7 @@ class AsyncShadowGateway(kube.AsyncClientHolder):
         timeout: float = 600.0,
         progress: Callable[[str, int, int], None] | None = None,
     ) -> ShadowEnvironment:
+        """Create the environment, upload its local sources, and (by default) wait for Ready and a verdict."""
         spec = self._ops.spec(spec)
         env: ShadowEnvironment = await self._run(self._ops.create(spec))
         for source in spec.local:
@@ -570,16 +644,47 @@ class AsyncShadowGateway(kube.AsyncClientHolder):
             await self._run(self._ops.upload(source, timeout, report))
         return await self.wait_ready(timeout) if wait else env
 
+    async def create(self, spec: EnvironmentSpec) -> ShadowEnvironment:
+        """Only create the object (start() also uploads and waits)."""
+        return await self._run(self._ops.create(spec))  # type: ignore[no-any-return]
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        """The httpx client on the API server (for calls the gateway does not wrap)."""
+        return self._http
+
+    async def runtime_endpoint(self) -> runtime.RuntimeEndpoint:
+        """The workspace runtime through the API server's pod proxy (base path and token header)."""
+        return await self._run(self._ops.endpoint())  # type: ignore[no-any-return]
+
+    async def upload(
+        self, source: LocalSource, *, timeout: float = 300.0, progress: Progress | None = None
+    ) -> ImportResult:
+        """Upload one local source's working tree into the workspace and tell the operator to snapshot it."""
+        return await self._run(self._ops.upload(source, timeout, progress))  # type: ignore[no-any-return]
+
     async def stop(self, *, wait: bool = True, timeout: float = 120.0) -> None:
+        """Delete the environment (workspace, Gitea, volumes); by default wait until it is gone."""
         self._ops.forget_endpoint()
         await self._run(envops.delete(self.namespace, self.name, wait=wait, timeout=timeout))
         self._ops.forget()
 
+    async def suspend(self, *, wait: bool = True, timeout: float = 300.0) -> ShadowEnvironment:
+        self._ops.forget_endpoint()
+        return await self._run(envops.set_stopped(self.namespace, self.name, True, timeout, wait))  # type: ignore[no-any-return]
+
+    async def resume(self, *, wait: bool = True, timeout: float = 600.0) -> ShadowEnvironment:
+        self._ops.forget_endpoint()
+        return await self._run(envops.set_stopped(self.namespace, self.name, False, timeout, wait))  # type: ignore[no-any-return]
+
     async def status(self) -> ShadowEnvironment:
         return await self._run(envops.get(self.namespace, self.name))  # type: ignore[no-any-return]
 
-    async def wait_ready(self, timeout: float = 600.0) -> ShadowEnvironment:
-        return await self._run(self._ops.wait_ready(timeout))  # type: ignore[no-any-return]
+    async def wait_ready(
+        self, timeout: float = 600.0, *, on_change: Callable[[ShadowEnvironment], None] | None = None
+    ) -> ShadowEnvironment:
+        """Wait (watching) for Ready and a verdict; a failure in status raises EnvironmentFailed."""
+        return await self._run(self._ops.wait_ready(timeout, on_change))  # type: ignore[no-any-return]
 
     async def exec(
         self,
@@ -637,8 +742,17 @@ class AsyncShadowGateway(kube.AsyncClientHolder):
     ) -> list[PromotePlan]:
         return await self._run(self._ops.apply_promote(plans, max_bytes))  # type: ignore[no-any-return]
 
-    async def publish_module(self, module_path: str | Path, repo: str | None = None) -> dict[str, str]:
-        return await self._run(self._ops.publish(Path(module_path).expanduser().resolve(), repo, None))  # type: ignore[no-any-return]
+    async def publish_module(
+        self, module_path: str | Path, repo: str | None = None, *, progress: Progress | None = None
+    ) -> dict[str, str]:
+        """Push a local repository into the environment's Gitea (created if missing), so the workspace can
+        install it from its rewritten URL."""
+        path = Path(module_path).expanduser().resolve()
+        return await self._run(self._ops.publish(path, repo, progress))  # type: ignore[no-any-return]
+
+    async def sync(self, *, source: str | None = None) -> list[syncops.SyncPlan]:
+        # Listing the local files (git ls-files) blocks the loop briefly, as an upload's listing does.
+        return await self._run(self._ops.sync(source))  # type: ignore[no-any-return]
 
     async def verify(
         self, timeout: float = 600.0, *, fallback: str | None = None, spec: EnvironmentSpec | None = None
@@ -693,8 +807,21 @@ class AsyncShadowGateway(kube.AsyncClientHolder):
     async def journal(self, since: int = 0, *, significant: bool = False) -> list[JournalEntry]:
         return await self._run(self._ops.journal(since, significant))  # type: ignore[no-any-return]
 
+    async def follow_journal(
+        self, since: int = 0, *, significant: bool = False
+    ) -> AsyncIterator[JournalEntry]:
+        """Journal entries after `since` as they are recorded (an endless stream; stop iterating to end it)."""
+        ep = await self.runtime_endpoint()
+        call = runtime.journal_follow_call(ep, since=since, significant=significant)
+        async for entry in runtime.astream_events(self._http, call):
+            yield JournalEntry.model_validate(entry)
+
     async def handoff(self) -> str | None:
+        """The workspace's HANDOFF.md (None when the runtime keeps none)."""
         return await self._run(self._ops.handoff())  # type: ignore[no-any-return]
+
+    async def decide(self, text: str, *, author: str | None = None) -> JournalEntry:
+        return await self._run(self._ops.decide(text, author))  # type: ignore[no-any-return]
 
     async def fork(
         self,

@@ -4,15 +4,14 @@ Every SDK operation is written once, as a generator that yields `Call`s (or `Wat
 answers (sans-I/O): `run()` drives it on an `httpx.Client`, `arun()` on an `httpx.AsyncClient`. That is how
 `ShadowGateway` and `AsyncShadowGateway` (and the sandbox twins) share every line of their logic.
 
-Credentials come from the kubeconfig as kubectl reads it (the `kubernetes` package's config loader: KUBECONFIG
-lists merged, contexts, exec credential plugins v1/v1beta1, token files, client certificates, proxies), else
-the Pod's service account. That loader is imported only when a client is made: it loads the generated API
-client, which a CLI that never talks to a cluster should not pay for.
+Credentials come from the kubeconfig as kubectl reads it (`sdk.kubeconfig`: KUBECONFIG lists merged,
+contexts, token files, client certificates, proxies), else the Pod's service account. A login with an exec
+credential plugin (v1/v1beta1) or an auth provider goes through the `kubernetes` package's loader, imported
+only then: it loads the generated API client, most of a second of CPU.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import json
@@ -26,6 +25,7 @@ from typing import Any, Self, TypeVar
 import httpx
 
 from shadow_operator import __version__
+from shadow_operator.sdk import kubeconfig as kubeconfig_file
 from shadow_operator.sdk.errors import (
     ApiNotInstalled,
     ClusterUnreachable,
@@ -49,20 +49,7 @@ WATCH_SECONDS = 60  # one watch request; waits re-watch until their deadline
 
 
 # ------------------------------------------------------------------------------------------- clients
-SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
-
-
-@dataclass(frozen=True)
-class Login:
-    """Where the API server is and how to prove who we are, as the kubeconfig (or the Pod) says."""
-
-    server: str
-    ssl_context: ssl.SSLContext
-    headers: dict[str, str]
-    proxy: str | None
-    namespace: str  # the context's namespace, else the Pod's, else "default"
-    # Runs the credential source again (an exec plugin's token expired): a fresh Authorization header.
-    refresh: Callable[[], dict[str, str]]
+Login = kubeconfig_file.Login
 
 
 def kubeconfig_paths(kubeconfig: str | None = None) -> str:
@@ -72,79 +59,57 @@ def kubeconfig_paths(kubeconfig: str | None = None) -> str:
 
 def context_namespace(context: str | None = None, kubeconfig: str | None = None) -> str:
     """The namespace of `context` (the current one if None) as the kubeconfig names it, else the Pod's, else
-    "default". Reads the files only: no credential plugin runs, no API call. An unreadable kubeconfig
-    gives "default" here; the login that follows says what is wrong with it."""
-    from kubernetes.config import ConfigException, kube_config
-
-    paths = kubeconfig_paths(kubeconfig)
-    if any(os.path.exists(os.path.expanduser(p)) for p in paths.split(os.pathsep) if p):
-        try:
-            contexts, current = kube_config.list_kube_config_contexts(config_file=paths)
-        except (ConfigException, OSError, KeyError, ValueError, TypeError):
-            return "default"
-        chosen = next((c for c in contexts if c["name"] == context), None) if context else current
-        return str(((chosen or {}).get("context") or {}).get("namespace") or "default")
-    try:
-        with open(SERVICE_ACCOUNT_NAMESPACE) as fh:
-            return fh.read().strip() or "default"
-    except OSError:
-        return "default"
+    "default". Reads the files only: no credential plugin runs, no API call. A kubeconfig that cannot be
+    read, or names no such context, is a one-line NoCredentials."""
+    return kubeconfig_file.context_namespace(context, kubeconfig)
 
 
 def login(context: str | None = None, kubeconfig: str | None = None) -> Login:
-    """Read the credentials of `context` (the current one if None) from the kubeconfig, or the Pod's."""
+    """Read the credentials of `context` (the current one if None) from the kubeconfig, or the Pod's.
+
+    Read by `sdk.kubeconfig` unless the login needs what only the `kubernetes` package's loader runs (an exec
+    credential plugin, an auth provider): that package is imported only then."""
+    if kubeconfig_file.needs_full_loader(context, kubeconfig):
+        return _full_login(context, kubeconfig)
+    return kubeconfig_file.credentials(context, kubeconfig)
+
+
+def _full_login(context: str | None, kubeconfig: str | None) -> Login:
+    """The `kubernetes` package's loader, for exec credential plugins and auth providers (the files exist and
+    name the context: `sdk.kubeconfig` checked)."""
     from kubernetes.client import Configuration
-    from kubernetes.config import ConfigException, kube_config, load_incluster_config
+    from kubernetes.config import ConfigException, kube_config
 
     paths = kubeconfig_paths(kubeconfig)
-    in_file = any(os.path.exists(os.path.expanduser(p)) for p in paths.split(os.pathsep) if p)
 
-    def load() -> tuple[Any, str]:
+    def load() -> Any:
         config = Configuration()
-        if in_file:
-            # The loader logs a failing credential plugin and goes on without credentials (a bare 401 later):
-            # its complaint is caught here and becomes the error.
-            complaints = _Complaints()
-            root = logging.getLogger()
-            root.addHandler(complaints)
-            try:
-                kube_config.load_kube_config(
-                    config_file=paths, context=context, client_configuration=config, persist_config=False
-                )
-            finally:
-                root.removeHandler(complaints)
-            if complaints.messages:
-                raise NoCredentials(
-                    f"the kubeconfig's credential plugin failed: {complaints.messages[0]}",
-                    hint="run the user's exec command from `kubectl config view --minify` to see why",
-                )
-        else:
-            load_incluster_config(client_configuration=config)
-        return config, context_namespace(context, kubeconfig)
-
-    if context and in_file:
+        # The loader logs a failing credential plugin and goes on without credentials (a bare 401 later):
+        # its complaint is caught here and becomes the error.
+        complaints = _Complaints()
+        root = logging.getLogger()
+        root.addHandler(complaints)
         try:
-            known = [c["name"] for c in kube_config.list_kube_config_contexts(config_file=paths)[0]]
-        except (ConfigException, OSError, KeyError, ValueError, TypeError):
-            known = [context]  # an unreadable file: the load below says what is wrong with it
-        if context not in known:
-            raise NoCredentials(
-                f"the kubeconfig ({paths}) has no context named {context!r}",
-                hint="list the contexts: kubectl config get-contexts",
+            kube_config.load_kube_config(
+                config_file=paths, context=context, client_configuration=config, persist_config=False
             )
+        finally:
+            root.removeHandler(complaints)
+        if complaints.messages:
+            raise NoCredentials(
+                f"the kubeconfig's credential plugin failed: {complaints.messages[0]}",
+                hint="run the user's exec command from `kubectl config view --minify` to see why",
+            )
+        return config
+
     try:
-        config, namespace = load()
+        config = load()
     except ConfigException as exc:
-        where = (
-            f"the kubeconfig ({paths})" if in_file else f"sight: no kubeconfig at {paths}, and not in a Pod"
-        )
-        hint = (
-            "list the contexts: kubectl config get-contexts"
-            if in_file
-            else "set KUBECONFIG (or create ~/.kube/config), or run in a Pod"
-        )
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise NoCredentials(f"no usable Kubernetes credentials in {where} ({message})", hint=hint) from None
+        raise NoCredentials(
+            f"no usable Kubernetes credentials in the kubeconfig ({paths}) ({message})",
+            hint="list the contexts: kubectl config get-contexts",
+        ) from None
     except (OSError, KeyError, ValueError, TypeError) as exc:
         raise NoCredentials(
             f"cannot read the Kubernetes credentials from {paths}: {exc}",
@@ -153,7 +118,7 @@ def login(context: str | None = None, kubeconfig: str | None = None) -> Login:
 
     def refresh() -> dict[str, str]:
         try:
-            return _auth_headers(load()[0])
+            return _auth_headers(load())
         except (ConfigException, OSError) as exc:
             raise NoCredentials(f"cannot renew the Kubernetes credentials: {exc}") from None
 
@@ -162,7 +127,7 @@ def login(context: str | None = None, kubeconfig: str | None = None) -> Login:
         ssl_context=_ssl_context(config),
         headers=_auth_headers(config),
         proxy=config.proxy or None,
-        namespace=namespace,
+        namespace=context_namespace(context, kubeconfig),
         refresh=refresh,
     )
 
@@ -255,6 +220,7 @@ class ClientHolder:
         self._http = client or connect()
 
     def close(self) -> None:
+        """Close the httpx client if this object made it (not one the caller passed)."""
         if self._own_client:
             self._http.close()
 
@@ -273,6 +239,7 @@ class AsyncClientHolder:
         self._http = client or connect_async()
 
     async def aclose(self) -> None:
+        """Close the httpx client if this object made it (not one the caller passed)."""
         if self._own_client:
             await self._http.aclose()
 
@@ -281,6 +248,24 @@ class AsyncClientHolder:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def documented_as(sync: type) -> Callable[[type[T]], type[T]]:
+    """A class decorator for an async twin: each of its public methods and properties without a docstring
+    takes the one of the same name in `sync`, so that a method is documented once for both."""
+
+    def decorate(cls: type[T]) -> type[T]:
+        for name, member in vars(cls).items():
+            twin = getattr(sync, name, None)
+            if name.startswith("_") or twin is None or getattr(member, "__doc__", None):
+                continue
+            if isinstance(member, property):
+                setattr(cls, name, property(member.fget, member.fset, member.fdel, twin.__doc__))
+            elif callable(member):
+                member.__doc__ = twin.__doc__
+        return cls
+
+    return decorate
 
 
 # -------------------------------------------------------------------------------------------- calls
@@ -411,6 +396,8 @@ async def _asend(client: httpx.AsyncClient, call: Call) -> httpx.Response | Shad
 
 async def _async_chunks(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
     """A blocking producer (reading local files) fed to an async upload without blocking the loop."""
+    import asyncio  # here, not at the top: a sync client (every shadowctl call) never needs it
+
     end = object()
     while (piece := await asyncio.to_thread(next, chunks, end)) is not end:
         yield piece  # type: ignore[misc]

@@ -133,7 +133,7 @@ def signed_preview(
 
 def preview_link(
     sandbox: str,
-    namespace: str = "default",
+    namespace: str | None = None,
     *,
     ttl_seconds: int = DEFAULT_TTL_SECONDS,
     keys_secret: str | None = None,
@@ -148,7 +148,7 @@ def preview_link(
     Secret (administrators) signs for any namespace."""
     op = signed_preview(
         sandbox,
-        namespace,
+        namespace or kube.context_namespace(),
         ttl_seconds=ttl_seconds,
         keys_secret=keys_secret,
         keys_namespace=keys_namespace,
@@ -162,7 +162,7 @@ def preview_link(
 
 async def apreview_link(
     sandbox: str,
-    namespace: str = "default",
+    namespace: str | None = None,
     *,
     ttl_seconds: int = DEFAULT_TTL_SECONDS,
     keys_secret: str | None = None,
@@ -173,7 +173,7 @@ async def apreview_link(
     """The async twin of `preview_link`."""
     op = signed_preview(
         sandbox,
-        namespace,
+        namespace or kube.context_namespace(),
         ttl_seconds=ttl_seconds,
         keys_secret=keys_secret,
         keys_namespace=keys_namespace,

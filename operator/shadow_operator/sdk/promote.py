@@ -34,6 +34,7 @@ class PromotePlan:
 
     @property
     def empty(self) -> bool:
+        """Whether the plan writes and deletes nothing."""
         return not (self.write or self.delete)
 
 

@@ -39,6 +39,7 @@ class ExecutionResult(BaseModel):
 
     @property
     def ok(self) -> bool:
+        """Whether the command exited 0 (not killed, not timed out)."""
         return self.exit_code == 0 and not self.timed_out
 
 
@@ -60,6 +61,7 @@ class Diff(BaseModel):
 
     @property
     def empty(self) -> bool:
+        """Whether nothing changed."""
         return not (self.added or self.modified or self.deleted)
 
     def changed_in(self, sources: Sequence[str]) -> list[str]:
@@ -238,6 +240,15 @@ def journal(ep: RuntimeEndpoint, *, since: int = 0, significant: bool = False) -
     params = {"since": str(since), "significant": str(significant).lower()}
     response = yield ep.call("GET", "/v1/journal", "journal", params=params)
     return [JournalEntry.model_validate(e) for e in response.json()["entries"]]
+
+
+def decide(ep: RuntimeEndpoint, text: str, author: str | None = None) -> Op[JournalEntry]:
+    """Record a decision in the journal (HANDOFF.md's Decision Log, where the runtime keeps one)."""
+    if not text.strip():
+        raise ShadowError("a decision needs its text", hint='e.g. shadowctl decide NAME "keep the v1 API"')
+    body = {"text": text, **({"author": author} if author else {})}
+    response = yield ep.call("POST", "/v1/journal/decisions", "record a decision", body=body)
+    return JournalEntry.model_validate(response.json())
 
 
 def journal_follow_call(ep: RuntimeEndpoint, *, since: int = 0, significant: bool = False) -> Call:

@@ -245,9 +245,12 @@ class Sandbox:
         self.commands = CommandExecutor(self)
         self.files = Filesystem(self)
 
-    claim_name = property(lambda self: self.ref.claim_name)
-    sandbox_name = property(lambda self: self.ref.sandbox_name)
-    namespace = property(lambda self: self.ref.namespace)
+    claim_name = property(lambda self: self.ref.claim_name, doc="The SandboxClaim's name.")
+    sandbox_name = property(
+        lambda self: self.ref.sandbox_name,
+        doc="The Sandbox's name (the claim's, or the warm pool's sandbox it adopted).",
+    )
+    namespace = property(lambda self: self.ref.namespace, doc="The namespace of the claim and its sandbox.")
 
     def endpoint(self) -> RuntimeEndpoint:
         """The sandbox's runtime through the API server's pod proxy (read once)."""
@@ -259,6 +262,7 @@ class Sandbox:
         return kube.run(self._http, make(self.endpoint()))
 
     def run(self, command: str | list[str], timeout: float = 60.0) -> ExecutionResult:
+        """Run a command in the sandbox (a string under `sh -c`, a list without a shell)."""
         return self.commands.run(command, timeout)
 
     def terminate(self) -> None:
@@ -269,9 +273,10 @@ class Sandbox:
 class SandboxClient(kube.ClientHolder):
     """Claims sandboxes; as a context manager it deletes, on exit, the ones it created."""
 
-    def __init__(self, *, namespace: str = "default", client: httpx.Client | None = None) -> None:
+    def __init__(self, *, namespace: str | None = None, client: httpx.Client | None = None) -> None:
         super().__init__(client)
-        self.namespace = namespace
+        # As kubectl: the kubeconfig context's namespace unless one is named.
+        self.namespace = namespace or kube.context_namespace()
         self._created: list[Sandbox] = []
 
     def create_sandbox(
@@ -300,15 +305,19 @@ class SandboxClient(kube.ClientHolder):
         return sandbox
 
     def get_sandbox(self, claim_name: str, namespace: str | None = None) -> Sandbox:
+        """A sandbox already claimed, by its claim's name."""
         return Sandbox(self._http, kube.run(self._http, get(claim_name, namespace or self.namespace)))
 
     def list_sandboxes(self, namespace: str | None = None) -> list[Body]:
+        """The SandboxClaims of a namespace (this client's by default), as the API server has them."""
         return kube.run(self._http, list_claims(namespace or self.namespace))
 
     def delete_sandbox(self, claim_name: str, namespace: str | None = None) -> None:
+        """Delete a claim (and with it its sandbox)."""
         kube.run(self._http, delete(claim_name, namespace or self.namespace))
 
     def delete_all(self) -> None:
+        """Delete every claim this client created."""
         for sandbox in self._created:
             with contextlib.suppress(SandboxNotFoundError):
                 sandbox.terminate()
@@ -367,6 +376,7 @@ class AsyncFilesystem:
         await self._sandbox._run(lambda ep: runtime.delete_path(ep, path, recursive=recursive))
 
 
+@kube.documented_as(Sandbox)
 class AsyncSandbox:
     def __init__(self, http: httpx.AsyncClient, ref: SandboxRef) -> None:
         self._http = http
@@ -394,12 +404,14 @@ class AsyncSandbox:
         await kube.arun(self._http, delete(self.claim_name, self.namespace))
 
 
+@kube.documented_as(SandboxClient)
 class AsyncSandboxClient(kube.AsyncClientHolder):
     """The async twin of SandboxClient."""
 
-    def __init__(self, *, namespace: str = "default", client: httpx.AsyncClient | None = None) -> None:
+    def __init__(self, *, namespace: str | None = None, client: httpx.AsyncClient | None = None) -> None:
         super().__init__(client)
-        self.namespace = namespace
+        # As kubectl: the kubeconfig context's namespace unless one is named.
+        self.namespace = namespace or kube.context_namespace()
         self._created: list[AsyncSandbox] = []
 
     async def create_sandbox(

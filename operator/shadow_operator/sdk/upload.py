@@ -52,14 +52,9 @@ class UploadResult(TypedDict):
 
 
 # ---------------------------------------------------------------------------------------------- the tree
-def worktree_files(path: str | os.PathLike[str]) -> list[str]:
-    """What an upload of `path` carries: relative `/`-separated paths of files and symlinks, sorted.
-
-    In a git working tree: what `git add --all` would snapshot (tracked files, deleted ones skipped, and
-    untracked files that are not ignored), nested repositories and submodules the same way, and every file of
-    `.git/` (the history; transient `*.lock` files left out). A directory inside a repository carries its files
-    without history. Anywhere else: every file. Symlinks are listed, never followed; directories are implied.
-    """
+def check_source(path: str | os.PathLike[str]) -> Path:
+    """Refuse, before anything is created in the cluster, a directory an upload would refuse: one that is
+    not a directory, or a linked worktree or submodule (its history lives elsewhere)."""
     root = Path(path)
     if not root.is_dir():
         raise UploadError(f"{root} is not a directory")
@@ -68,6 +63,18 @@ def worktree_files(path: str | os.PathLike[str]) -> list[str]:
             f"{root}/.git is a file (a linked worktree or a submodule): its history lives outside {root}; "
             "upload the repository's main working tree"
         )
+    return root
+
+
+def worktree_files(path: str | os.PathLike[str]) -> list[str]:
+    """What an upload of `path` carries: relative `/`-separated paths of files and symlinks, sorted.
+
+    In a git working tree: what `git add --all` would snapshot (tracked files, deleted ones skipped, and
+    untracked files that are not ignored), nested repositories and submodules the same way, and every file of
+    `.git/` (the history; transient `*.lock` files left out). A directory inside a repository carries its files
+    without history. Anywhere else: every file. Symlinks are listed, never followed; directories are implied.
+    """
+    root = check_source(path)
     in_repo = (root / ".git").is_dir() or _inside_work_tree(root)
     return sorted(_repo_files(root, "") if in_repo else _all_files(root))
 

@@ -12,11 +12,13 @@ import contextlib
 import json
 import os
 import signal
+from collections.abc import Callable, Iterator
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
 from ..errors import ApiError
 from ..execution import killpg
+from ..shell_journal import ShellJournal
 from ..terminal import Terminal, open_terminal
 from .common import RuntimeDep
 
@@ -28,23 +30,59 @@ async def pty_ws(ws: WebSocket, rt: RuntimeDep) -> None:
     q = ws.query_params
     proto = ws.headers.get("sec-websocket-protocol", "")
     subprotocol = next((p.strip() for p in proto.split(",") if p.strip().startswith("bearer.")), None)
+    journal_r, journal_w = os.pipe()  # the shell's commands, one by one (shell_journal)
     try:
-        spec = rt.exec.terminal_spec(q.get("cwd", ""), q.get("shell"))
+        spec = rt.exec.terminal_spec(q.get("cwd", ""), q.get("shell"), journal_w)
         cols = max(1, min(1000, int(q.get("cols", "80"))))
         rows = max(1, min(1000, int(q.get("rows", "24"))))
         slot = rt.exec.claim()
     except (ApiError, ValueError) as err:
+        os.close(journal_r)
+        os.close(journal_w)
         await ws.close(code=4400, reason=str(getattr(err, "message", err))[:120])
         return
-    with slot:
-        await ws.accept(subprotocol=subprotocol)
+    with slot, _reading(journal_r, ShellJournal(rt.journal, spec.argv[0])):
         try:
-            term = open_terminal(spec, rows, cols)
+            await ws.accept(subprotocol=subprotocol)
+            term = open_terminal(spec, rows, cols, pass_fds=(journal_w,))
         except OSError as err:
             await ws.send_text(json.dumps({"type": "error", "message": str(err)}))
             await ws.close()
             return
+        finally:
+            os.close(journal_w)  # the shell holds the only write end: its exit ends the pipe
         await _session(ws, term, rows, cols)
+
+
+@contextlib.contextmanager
+def _reading(fd: int, sink: ShellJournal) -> Iterator[None]:
+    """Journal what the shell writes to `fd` while the session lasts; close it after."""
+    loop = asyncio.get_running_loop()
+    os.set_blocking(fd, False)
+    _pump(loop, fd, sink.feed)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            loop.remove_reader(fd)
+        with contextlib.suppress(OSError):
+            sink.feed(os.read(fd, 1 << 16))  # the last command, written just before the shell ended
+        os.close(fd)
+
+
+def _pump(loop: asyncio.AbstractEventLoop, fd: int, deliver: Callable[[bytes], object]) -> None:
+    """Hand what `fd` gives to `deliver` as it comes; at its end (or an error) b"" once, and stop."""
+
+    def readable() -> None:
+        try:
+            data = os.read(fd, 1 << 16)
+        except OSError:
+            data = b""
+        if not data:
+            loop.remove_reader(fd)
+        deliver(data)
+
+    loop.add_reader(fd, readable)
 
 
 async def _session(ws: WebSocket, term: Terminal, rows: int, cols: int) -> None:
@@ -52,17 +90,7 @@ async def _session(ws: WebSocket, term: Terminal, rows: int, cols: int) -> None:
     master, proc = term.master, term.proc
     loop = asyncio.get_running_loop()
     out: asyncio.Queue[bytes] = asyncio.Queue()
-
-    def readable() -> None:
-        try:
-            data = os.read(master, 1 << 16)
-        except OSError:
-            data = b""
-        if not data:
-            loop.remove_reader(master)
-        out.put_nowait(data)
-
-    loop.add_reader(master, readable)
+    _pump(loop, master, out.put_nowait)
 
     async def pump_out() -> None:
         while data := await out.get():

@@ -1,5 +1,6 @@
 """The idle step: suspend the workspace after spec.idleTimeoutSeconds without runtime activity (its Pod goes,
-its volume stays), and resume it when the annotation shadow.dev/resume-requested gets a new value."""
+its volume stays), and resume it when the annotation shadow.dev/resume-requested gets a new value; and stop it
+while spec.suspend is true (a user's `shadowctl stop`), the same way."""
 
 from __future__ import annotations
 
@@ -12,6 +13,10 @@ from shadow_operator.controllers.environment.state import POLL_SECONDS, Deps, Pa
 class IdleStep:
     def __init__(self, deps: Deps) -> None:
         self.deps = deps
+
+    def stopped(self, state: Pass) -> bool:
+        """Whether the user asked for the workspace to be stopped (spec.suspend, `shadowctl stop`)."""
+        return state.env.spec.suspend
 
     def suspended(self, state: Pass) -> bool:
         """Whether the workspace is to stay suspended (a new resume request clears the suspension)."""

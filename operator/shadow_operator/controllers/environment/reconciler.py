@@ -166,7 +166,12 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
             retry = failed.retry
         # The start-up deadline: once the sources were in, a workspace that is not Ready is suspended or
         # recovering, not starting.
-        if not state.ready and state.failure is None and not state.is_true(c.COND_SOURCES_READY):
+        if (
+            not state.ready
+            and state.failure is None
+            and not state.is_true(c.COND_SOURCES_READY)
+            and not env.spec.suspend  # stopped on request before its sources were in: not late
+        ):
             created = env.metadata.creation_timestamp
             deadline = env.spec.startup_timeout_seconds
             if created is not None and (datetime.now(UTC) - created).total_seconds() > deadline:
@@ -192,7 +197,8 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
         restore: Restore | None = None
         if env.spec.workspace.from_ is not None:
             restore = await self.clone.restore(state)
-        suspended = self.idle.suspended(state)
+        stopped = self.idle.stopped(state)
+        suspended = self.idle.suspended(state) or stopped
         sandbox = await self.steps.apply(
             SANDBOX,
             res.build_workspace_sandbox(
@@ -211,6 +217,13 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
         status.runtime_token_secret = sb_status.runtime_token_secret
         status.preview_url = sb_status.preview_url
 
+        if stopped:
+            message = (
+                "stopped on request (spec.suspend); its volume and Gitea are kept. Start it again with "
+                f"shadowctl start {env.name} (spec.suspend: false)"
+            )
+            state.set(c.COND_WORKSPACE_READY, False, "Stopped", message)
+            raise StepFailed(None, "Stopped", message, retry=None)
         if suspended:
             message = (
                 f"suspended after {env.spec.idle_timeout_seconds}s without activity; its volume is kept. "
