@@ -3,7 +3,8 @@
 Each pass walks the same steps and stops at the first that is not done yet; every step is idempotent, so a
 restart of the operator (or a second replica taking over) resumes where the last one stopped:
 
-1. preflight: the SandboxTemplate and the StorageClass exist (else `TemplateNotFound`, `StorageUnavailable`);
+1. preflight: the SandboxTemplate, the StorageClass and the RuntimeClass exist (else `TemplateNotFound`,
+   `StorageUnavailable`, `RuntimeClassNotFound`);
 1b. a fork (spec.workspace.from): snapshot the source's volume after a flush and restore the workspace volume
    from it (claimed while the snapshot is cut), or, when no VolumeSnapshotClass serves it, plan a copy
    streamed between the runtimes (clone.py);
@@ -36,6 +37,7 @@ from shadow_operator.api.kinds import (
     NETWORK_POLICY,
     POD,
     PVC,
+    RUNTIME_CLASS,
     SANDBOX,
     SANDBOX_TEMPLATE,
     SECRET,
@@ -306,6 +308,23 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
                 "StorageUnavailable",
                 f"StorageClass {storage_class!r} does not exist; use one of `kubectl get storageclass` or "
                 "leave spec.workspace.storageClassName unset for the default",
+                retry=RETRY_SECONDS,
+            )
+        # The RuntimeClass the workspace Pod runs with (the environment's, else the template's): the API server
+        # refuses a Pod naming one that does not exist, so it is checked (live) while the Pod is not there yet.
+        runtime_class = env.spec.runtime_class_name or (
+            ((template.get("spec") or {}).get("podTemplate") or {}).get("spec") or {}
+        ).get("runtimeClassName")
+        if (
+            runtime_class
+            and self.cache.store(POD).get(env.namespace, state.instance) is None
+            and await self.client.get_live(RUNTIME_CLASS, "", runtime_class) is None
+        ):
+            raise StepFailed(
+                "RuntimeClassNotFound",
+                "RuntimeClassNotFound",
+                f"RuntimeClass {runtime_class!r} does not exist; use one of `kubectl get runtimeclass`, or "
+                "leave spec.runtimeClassName unset for the template's",
                 retry=RETRY_SECONDS,
             )
         return template
