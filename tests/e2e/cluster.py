@@ -46,6 +46,11 @@ def api_of(plural: str) -> tuple[str, str]:
 
 READY_TIMEOUT = float(os.environ.get("SHADOW_E2E_READY_TIMEOUT", "180"))
 TIMINGS = CACHE / "e2e-timings.json"
+# Why hack/kind/cluster.sh did not create RuntimeClass gvisor (runsc does not run on the node), when it did not.
+GVISOR_UNAVAILABLE = CACHE / "kind" / "gvisor-unavailable"
+GVISOR = "gvisor"
+# The runtimes the workspace tests run under (`under_each_runtime`): the node's default (runc) and gVisor.
+RUNTIME_CLASSES = [pytest.param(None, id="runc"), pytest.param(GVISOR, id=GVISOR)]
 
 T = TypeVar("T")
 
@@ -198,6 +203,18 @@ class Cluster:
             proc.wait(timeout=10)
 
     @contextmanager
+    def kubectl(self, *args: str, timeout: float = 60) -> str:
+        """`kubectl ARGS` against the cluster; its stdout (a failure raises with its stderr)."""
+        result = subprocess.run(
+            ["kubectl", "--kubeconfig", self.kubeconfig, *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr.strip()}"
+        return result.stdout
+
     def runtime(self, namespace: str, sandbox: str) -> Iterator[httpx.Client]:
         """An HTTP client for the sandbox's runtime, through `kubectl port-forward` to its pod."""
         with self.port_forward(namespace, f"pod/{sandbox}", 8888) as url:
@@ -240,3 +257,24 @@ def git(cwd: Path, *args: str) -> str:
     }
     out = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=True)
     return out.stdout.strip()
+
+
+# Run a module's (or a test's) workspaces under each runtime class: its e2e_namespace's copy of the default
+# template gets the class as runtimeClassName, so every claim and environment there (environments take the
+# namespace's `workspace` template) runs under it.
+under_each_runtime = pytest.mark.parametrize("e2e_namespace", RUNTIME_CLASSES, indirect=True, scope="module")
+
+
+def assert_runs_under_namespace_runtime(cluster: Cluster, namespace: str, pod: str) -> None:
+    """The Pod asks for the runtime class of its namespace's `workspace` template (none: the node's default), and
+    its container's kernel says which runtime it got: gVisor's Sentry reports itself in /proc/version (`Linux
+    version 4.19.0-gvisor`) and in its boot log (dmesg); under runc /proc/version is the node's kernel."""
+    template = cluster.get(namespace, "sandboxtemplates", DEFAULT_TEMPLATE)
+    assert template is not None
+    runtime_class = template["spec"]["podTemplate"]["spec"].get("runtimeClassName")
+    spec = cluster.core.read_namespaced_pod(pod, namespace).spec
+    assert spec.runtime_class_name == runtime_class, (pod, spec.runtime_class_name)
+    kernel = cluster.kubectl("exec", "-n", namespace, pod, "--", "cat", "/proc/version")
+    assert ("gvisor" in kernel) == (runtime_class == GVISOR), kernel
+    if runtime_class == GVISOR:
+        assert "Starting gVisor" in cluster.kubectl("exec", "-n", namespace, pod, "--", "dmesg")

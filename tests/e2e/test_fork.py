@@ -15,10 +15,18 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.cluster import Cluster, eventually, git, is_ready
+from tests.e2e.cluster import (
+    Cluster,
+    assert_runs_under_namespace_runtime,
+    eventually,
+    git,
+    is_ready,
+    under_each_runtime,
+)
 from tests.e2e.test_cli_sdk import REQUESTS, TIMEOUT, ctl, ok
 
-pytestmark = pytest.mark.e2e
+# Under runc and under gVisor (the namespace's template asks for the class; see tests/e2e/cluster.py).
+pytestmark = [pytest.mark.e2e, under_each_runtime]
 
 SNAPSHOT_CLASS = "shadow-snapshots"
 SNAPSHOT_GROUP, SNAPSHOT_VERSION = "snapshot.storage.k8s.io", "v1"
@@ -159,6 +167,7 @@ def test_fork_three_clones_by_snapshot(cluster: Cluster, e2e_namespace: str, tmp
         status = (cluster.get(ns, "shadowenvironments", fork) or {})["status"]
         assert status["cloneMethod"] == "Snapshot" and status["clone"]["source"] == f"volumesnapshot/{name}"
         assert [s["name"] for s in status["sources"]] == ["core"]  # inherited and pushed to the fork's Gitea
+    assert_runs_under_namespace_runtime(cluster, ns, forks[0])
 
     assert_isolated_clones(cluster, ns, source, forks)
     destroy_forks_and_check_source(cluster, ns, source, forks)

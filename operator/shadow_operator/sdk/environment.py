@@ -90,7 +90,9 @@ class EnvironmentSpec:
     git: Sequence[GitSource] = ()
     rewrites: dict[str, str] = field(default_factory=dict)  # URL prefix -> Gitea organization
     template: str | None = None
-    runtime_class: str | None = None  # RuntimeClass of the workspace Pod, e.g. "gvisor"; default: the template's
+    runtime_class: str | None = (
+        None  # RuntimeClass of the workspace Pod, e.g. "gvisor"; default: the template's
+    )
     mount_path: str | None = None
     storage_class: str | None = None  # of the workspace volume; forks by snapshot need one that supports it
     verify_commands: Sequence[str] = ()
