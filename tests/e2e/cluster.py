@@ -22,6 +22,7 @@ import httpx
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from shadow_operator.sdk import kube
 
 from tests.support.controlplane import wait_for
 
@@ -202,7 +203,6 @@ class Cluster:
             proc.terminate()
             proc.wait(timeout=10)
 
-    @contextmanager
     def kubectl(self, *args: str, timeout: float = 60) -> str:
         """`kubectl ARGS` against the cluster; its stdout (a failure raises with its stderr)."""
         result = subprocess.run(
@@ -215,10 +215,22 @@ class Cluster:
         assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr.strip()}"
         return result.stdout
 
+    @contextmanager
     def runtime(self, namespace: str, sandbox: str) -> Iterator[httpx.Client]:
-        """An HTTP client for the sandbox's runtime, through `kubectl port-forward` to its pod."""
+        """An HTTP client for the sandbox's runtime, through `kubectl port-forward` to its pod; for a Pod under
+        gVisor through the API server's pod proxy (the SDK's path) instead: containerd 1.6 forwards a port by
+        dialling the pod's loopback in its network namespace, where gVisor's own network stack is not (the
+        connection is refused)."""
+        token = self.runtime_token(namespace, sandbox)
+        if self.core.read_namespaced_pod(sandbox, namespace).spec.runtime_class_name == GVISOR:
+            with kube.connect(timeout=60, kubeconfig=self.kubeconfig) as http:
+                http.base_url = http.base_url.join(
+                    f"/api/v1/namespaces/{namespace}/pods/{sandbox}:8888/proxy/"
+                )
+                http.headers.update({"X-Sandbox-Runtime-Token": token} if token else {})
+                yield http
+            return
         with self.port_forward(namespace, f"pod/{sandbox}", 8888) as url:
-            token = self.runtime_token(namespace, sandbox)
             headers = {"Authorization": f"Bearer {token}"} if token else {}
             with httpx.Client(base_url=url, headers=headers, timeout=60) as http:
                 yield http
