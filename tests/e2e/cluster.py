@@ -277,13 +277,18 @@ def git(cwd: Path, *args: str) -> str:
 under_each_runtime = pytest.mark.parametrize("e2e_namespace", RUNTIME_CLASSES, indirect=True, scope="module")
 
 
+def namespace_runtime_class(cluster: Cluster, namespace: str) -> str | None:
+    """The runtime class of the namespace's `workspace` template (None: the node's default)."""
+    template = cluster.get(namespace, "sandboxtemplates", DEFAULT_TEMPLATE)
+    assert template is not None
+    return cast("str | None", template["spec"]["podTemplate"]["spec"].get("runtimeClassName"))
+
+
 def assert_runs_under_namespace_runtime(cluster: Cluster, namespace: str, pod: str) -> None:
     """The Pod asks for the runtime class of its namespace's `workspace` template (none: the node's default), and
     its container's kernel says which runtime it got: gVisor's Sentry reports itself in /proc/version (`Linux
     version 4.19.0-gvisor`) and in its boot log (dmesg); under runc /proc/version is the node's kernel."""
-    template = cluster.get(namespace, "sandboxtemplates", DEFAULT_TEMPLATE)
-    assert template is not None
-    runtime_class = template["spec"]["podTemplate"]["spec"].get("runtimeClassName")
+    runtime_class = namespace_runtime_class(cluster, namespace)
     spec = cluster.core.read_namespaced_pod(pod, namespace).spec
     assert spec.runtime_class_name == runtime_class, (pod, spec.runtime_class_name)
     kernel = cluster.kubectl("exec", "-n", namespace, pod, "--", "cat", "/proc/version")
