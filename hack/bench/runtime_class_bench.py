@@ -30,7 +30,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from first_command_bench import EXT, KIND_KUBECONFIG, RELEASE_NAMESPACE, percentile
+from first_command_bench import EXT, KIND_KUBECONFIG, RELEASE_NAMESPACE, percentile, scratch_namespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "operator"))
 from shadow_operator.sdk import SandboxClient
@@ -115,9 +115,7 @@ def main() -> None:
         raise SystemExit(
             f"RuntimeClass gvisor: {exc.reason} (hack/kind/cluster.sh creates it where runsc runs)"
         ) from None
-    namespace = f"bench-runtime-{uuid.uuid4().hex[:6]}"
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-    try:
+    with scratch_namespace(core, "bench-runtime") as namespace:
         template = custom.get_namespaced_custom_object(
             *EXT, RELEASE_NAMESPACE, "sandboxtemplates", "workspace"
         )
@@ -143,12 +141,6 @@ def main() -> None:
                         f"spawn {r['spawn']:.2f} s"
                     )
         report(results, args)
-    finally:
-        try:
-            core.delete_namespace(namespace)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
 
 
 if __name__ == "__main__":
