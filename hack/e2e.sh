@@ -11,7 +11,7 @@ steps_begin "make e2e"
 STEPS_RECORD="${SHADOW_CACHE}/logs/e2e-steps.txt"
 : >"$STEPS_RECORD"
 run_step "docker daemon and local registry" "${HACK_DIR}/docker.sh"
-run_step "tools (kind, helm, Kubernetes node binaries)" "${HACK_DIR}/build-tools.sh" kind helm node control-plane coredns local-path-provisioner snapshots
+run_step "tools (kind, helm, Kubernetes node binaries, gVisor)" "${HACK_DIR}/build-tools.sh" kind helm node control-plane coredns local-path-provisioner snapshots gvisor
 run_step "images (offline, cached)" "${HACK_DIR}/images.sh"
 run_step "kind cluster" "${HACK_DIR}/kind/cluster.sh" up
 run_step "snapshot storage (VolumeSnapshot CRDs, snapshot controller, our CSI host-path driver)" \

@@ -357,9 +357,17 @@ needs_cap_workaround() { # true when the machine's capability bounding set lacks
   (((0x${bnd} >> 24 & 1) == 0))
 }
 
+# gVisor's binaries for the node (hack/build-tools.sh gvisor), built when missing.
+gvisor_binaries() {
+  tool runsc "${GVISOR_VERSION}" gvisor
+  tool containerd-shim-runsc-v1 "${GVISOR_VERSION}" gvisor
+}
+
 kind_base_ref() {
+  local gvisor
+  gvisor=$(gvisor_binaries | xargs sha256sum | cut -c1-64)
   echo "${PREFIX}/kind-base:$(hash_inputs images/kind-base "${KIND_VERSION}" "${PAUSE_TAG}" \
-    "$("${HACK_DIR}/docker.sh" registry-host)" "$(image_id "${BASE_IMAGE}")")"
+    "$("${HACK_DIR}/docker.sh" registry-host)" "$(image_id "${BASE_IMAGE}")" "${GVISOR_VERSION}" "$gvisor")"
 }
 
 build_kind_base() {
@@ -369,7 +377,9 @@ build_kind_base() {
   kind_dir=$(cd /tmp && go mod download -json "sigs.k8s.io/kind@${KIND_VERSION}" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')
   [[ -d "$kind_dir/images/base/files" ]] || die "kind ${KIND_VERSION} sources not found in the Go module cache"
   ctx=$(stage kind-base)
-  mkdir -p "$ctx/kind" "$ctx/certs.d"
+  mkdir -p "$ctx/kind" "$ctx/certs.d" "$ctx/gvisor"
+  cp "$(tool runsc "${GVISOR_VERSION}" gvisor)" "$ctx/gvisor/runsc"
+  cp "$(tool containerd-shim-runsc-v1 "${GVISOR_VERSION}" gvisor)" "$ctx/gvisor/containerd-shim-runsc-v1"
   cp -r "$kind_dir/images/base/files/." "$ctx/kind/"
   chmod -R u+w "$ctx/kind"
   rm -f "$ctx/kind/etc/containerd/config.toml"

@@ -24,6 +24,8 @@ import os
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from kubernetes import client, config
@@ -39,6 +41,21 @@ RELEASE_NAMESPACE = os.environ.get("SHADOW_RELEASE_NAMESPACE", "sandbox-platform
 KIND_KUBECONFIG = os.environ.get("KUBECONFIG") or str(
     Path.home() / ".cache" / "shadow-operator" / "kind" / "kubeconfig"
 )
+
+
+@contextmanager
+def scratch_namespace(core: client.CoreV1Api, prefix: str) -> Iterator[str]:
+    """A namespace of the benchmark's own (PREFIX-<random>), deleted afterwards."""
+    namespace = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    try:
+        yield namespace
+    finally:
+        try:
+            core.delete_namespace(namespace)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -110,9 +127,8 @@ def main() -> None:
     os.environ["KUBECONFIG"] = KIND_KUBECONFIG
     api = config.new_client_from_config(config_file=KIND_KUBECONFIG)
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
-    namespace, pool = f"bench-first-{uuid.uuid4().hex[:6]}", "warm"
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-    try:
+    pool = "warm"
+    with scratch_namespace(core, "bench-first") as namespace:
         template = custom.get_namespaced_custom_object(
             *EXT, RELEASE_NAMESPACE, "sandboxtemplates", "workspace"
         )
@@ -137,12 +153,6 @@ def main() -> None:
                 print(f"cold {i + 1}: claim {cold[-1][0] * 1000:.0f} ms, command {cold[-1][1] * 1000:.0f} ms")
         table("warm (claim from a Ready SandboxWarmPool)", warm)
         table("cold (claim from the template, image on the node)", cold)
-    finally:
-        try:
-            core.delete_namespace(namespace)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
 
 
 if __name__ == "__main__":

@@ -82,7 +82,32 @@ up() {
       die "kind create cluster failed; full log: ${LOG_DIR}/kind-create.log (node logs: kind export logs --name ${CLUSTER_NAME})"
     }
   fi
+  runtime_classes >&2
   echo "${KUBECONFIG_PATH}"
+}
+
+# runtime_classes: RuntimeClass `gvisor` (handler runsc, configured in the node image) when gVisor runs on the
+# node, tried with `runsc do`; when it does not, why is printed and kept in kind/gvisor-unavailable, and the
+# class is not created (the e2e tests that need it say so and skip).
+runtime_classes() {
+  local out
+  if out=$(docker exec "$(node_container)" runsc --ignore-cgroups --network=none do /bin/true 2>&1); then
+    rm -f "${KIND_DIR}/gvisor-unavailable"
+    kubectl --kubeconfig "${KUBECONFIG_PATH}" apply -f - >/dev/null <<'YAML'
+apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata:
+  name: gvisor
+  labels:
+    app.kubernetes.io/managed-by: shadow-operator-hack
+handler: runsc
+YAML
+    info "RuntimeClass gvisor (handler runsc): gVisor runs on the node"
+  else
+    printf '%s\n' "$out" >"${KIND_DIR}/gvisor-unavailable"
+    kubectl --kubeconfig "${KUBECONFIG_PATH}" delete runtimeclass gvisor --ignore-not-found >/dev/null
+    info "no RuntimeClass gvisor: runsc does not run on the node (${KIND_DIR}/gvisor-unavailable): ${out##*$'\n'}"
+  fi
 }
 
 down() {

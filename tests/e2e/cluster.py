@@ -22,6 +22,7 @@ import httpx
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from shadow_operator.sdk import kube
 
 from tests.support.controlplane import wait_for
 
@@ -46,6 +47,11 @@ def api_of(plural: str) -> tuple[str, str]:
 
 READY_TIMEOUT = float(os.environ.get("SHADOW_E2E_READY_TIMEOUT", "180"))
 TIMINGS = CACHE / "e2e-timings.json"
+# Why hack/kind/cluster.sh did not create RuntimeClass gvisor (runsc does not run on the node), when it did not.
+GVISOR_UNAVAILABLE = CACHE / "kind" / "gvisor-unavailable"
+GVISOR = "gvisor"
+# The runtimes the workspace tests run under (`under_each_runtime`): the node's default (runc) and gVisor.
+RUNTIME_CLASSES = [pytest.param(None, id="runc"), pytest.param(GVISOR, id=GVISOR)]
 
 T = TypeVar("T")
 
@@ -197,11 +203,34 @@ class Cluster:
             proc.terminate()
             proc.wait(timeout=10)
 
+    def kubectl(self, *args: str, timeout: float = 60) -> str:
+        """`kubectl ARGS` against the cluster; its stdout (a failure raises with its stderr)."""
+        result = subprocess.run(
+            ["kubectl", "--kubeconfig", self.kubeconfig, *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr.strip()}"
+        return result.stdout
+
     @contextmanager
     def runtime(self, namespace: str, sandbox: str) -> Iterator[httpx.Client]:
-        """An HTTP client for the sandbox's runtime, through `kubectl port-forward` to its pod."""
+        """An HTTP client for the sandbox's runtime, through `kubectl port-forward` to its pod; for a Pod under
+        gVisor through the API server's pod proxy (the SDK's path) instead: containerd 1.6 forwards a port by
+        dialling the pod's loopback in its network namespace, where gVisor's own network stack is not (the
+        connection is refused)."""
+        token = self.runtime_token(namespace, sandbox)
+        if self.core.read_namespaced_pod(sandbox, namespace).spec.runtime_class_name == GVISOR:
+            with kube.connect(timeout=60, kubeconfig=self.kubeconfig) as http:
+                http.base_url = http.base_url.join(
+                    f"/api/v1/namespaces/{namespace}/pods/{sandbox}:8888/proxy/"
+                )
+                http.headers.update({"X-Sandbox-Runtime-Token": token} if token else {})
+                yield http
+            return
         with self.port_forward(namespace, f"pod/{sandbox}", 8888) as url:
-            token = self.runtime_token(namespace, sandbox)
             headers = {"Authorization": f"Bearer {token}"} if token else {}
             with httpx.Client(base_url=url, headers=headers, timeout=60) as http:
                 yield http
@@ -240,3 +269,29 @@ def git(cwd: Path, *args: str) -> str:
     }
     out = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=True)
     return out.stdout.strip()
+
+
+# Run a module's (or a test's) workspaces under each runtime class: its e2e_namespace's copy of the default
+# template gets the class as runtimeClassName, so every claim and environment there (environments take the
+# namespace's `workspace` template) runs under it.
+under_each_runtime = pytest.mark.parametrize("e2e_namespace", RUNTIME_CLASSES, indirect=True, scope="module")
+
+
+def namespace_runtime_class(cluster: Cluster, namespace: str) -> str | None:
+    """The runtime class of the namespace's `workspace` template (None: the node's default)."""
+    template = cluster.get(namespace, "sandboxtemplates", DEFAULT_TEMPLATE)
+    assert template is not None
+    return cast("str | None", template["spec"]["podTemplate"]["spec"].get("runtimeClassName"))
+
+
+def assert_runs_under_namespace_runtime(cluster: Cluster, namespace: str, pod: str) -> None:
+    """The Pod asks for the runtime class of its namespace's `workspace` template (none: the node's default), and
+    its container's kernel says which runtime it got: gVisor's Sentry reports itself in /proc/version (`Linux
+    version 4.19.0-gvisor`) and in its boot log (dmesg); under runc /proc/version is the node's kernel."""
+    runtime_class = namespace_runtime_class(cluster, namespace)
+    spec = cluster.core.read_namespaced_pod(pod, namespace).spec
+    assert spec.runtime_class_name == runtime_class, (pod, spec.runtime_class_name)
+    kernel = cluster.kubectl("exec", "-n", namespace, pod, "--", "cat", "/proc/version")
+    assert ("gvisor" in kernel) == (runtime_class == GVISOR), kernel
+    if runtime_class == GVISOR:
+        assert "Starting gVisor" in cluster.kubectl("exec", "-n", namespace, pod, "--", "dmesg")

@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
 
 from tests.e2e.cluster import (
     DEFAULT_TEMPLATE,
+    GVISOR_UNAVAILABLE,
     KUBECONFIG,
     OPERATOR_NAMESPACE,
     TIMINGS,
@@ -38,14 +40,21 @@ def cluster() -> Iterator[Cluster]:
 
 
 @pytest.fixture(scope="module")
-def e2e_namespace(cluster: Cluster) -> Iterator[str]:
-    """A fresh namespace holding a copy of the chart's default SandboxTemplate."""
+def e2e_namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace holding a copy of the chart's default SandboxTemplate; with a runtime class as the
+    fixture's parameter (`under_each_runtime`), the copy's Pods ask for that class."""
+    runtime_class = getattr(request, "param", None)
+    if runtime_class and not _runtime_class_exists(cluster, runtime_class):
+        why = GVISOR_UNAVAILABLE.read_text().strip() if GVISOR_UNAVAILABLE.exists() else "not created"
+        pytest.skip(f"RuntimeClass {runtime_class} is not in the cluster (hack/kind/cluster.sh): {why}")
     name = f"e2e-{uuid.uuid4().hex[:8]}"
     cluster.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     template = cluster.get(OPERATOR_NAMESPACE, "sandboxtemplates", DEFAULT_TEMPLATE)
     assert template is not None, (
         f"the chart's SandboxTemplate {OPERATOR_NAMESPACE}/{DEFAULT_TEMPLATE} is missing"
     )
+    if runtime_class:
+        template["spec"]["podTemplate"]["spec"]["runtimeClassName"] = runtime_class
     cluster.create(
         name,
         "sandboxtemplates",
@@ -55,6 +64,16 @@ def e2e_namespace(cluster: Cluster) -> Iterator[str]:
         yield name
     finally:
         _cleanup(cluster, name)
+
+
+def _runtime_class_exists(cluster: Cluster, name: str) -> bool:
+    try:
+        client.NodeV1Api(cluster.api).read_runtime_class(name)
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
 
 
 def _cleanup(cluster: Cluster, namespace: str) -> None:

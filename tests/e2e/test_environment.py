@@ -18,9 +18,19 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 from shadow_operator.sdk import upload_source
 
-from tests.e2e.cluster import READY_TIMEOUT, Cluster, condition, eventually, git, is_ready
+from tests.e2e.cluster import (
+    READY_TIMEOUT,
+    Cluster,
+    assert_runs_under_namespace_runtime,
+    condition,
+    eventually,
+    git,
+    is_ready,
+    under_each_runtime,
+)
 
-pytestmark = pytest.mark.e2e
+# Under runc and under gVisor (the namespace's template asks for the class; see tests/e2e/cluster.py).
+pytestmark = [pytest.mark.e2e, under_each_runtime]
 
 GROUP, VERSION, PLURAL = "shadow.dev", "v1alpha1", "shadowenvironments"
 ORG = "shadowdemo"
@@ -150,6 +160,7 @@ def test_shadow_environments_end_to_end(
     source = status["sources"][0]
     assert source["publicURL"] == f"https://github.com/{ORG}/shadowpkg"
     assert status["sourcesReady"] == "1/1"
+    assert_runs_under_namespace_runtime(cluster, ns, good)
 
     # Inside the workspace, the public GitHub URL installs the uncommitted version from this Gitea.
     out = sh(

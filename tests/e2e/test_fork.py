@@ -15,10 +15,19 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.cluster import Cluster, eventually, git, is_ready
+from tests.e2e.cluster import (
+    Cluster,
+    assert_runs_under_namespace_runtime,
+    eventually,
+    git,
+    is_ready,
+    namespace_runtime_class,
+    under_each_runtime,
+)
 from tests.e2e.test_cli_sdk import REQUESTS, TIMEOUT, ctl, ok
 
-pytestmark = pytest.mark.e2e
+# Under runc and under gVisor (the namespace's template asks for the class; see tests/e2e/cluster.py).
+pytestmark = [pytest.mark.e2e, under_each_runtime]
 
 SNAPSHOT_CLASS = "shadow-snapshots"
 SNAPSHOT_GROUP, SNAPSHOT_VERSION = "snapshot.storage.k8s.io", "v1"
@@ -121,7 +130,10 @@ def destroy_forks_and_check_source(cluster: Cluster, ns: str, source: str, forks
 
 def test_fork_three_clones_by_snapshot(cluster: Cluster, e2e_namespace: str, tmp_path: Path) -> None:
     ns, source = e2e_namespace, f"base-{uuid.uuid4().hex[:6]}"
-    create_source(cluster, ns, source, repository(tmp_path), "--storage-class", SNAPSHOT_CLASS)
+    runtime_class = namespace_runtime_class(cluster, ns)
+    # Under gVisor the source also names the class itself (`--runtime-class`), which its forks inherit.
+    extra = ["--runtime-class", runtime_class] if runtime_class else []
+    create_source(cluster, ns, source, repository(tmp_path), "--storage-class", SNAPSHOT_CLASS, *extra)
     forks = [f"{source}-fork-{i}" for i in (1, 2, 3)]
 
     rows = json.loads(
@@ -162,6 +174,10 @@ def test_fork_three_clones_by_snapshot(cluster: Cluster, e2e_namespace: str, tmp
         status = (cluster.get(ns, "shadowenvironments", fork) or {})["status"]
         assert status["cloneMethod"] == "Snapshot" and status["clone"]["source"] == f"volumesnapshot/{name}"
         assert [s["name"] for s in status["sources"]] == ["core"]  # inherited and pushed to the fork's Gitea
+        assert (cluster.get(ns, "shadowenvironments", fork) or {})["spec"].get(
+            "runtimeClassName"
+        ) == runtime_class
+    assert_runs_under_namespace_runtime(cluster, ns, forks[0])
 
     assert_isolated_clones(cluster, ns, source, forks)
     destroy_forks_and_check_source(cluster, ns, source, forks)

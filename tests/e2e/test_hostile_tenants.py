@@ -32,7 +32,16 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.e2e.cluster import DEFAULT_TEMPLATE, FULLNAME, OPERATOR_NAMESPACE, Cluster, eventually, git
+from tests.e2e.cluster import (
+    DEFAULT_TEMPLATE,
+    FULLNAME,
+    OPERATOR_NAMESPACE,
+    Cluster,
+    assert_runs_under_namespace_runtime,
+    eventually,
+    git,
+    under_each_runtime,
+)
 from tests.e2e.test_cli_sdk import REQUESTS, TIMEOUT, ctl, ok
 from tests.e2e.test_environment import python_package
 
@@ -150,6 +159,7 @@ def restarts(cluster: Cluster) -> int:
     )
 
 
+@under_each_runtime  # under runc and under gVisor (the namespace's template asks for the class)
 def test_eight_hostile_and_ordinary_tenants_at_once(
     cluster: Cluster, e2e_namespace: str, tmp_path: Path, timings: dict[str, float]
 ) -> None:
@@ -196,6 +206,7 @@ def test_eight_hostile_and_ordinary_tenants_at_once(
     assert restarts(cluster) == restarts_before, "the operator restarted"
 
     # Ordinary tenants: Ready and PASS next to the hostile ones.
+    assert_runs_under_namespace_runtime(cluster, ns, noisy)
     for name in ordinary:
         assert statuses[name]["verdict"]["result"] == "PASS", statuses[name]
     # The flood: a verdict whose evidence holds a bounded tail of the output, not 10 MiB.

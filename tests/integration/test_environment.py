@@ -273,6 +273,35 @@ def test_missing_storage_class_is_reported(objs: Objects) -> None:
     assert any(e.reason == "StorageUnavailable" for e in events)
 
 
+def test_runtime_class_is_checked_then_given_to_the_workspace_pod(objs: Objects) -> None:
+    """spec.runtimeClassName names a class the cluster lacks: RuntimeClassNotFound; once it exists the workspace
+    Sandbox and its Pod carry it."""
+    runtime_class = f"gvisor-{objs.namespace}"[:63]
+    objs.create(TEMPLATE, template_body("workspace"))
+    objs.create(ENVIRONMENT, env_body("otherkernel", runtimeClassName=runtime_class), version=V)
+    env = objs.wait(
+        ENVIRONMENT, "otherkernel", lambda o: (o.get("status") or {}).get("failure"), timeout=30, version=V
+    )
+    assert env["status"]["failure"]["code"] == "RuntimeClassNotFound"
+    assert runtime_class in env["status"]["failure"]["message"]
+    assert objs.get(SANDBOX, "otherkernel") is None
+    node = client.NodeV1Api(objs.api)
+    node.create_runtime_class(
+        client.V1RuntimeClass(metadata=client.V1ObjectMeta(name=runtime_class), handler="runsc")
+    )
+    try:
+        sandbox = objs.wait(SANDBOX, "otherkernel", lambda o: o is not None, timeout=60)
+        assert sandbox["spec"]["podTemplate"]["spec"]["runtimeClassName"] == runtime_class
+        pod = wait_for(
+            lambda: objs.core.read_namespaced_pod("otherkernel", objs.namespace),
+            timeout=60,
+            what="the workspace Pod of environment otherkernel",
+        )
+        assert pod.spec.runtime_class_name == runtime_class
+    finally:
+        node.delete_runtime_class(runtime_class)
+
+
 def test_verdict_round_trips_through_the_api(objs: Objects) -> None:
     """The schema keeps every field of a verdict (nothing pruned by the structural schema)."""
     objs.create(ENVIRONMENT, env_body("judged", template="absent"), version=V)

@@ -238,3 +238,30 @@ def test_pod_refused_by_the_api_server_is_reported_not_retried_blindly(objs: Obj
     fixed["spec"]["containers"][0]["name"] = "runtime"
     objs.patch(SANDBOX, "badpod", {"spec": {"podTemplate": fixed}})
     objs.wait_condition(SANDBOX, "badpod", "True", timeout=60)
+
+
+def test_pod_with_a_runtime_class_the_cluster_lacks_is_reported(objs: Objects) -> None:
+    """The API server's RuntimeClass admission refuses the Pod (403): Ready says which class is missing, once as an
+    Event, and creating the class heals the sandbox (its Pod then runs with it)."""
+    runtime_class = f"sandboxed-{uuid.uuid4().hex[:6]}"
+    body = sandbox_body("otherkernel")
+    body["spec"]["podTemplate"]["spec"]["runtimeClassName"] = runtime_class
+    objs.create(SANDBOX, body)
+    sandbox = objs.wait_condition(SANDBOX, "otherkernel", "False", c.REASON_RECONCILER_ERROR)
+    ready = conditions(sandbox)["Ready"]
+    assert ready["message"].startswith("Error seen: Pod rejected by the API server:"), ready
+    assert f'RuntimeClass "{runtime_class}" not found' in ready["message"], ready
+    events = objs.core.list_namespaced_event(
+        objs.namespace, field_selector="involvedObject.name=otherkernel"
+    ).items
+    assert [e.reason for e in events].count("InvalidPod") == 1
+    node = client.NodeV1Api(objs.api)
+    node.create_runtime_class(
+        client.V1RuntimeClass(metadata=client.V1ObjectMeta(name=runtime_class), handler="runsc")
+    )
+    try:
+        objs.wait_condition(SANDBOX, "otherkernel", "True", timeout=60)
+        pod = objs.core.read_namespaced_pod("otherkernel", objs.namespace)
+        assert pod.spec.runtime_class_name == runtime_class
+    finally:
+        node.delete_runtime_class(runtime_class)

@@ -290,6 +290,20 @@ def test_default_template_runs_the_workspace_runtime(helm: str) -> None:
     assert not by_kind(docs, "SandboxWarmPool"), "the warm pool is opt-in"
 
 
+def test_default_template_runtime_class(helm: str) -> None:
+    (template,) = by_kind(
+        documents(render(helm, "--set=defaultTemplate.runtimeClassName=gvisor", include_crds=False)),
+        "SandboxTemplate",
+    )
+    assert template["spec"]["podTemplate"]["spec"]["runtimeClassName"] == "gvisor"
+    (default,) = by_kind(documents(render(helm, include_crds=False)), "SandboxTemplate")
+    assert "runtimeClassName" not in default["spec"]["podTemplate"]["spec"]
+    result = run_helm(
+        helm, "template", "shadow", str(CHART), "--set=defaultTemplate.runtimeClassName=No_Such", check=False
+    )
+    assert result.returncode != 0 and "runtimeClassName" in result.stderr
+
+
 def test_global_registry_redirects_every_image(helm: str) -> None:
     docs = documents(render(helm, *VALUE_SETS["air-gapped"], "--set=previewRouter.enabled=true"))
     images = []
@@ -374,6 +388,7 @@ RW = {"get", "list", "watch", "create", "update", "patch", "delete"}
 CLUSTER_READS = {
     ("storage.k8s.io", "storageclasses"): {"get", "list"},
     ("snapshot.storage.k8s.io", "volumesnapshotclasses"): {"get", "list"},
+    ("node.k8s.io", "runtimeclasses"): {"get"},
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},
     ("", "namespaces"): {"get", "list", "watch"},
 }

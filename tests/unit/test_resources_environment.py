@@ -96,6 +96,19 @@ def test_the_environments_resources_keep_the_templates_other_limits() -> None:
     }
 
 
+def test_workspace_pod_takes_the_environments_runtime_class_else_the_templates() -> None:
+    def runtime_class(env: dict[str, Any], tmpl: dict[str, Any]) -> str | None:
+        pod = res.build_workspace_sandbox(env, tmpl, gitea_base_url=None)["spec"]["podTemplate"]["spec"]
+        return pod.get("runtimeClassName")
+
+    kata = template()
+    kata["spec"]["podTemplate"]["spec"]["runtimeClassName"] = "kata"
+    assert runtime_class(environment(runtimeClassName="gvisor"), template()) == "gvisor"
+    assert runtime_class(environment(), kata) == "kata"
+    assert runtime_class(environment(runtimeClassName="gvisor"), kata) == "gvisor"
+    assert runtime_class(environment(), template()) is None
+
+
 def test_workspace_sandbox_mounts_a_volume_at_the_preserved_path() -> None:
     env = environment(
         workspace={"mountPath": "/home/dev/src", "size": "5Gi", "storageClassName": "fast"},

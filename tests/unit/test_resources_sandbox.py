@@ -8,6 +8,7 @@ import pytest
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
 from shadow_operator.resources import conditions as conds
+from shadow_operator.resources import podsecurity
 from shadow_operator.resources import sandbox as res
 
 pytestmark = pytest.mark.unit
@@ -101,6 +102,15 @@ def test_explicit_template_security_wins() -> None:
     spec = res.build_pod(body, token_secret="t")["spec"]
     assert spec["automountServiceAccountToken"] is True
     assert spec["securityContext"]["runAsNonRoot"] is False
+
+
+def test_runtime_class_passes_through_to_the_pod_and_the_pod_security_check() -> None:
+    body = make_sandbox()
+    body["spec"]["podTemplate"]["spec"]["runtimeClassName"] = "gvisor"
+    spec = res.build_pod(body, token_secret="t")["spec"]
+    assert spec["runtimeClassName"] == "gvisor"
+    # A sandboxing runtime asks the node for nothing: the chart's defaults allow it.
+    assert podsecurity.violations(spec, podsecurity.PodSecurity()) == []
 
 
 def test_token_goes_to_first_container_without_runtime_port() -> None:

@@ -172,6 +172,7 @@ def test_fork_manifest_keeps_what_makes_the_clone_behave_like_its_source() -> No
         workspace={"mountPath": "/home/me/src", "size": "5Gi", "storageClassName": "snaps"},
         gitRewrites=[{"from": "https://github.com/microsoft/", "to": "microsoft"}],
         template="custom",
+        runtimeClassName="gvisor",
     )
     source["metadata"]["annotations"] = {
         "local.shadow.dev/core": "/home/me/src/core",
@@ -190,6 +191,7 @@ def test_fork_manifest_keeps_what_makes_the_clone_behave_like_its_source() -> No
         "from": {"environment": "demo", "method": "Copy", "timeoutSeconds": 60, "retainSnapshot": True},
     }
     assert spec["gitRewrites"] == source["spec"]["gitRewrites"] and spec["template"] == "custom"
+    assert spec["runtimeClassName"] == "gvisor"  # a fork of a gVisor workspace runs under gVisor too
     assert spec["verify"]["enabled"] is False
     # Where promote writes, and who may see previews, carry over; upload and verify requests do not.
     assert fork["metadata"]["annotations"] == {

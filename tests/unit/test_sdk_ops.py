@@ -59,6 +59,9 @@ def test_environment_manifest_records_local_directories(tmp_path: Path) -> None:
     assert body["spec"]["gitRewrites"] == [{"from": "https://github.com/acme/", "to": "acme"}]
     assert body["spec"]["verify"] == {"commands": [{"name": "check-1", "command": "pytest -q"}]}
     assert body["metadata"]["annotations"] == {ANNOTATION_LOCAL_PREFIX + "my-repo": str(tmp_path / "My_Repo")}
+    assert "runtimeClassName" not in body["spec"]
+    sandboxed = build_environment("e2", "ns", EnvironmentSpec(git=spec.git, runtime_class="gvisor"))
+    assert sandboxed["spec"]["runtimeClassName"] == "gvisor"
     with pytest.raises(ShadowError, match="nothing to copy in"):
         build_environment("e1", "ns", EnvironmentSpec())
     twice = EnvironmentSpec(local=[LocalSource(tmp_path / "My_Repo"), LocalSource(tmp_path / "My_Repo")])

@@ -29,6 +29,7 @@ MAX_SOURCES = 32
 MAX_REWRITES = 32
 MAX_VERIFY_COMMANDS = 32
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 # A Gitea owner (organization) and a repository name: letters, digits, `-`, `_`, `.`.
 GITEA_NAME = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}"
 # Paths as RE2 patterns (the API server's regex engine has no lookahead): segments that are not empty, `.`
@@ -43,6 +44,7 @@ FailureCode = Literal[
     "ImagePullFailed",
     "Unschedulable",
     "StorageUnavailable",
+    "RuntimeClassNotFound",
     "SourceFetchFailed",
     "GiteaBootstrapFailed",
     "Timeout",
@@ -322,6 +324,14 @@ class WorkspaceShape(ApiModel):
         max_length=253,
         description="SandboxTemplate (same namespace) the workspace starts from; default: the operator's "
         "default template.",
+    )
+    runtime_class_name: str | None = Field(
+        default=None,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN,
+        description="RuntimeClass of the workspace Pod (replaces the template's), e.g. `gvisor` to run it "
+        "under gVisor's user-space kernel; default: the template's (none: the node's default runtime). A "
+        "class the cluster does not have is a failure (status.failure.code RuntimeClassNotFound).",
     )
     env: list[ClaimEnvVar] | None = Field(
         default=None,

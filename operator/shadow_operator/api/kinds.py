@@ -245,6 +245,7 @@ STATEFUL_SET = ResourceKind("apps", "v1", "statefulsets", "StatefulSet")
 DEPLOYMENT = ResourceKind("apps", "v1", "deployments", "Deployment")
 NAMESPACE = ResourceKind("", "v1", "namespaces", "Namespace")
 STORAGE_CLASS = ResourceKind("storage.k8s.io", "v1", "storageclasses", "StorageClass")
+RUNTIME_CLASS = ResourceKind("node.k8s.io", "v1", "runtimeclasses", "RuntimeClass")
 # CSI snapshots (external-snapshotter's CRDs; absent on clusters without snapshot support).
 VOLUME_SNAPSHOT = ResourceKind(c.SNAPSHOT_GROUP, "v1", "volumesnapshots", "VolumeSnapshot")
 VOLUME_SNAPSHOT_CLASS = ResourceKind(c.SNAPSHOT_GROUP, "v1", "volumesnapshotclasses", "VolumeSnapshotClass")
@@ -268,6 +269,7 @@ ALL_KINDS: tuple[ResourceKind, ...] = (
     LEASE,
     STATEFUL_SET,
     STORAGE_CLASS,
+    RUNTIME_CLASS,
     VOLUME_SNAPSHOT,
     VOLUME_SNAPSHOT_CLASS,
 )

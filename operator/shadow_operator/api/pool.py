@@ -19,7 +19,17 @@ from shadow_operator.api.models import CONDITIONS_FIELD, ApiModel, Condition, Re
 MAX_POOL_REPLICAS = 100
 # The ShadowEnvironment fields that shape an instance's Pods (the pool has fields of the same names), and of
 # spec.workspace the volume's (`from` makes a fork, which never takes an instance).
-SHAPING_FIELDS = ("template", "workspace", "gitea", "gitRewrites", "env", "resources", "preview", "journal")
+SHAPING_FIELDS = (
+    "template",
+    "runtimeClassName",
+    "workspace",
+    "gitea",
+    "gitRewrites",
+    "env",
+    "resources",
+    "preview",
+    "journal",
+)
 WORKSPACE_FIELDS = ("mountPath", "size", "storageClassName")
 
 

@@ -105,6 +105,14 @@ def create(
         ),
     ] = None,
     template: Annotated[str | None, typer.Option(help="SandboxTemplate of the workspace.")] = None,
+    runtime_class: Annotated[
+        str | None,
+        typer.Option(
+            "--runtime-class",
+            help="RuntimeClass of the workspace Pod, e.g. gvisor (`kubectl get runtimeclass`); default: the "
+            "template's.",
+        ),
+    ] = None,
     pool: Annotated[
         str | None,
         typer.Option(
@@ -159,6 +167,7 @@ def create(
         git=[parse_git(x) for x in git or ()],
         rewrites=parse_rewrites(rewrite or []),
         template=template,
+        runtime_class=runtime_class,
         pool=pool,
         mount_path=mount_path,
         storage_class=storage_class,

@@ -47,6 +47,11 @@ class ApiError(Exception):
         return self.status in (400, 422)
 
     @property
+    def runtime_class_missing(self) -> bool:
+        """A Pod naming a RuntimeClass the cluster does not have (the RuntimeClass admission plugin's 403)."""
+        return self.status == 403 and "pod rejected: RuntimeClass" in self.message
+
+    @property
     def already_exists(self) -> bool:
         return self.status == 409 and self.reason == "AlreadyExists"
 

@@ -139,7 +139,7 @@ class SandboxReconciler(Reconciler[Sandbox]):
                     )
                 pod = adopted
             except ApiError as exc:
-                if exc.invalid:
+                if exc.invalid or exc.runtime_class_missing:
                     return self._rejected(body, "Pod", exc)
                 raise
             else:

@@ -326,6 +326,8 @@ def build_workspace_sandbox(
     _set_env(container, extra)
     if spec.get("resources"):
         container["resources"] = merged_resources(container.get("resources") or {}, spec["resources"])
+    if spec.get("runtimeClassName"):
+        pod_spec["runtimeClassName"] = spec["runtimeClassName"]
     preview_port = (spec.get("preview") or {}).get("port")
     if preview_port:
         ports = [p for p in container.get("ports") or () if p.get("name") != c.PREVIEW_PORT_NAME]

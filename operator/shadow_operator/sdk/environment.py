@@ -95,6 +95,9 @@ class EnvironmentSpec:
     git: Sequence[GitSource] = ()
     rewrites: dict[str, str] = field(default_factory=dict)  # URL prefix -> Gitea organization
     template: str | None = None
+    runtime_class: str | None = (
+        None  # RuntimeClass of the workspace Pod, e.g. "gvisor"; default: the template's
+    )
     mount_path: str | None = None
     storage_class: str | None = None  # of the workspace volume; forks by snapshot need one that supports it
     verify_commands: Sequence[str] = ()
@@ -143,6 +146,8 @@ def build_environment(
         body_spec["gitRewrites"] = [{"from": k, "to": v} for k, v in spec.rewrites.items()]
     if spec.template:
         body_spec["template"] = spec.template
+    if spec.runtime_class:
+        body_spec["runtimeClassName"] = spec.runtime_class
     workspace = {
         **body_spec.get("workspace", {}),
         **{k: v for k, v in (("mountPath", spec.mount_path), ("storageClassName", spec.storage_class)) if v},

@@ -33,7 +33,17 @@ from shadow_operator.sdk.kube import Body, Call, Op
 from shadow_operator.sdk.runtime import RuntimeEndpoint
 
 # What a fork takes over from its source's spec (its sources come with the clone).
-_INHERITED_SPEC = ("gitea", "gitRewrites", "template", "env", "resources", "preview", "journal", "verify")
+_INHERITED_SPEC = (
+    "gitea",
+    "gitRewrites",
+    "template",
+    "runtimeClassName",
+    "env",
+    "resources",
+    "preview",
+    "journal",
+    "verify",
+)
 _INHERITED_ANNOTATIONS = (envops.ANNOTATION_LOCAL_PREFIX, c.ANNOTATION_PREVIEW_ACCESS)
 
 

@@ -3,7 +3,8 @@
 Each pass walks the same steps and stops at the first that is not done yet; every step is idempotent, so a
 restart of the operator (or a second replica taking over) resumes where the last one stopped:
 
-1. preflight: the SandboxTemplate and the StorageClass exist (else `TemplateNotFound`, `StorageUnavailable`);
+1. preflight: the SandboxTemplate, the StorageClass and the RuntimeClass exist (else `TemplateNotFound`,
+   `StorageUnavailable`, `RuntimeClassNotFound`);
 1b. a fork (spec.workspace.from): snapshot the source's volume after a flush and restore the workspace volume
    from it (claimed while the snapshot is cut), or, when no VolumeSnapshotClass serves it, plan a copy
    streamed between the runtimes (clone.py);
@@ -36,6 +37,7 @@ from shadow_operator.api.kinds import (
     NETWORK_POLICY,
     POD,
     PVC,
+    RUNTIME_CLASS,
     SANDBOX,
     SANDBOX_TEMPLATE,
     SECRET,
@@ -44,6 +46,7 @@ from shadow_operator.api.kinds import (
     SHADOW_ENVIRONMENT_POOL,
     STATEFUL_SET,
     STORAGE_CLASS,
+    ResourceKind,
 )
 from shadow_operator.api.models import Sandbox, SandboxStatus
 from shadow_operator.clients import gitpush
@@ -309,19 +312,33 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
         storage_class = env.spec.workspace.storage_class_name
         # Checked with a live read until the workspace's volume claim exists; after that the class is moot.
         claim = self.cache.store(PVC).get(env.namespace, naming.pvc_name(c.WORKSPACE_VOLUME, state.instance))
-        if (
-            storage_class
-            and claim is None
-            and await self.client.get_live(STORAGE_CLASS, "", storage_class) is None
-        ):
-            raise StepFailed(
-                "StorageUnavailable",
+        if storage_class and claim is None:
+            await self._require(
+                STORAGE_CLASS,
+                storage_class,
                 "StorageUnavailable",
                 f"StorageClass {storage_class!r} does not exist; use one of `kubectl get storageclass` or "
                 "leave spec.workspace.storageClassName unset for the default",
-                retry=RETRY_SECONDS,
+            )
+        # The RuntimeClass the workspace Pod runs with (the environment's, else the template's): the API server
+        # refuses a Pod naming one that does not exist, so it is checked (live) while the Pod is not there yet.
+        runtime_class = env.spec.runtime_class_name or (
+            ((template.get("spec") or {}).get("podTemplate") or {}).get("spec") or {}
+        ).get("runtimeClassName")
+        if runtime_class and self.cache.store(POD).get(env.namespace, state.instance) is None:
+            await self._require(
+                RUNTIME_CLASS,
+                runtime_class,
+                "RuntimeClassNotFound",
+                f"RuntimeClass {runtime_class!r} does not exist; use one of `kubectl get runtimeclass`, or "
+                "leave spec.runtimeClassName unset for the template's",
             )
         return template
+
+    async def _require(self, kind: ResourceKind, name: str, code: str, message: str) -> None:
+        """A failure `code` with `message` (tried again later) when the cluster-scoped `name` does not exist."""
+        if await self.client.get_live(kind, "", name) is None:
+            raise StepFailed(code, code, message, retry=RETRY_SECONDS)
 
     # ------------------------------------------------------------------------------------------ status
     async def _write_status(self, env: ShadowEnvironment, state: Pass) -> None:
