@@ -24,7 +24,7 @@ import typer
 from rich.markup import escape
 
 from shadow_operator import __version__
-from shadow_operator.cli import environments, forks, maintenance, manifest, previews, race, sandboxes
+from shadow_operator.cli import environments, forks, maintenance, manifest, mcp, previews, race, sandboxes
 from shadow_operator.cli.common import GLOBALS, check_output, err, out
 from shadow_operator.sdk.errors import ShadowError
 
@@ -119,6 +119,7 @@ race.register(app)
 manifest.register(app)
 previews.register(app, sandboxes.app)
 maintenance.register(app)
+mcp.register(app)
 app.add_typer(sandboxes.app, name="sandbox")
 
 

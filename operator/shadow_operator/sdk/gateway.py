@@ -578,8 +578,13 @@ class AsyncShadowGateway(kube.AsyncClientHolder):
     async def status(self) -> ShadowEnvironment:
         return await self._run(envops.get(self.namespace, self.name))  # type: ignore[no-any-return]
 
-    async def wait_ready(self, timeout: float = 600.0) -> ShadowEnvironment:
-        return await self._run(self._ops.wait_ready(timeout))  # type: ignore[no-any-return]
+    async def wait_ready(
+        self, timeout: float = 600.0, *, on_change: Callable[[ShadowEnvironment], None] | None = None
+    ) -> ShadowEnvironment:
+        return await self._run(self._ops.wait_ready(timeout, on_change))  # type: ignore[no-any-return]
+
+    async def runtime_endpoint(self) -> runtime.RuntimeEndpoint:
+        return await self._run(self._ops.endpoint())  # type: ignore[no-any-return]
 
     async def exec(
         self,
