@@ -28,6 +28,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, ParamSpec, TypeVar
+from urllib.parse import urlsplit
 
 import httpx
 from mcp.server.mcpserver import Context, MCPServer
@@ -146,12 +147,12 @@ def local_dir(path: str, roots: Sequence[Path]) -> Path:
 def parse_git(spec: str) -> GitSource:
     """URL[@ref][:org/name], as `shadowctl create --git` reads it; only https URLs (no local paths, no
     credentials in the URL: the environment's object is readable by others)."""
-    source = environments.parse_git(spec)
-    if not source.url.startswith("https://") or "@" in source.url.split("/")[2]:
+    where = urlsplit(spec)
+    if where.scheme != "https" or "@" in where.netloc or ":" in where.netloc:
         raise refuse(
             f"git source {spec!r}: only https:// URLs without credentials", "e.g. https://host/org/repo"
         )
-    return source
+    return environments.parse_git(spec)
 
 
 def tail(text: str, limit: int = MAX_OUTPUT) -> tuple[str, bool]:
@@ -214,6 +215,7 @@ class Progress:
         self._wake = asyncio.Event()
         self._sent = 0
         self._started = time.monotonic()
+        self._done = False
 
     def say(self, message: str) -> None:
         self._loop.call_soon_threadsafe(self._post, message)
@@ -223,9 +225,12 @@ class Progress:
         self._wake.set()
 
     async def _pump(self, what: str) -> None:
-        while True:
+        while not self._done:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), HEARTBEAT)
+                async with asyncio.timeout(HEARTBEAT):
+                    await self._wake.wait()
+            if self._done:
+                return
             self._wake.clear()
             news, self._news = self._news, None
             self._sent += 1
@@ -239,6 +244,9 @@ class Progress:
         try:
             yield self
         finally:
+            # The flag, not only the cancellation: a cancellation that meets the wake-up can be lost.
+            self._done = True
+            self._wake.set()
             pump.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await pump
