@@ -71,6 +71,21 @@ ClaimName = Annotated[
     str, Field(pattern=DNS_LABEL, max_length=63, description="Name of the SandboxClaim (a DNS label).")
 ]
 OptionalName = Annotated[str, Field(pattern=DNS_LABEL, max_length=63)] | None
+OptionalSubdomain = (
+    Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$", description="A storage class.")]
+    | None
+)
+Quantity = (
+    Annotated[
+        str,
+        Field(
+            pattern=r"^[0-9]+(\.[0-9]+)?(m|k|M|G|Ki|Mi|Gi)?$",
+            max_length=32,
+            description="A resource request of the workspace, e.g. 500m (cpu) or 1Gi (memory).",
+        ),
+    ]
+    | None
+)
 WorkspacePath = Annotated[
     str,
     Field(
@@ -385,6 +400,9 @@ def environment_tools(server: MCPServer[Any], s: Session) -> None:
         ] = (),
         template: OptionalName = None,
         pool: OptionalName = None,
+        storage_class: OptionalSubdomain = None,
+        cpu: Quantity = None,
+        memory: Quantity = None,
         timeout: Timeout = 600.0,
     ) -> dict[str, Any]:
         """Create an environment from local directories and/or git repositories: its own workspace and Gitea,
@@ -395,6 +413,8 @@ def environment_tools(server: MCPServer[Any], s: Session) -> None:
             git=[parse_git(g) for g in git],
             template=template,
             pool=pool,
+            storage_class=storage_class,
+            requests={k: v for k, v in (("cpu", cpu), ("memory", memory)) if v},
             verify_commands=list(verify_commands),
         )
         if not spec.local and not spec.git:

@@ -195,7 +195,9 @@ def read_head(ep: RuntimeEndpoint, path: str, limit: int) -> Op[tuple[bytes, boo
 def tree(ep: RuntimeEndpoint, path: str, *, depth: int = 1) -> Op[list[dict[str, Any]]]:
     """The entries under a directory (name, path, type, size, mode, modified_at), `depth` levels down."""
     params = {"depth": str(depth)}
-    response = yield ep.call("GET", "/v1/tree/" + quote(path.strip("/")), f"list {path or '.'}", params=params)
+    response = yield ep.call(
+        "GET", "/v1/tree/" + quote(path.strip("/")), f"list {path or '.'}", params=params
+    )
     entries: list[dict[str, Any]] = response.json().get("entries") or []
     return entries
 
