@@ -100,6 +100,9 @@ Command = Annotated[
 Timeout = Annotated[float, Field(ge=1, le=MAX_TIMEOUT, description="Seconds to wait at most.")]
 Cwd = Annotated[str, Field(max_length=4096, description="Working directory, relative to the workspace root.")]
 Encoding = Literal["utf-8", "base64"]
+MaxBytes = Annotated[int, Field(ge=1, le=MAX_READ, description="Bytes to return at most.")]
+Content = Annotated[str, Field(max_length=2 * MAX_WRITE, description="The file's content, in `encoding`.")]
+Depth = Annotated[int, Field(ge=1, le=8, description="Levels of directories to list.")]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -447,7 +450,7 @@ def environment_tools(server: MCPServer[Any], s: Session) -> None:
     async def env_read_file(
         name: Name,
         path: WorkspacePath,
-        max_bytes: Annotated[int, Field(ge=1, le=MAX_READ)] = DEFAULT_READ,
+        max_bytes: MaxBytes = DEFAULT_READ,
     ) -> dict[str, Any]:
         """Read a file of the workspace (at most max_bytes; `truncated` says there was more). Text comes as
         utf-8, anything else as base64."""
@@ -457,16 +460,14 @@ def environment_tools(server: MCPServer[Any], s: Session) -> None:
     async def env_write_file(
         name: Name,
         path: WorkspacePath,
-        content: Annotated[str, Field(max_length=2 * MAX_WRITE)],
+        content: Content,
         encoding: Encoding = "utf-8",
     ) -> dict[str, Any]:
         """Write a file in the workspace (parents are created), replacing it if it exists."""
         return await s.write(env_endpoint(name), path, content, encoding)
 
     @tool(READ_ONLY)
-    async def env_list_files(
-        name: Name, path: WorkspacePath = ".", depth: Annotated[int, Field(ge=1, le=8)] = 1
-    ) -> dict[str, Any]:
+    async def env_list_files(name: Name, path: WorkspacePath = ".", depth: Depth = 1) -> dict[str, Any]:
         """List a directory of the workspace, `depth` levels down."""
         return await s.listing(env_endpoint(name), path, depth)
 
@@ -668,7 +669,7 @@ def sandbox_tools(server: MCPServer[Any], s: Session) -> None:
     async def sandbox_read_file(
         claim: ClaimName,
         path: WorkspacePath,
-        max_bytes: Annotated[int, Field(ge=1, le=MAX_READ)] = DEFAULT_READ,
+        max_bytes: MaxBytes = DEFAULT_READ,
     ) -> dict[str, Any]:
         """Read a file of the sandbox (at most max_bytes; text as utf-8, anything else as base64)."""
         return await s.read(endpoint(claim), path, max_bytes)
@@ -677,7 +678,7 @@ def sandbox_tools(server: MCPServer[Any], s: Session) -> None:
     async def sandbox_write_file(
         claim: ClaimName,
         path: WorkspacePath,
-        content: Annotated[str, Field(max_length=2 * MAX_WRITE)],
+        content: Content,
         encoding: Encoding = "utf-8",
     ) -> dict[str, Any]:
         """Write a file in the sandbox (parents are created)."""
@@ -685,7 +686,7 @@ def sandbox_tools(server: MCPServer[Any], s: Session) -> None:
 
     @tool(READ_ONLY)
     async def sandbox_list_files(
-        claim: ClaimName, path: WorkspacePath = ".", depth: Annotated[int, Field(ge=1, le=8)] = 1
+        claim: ClaimName, path: WorkspacePath = ".", depth: Depth = 1
     ) -> dict[str, Any]:
         """List a directory of the sandbox, `depth` levels down."""
         return await s.listing(endpoint(claim), path, depth)
