@@ -343,12 +343,10 @@ class Session:
         }
 
     async def aclose(self) -> None:
-        """Close the connection (a server over HTTP runs this at the end of each MCP session; the next
-        call connects again)."""
-        http, self._http = self._http, None
-        self._gateways.clear()
-        if http is not None:
-            await http.aclose()
+        """Close the connection: the server's lifespan ends (stdio: the agent went away; HTTP: the process
+        stops, the lifespan being the app's, not a session's)."""
+        if self._http is not None:
+            await self._http.aclose()
 
 
 # -------------------------------------------------------------------------------------------- tools
