@@ -121,9 +121,10 @@ VERB_MODULES = {
     "preview": ("previews", "sandboxes"),
     "sandbox": ("previews", "sandboxes"),
     "doctor": ("maintenance",),
+    "mcp": ("mcp",),
     "cleanup": ("maintenance",),
 }  # fmt: skip
-ALL_MODULES = ("environments", "forks", "race", "manifest", "previews", "maintenance", "sandboxes")
+ALL_MODULES = ("environments", "forks", "race", "manifest", "previews", "maintenance", "mcp", "sandboxes")
 
 
 def register(verb: str | None) -> None:

@@ -180,6 +180,30 @@ def read_file(ep: RuntimeEndpoint, path: str) -> Op[bytes]:
     return bytes(response.content)
 
 
+def read_head(ep: RuntimeEndpoint, path: str, limit: int) -> Op[tuple[bytes, bool]]:
+    """At most `limit` bytes from the start of a file, and whether it has more. The runtime is asked for
+    `limit + 1` bytes; what it sends beyond that is dropped as it arrives, so a runtime that ignores the
+    length still costs no more memory than the limit."""
+    kept = bytearray()
+
+    def keep(piece: bytes) -> None:
+        kept.extend(piece[: limit + 1 - len(kept)])
+
+    params = {"offset": "0", "length": str(limit + 1)}
+    yield ep.call("GET", _file_path(path), f"read {path}", params=params, timeout=300.0, sink=keep)
+    return bytes(kept[:limit]), len(kept) > limit
+
+
+def tree(ep: RuntimeEndpoint, path: str, *, depth: int = 1) -> Op[list[dict[str, Any]]]:
+    """The entries under a directory (name, path, type, size, mode, modified_at), `depth` levels down."""
+    params = {"depth": str(depth)}
+    response = yield ep.call(
+        "GET", "/v1/tree/" + quote(path.strip("/")), f"list {path or '.'}", params=params
+    )
+    entries: list[dict[str, Any]] = response.json().get("entries") or []
+    return entries
+
+
 def read_into(ep: RuntimeEndpoint, path: str, sink: Callable[[bytes], None]) -> Op[None]:
     """GET a file and hand its bytes to `sink` as they arrive (never whole in memory)."""
     yield ep.call("GET", _file_path(path), f"read {path}", timeout=300.0, sink=sink)
