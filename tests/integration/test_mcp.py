@@ -76,9 +76,14 @@ def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 @pytest.fixture(scope="module")
 def operator(k8s_api: client.ApiClient, runtime: Server) -> Iterator[Any]:
-    # The test's template puts its Pods on the host's network (what gives them this machine's address).
+    # The test's template puts its Pods on the host's network (what gives them this machine's address), which
+    # only Pod Security's privileged level allows.
     with gitea_operator(
-        k8s_api, GITEA_URL, SHADOW_RUNTIME_API_URL=runtime.url, SHADOW_ALLOW_HOST_NAMESPACES="true"
+        k8s_api,
+        GITEA_URL,
+        SHADOW_RUNTIME_API_URL=runtime.url,
+        SHADOW_ALLOW_HOST_NAMESPACES="true",
+        SHADOW_POD_SECURITY_LEVEL="privileged",
     ) as runner:
         yield runner
 
