@@ -1,7 +1,8 @@
 """`shadowctl mcp` on kind, as a coding agent drives it over stdio with the official `mcp` client: an
-environment created from a local directory (progress reported while it starts), a command run in it, and a race
+environment created from a local directory (progress reported while it starts), a command run in it, a race
 of three candidates whose winner (after the judge) is promoted into the local directory only because the call
-said confirm=true. The same race refused without confirm leaves everything as it was."""
+said confirm=true (the same race refused without confirm leaves everything as it was), then seed 000's loop by
+hand: a change written, verified, diffed, and promoted only with confirm=true."""
 
 from __future__ import annotations
 
@@ -80,6 +81,28 @@ def test_an_agent_creates_execs_and_races_over_mcp(
             progress.clear()
             result = data(await mcp.call_tool("env_race", {**race, "confirm": True}, progress_callback=noted))
             assert any(f"{source}-race-3" in m for m in progress), progress
+            # Seed 000's loop in the source, by hand: change, verify, look at the diff, promote (only when asked).
+            fixed = BROKEN.replace("a - b", "a + b")
+            data(
+                await mcp.call_tool(
+                    "env_write_file", {"name": source, "path": "core/calc.py", "content": fixed}
+                )
+            )
+            data(
+                await mcp.call_tool(
+                    "env_write_file", {"name": source, "path": "core/NOTES.md", "content": "x\n"}
+                )
+            )
+            verdict = data(await mcp.call_tool("env_verify", {"name": source, "timeout": float(TIMEOUT)}))
+            assert verdict["result"] == "PASS", verdict
+            diff = data(await mcp.call_tool("env_diff", {"name": source}))
+            assert "core/NOTES.md" in diff["added"] and "core/calc.py" in diff["modified"], diff
+            assert "+    return a + b" in diff["patch"], diff["patch"]
+            refused = await mcp.call_tool("env_promote", {"name": source})
+            assert refused.is_error and not (repo / "NOTES.md").exists()
+            data(await mcp.call_tool("env_promote", {"name": source, "confirm": True}))
+            assert (repo / "NOTES.md").read_text() == "x\n"
+
             for name in (source, f"{source}-race-3"):  # the winner is kept, the losers and the judge are gone
                 data(await mcp.call_tool("env_destroy", {"name": name}))
             listed = data(await mcp.call_tool("env_list", {}))
