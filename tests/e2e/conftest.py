@@ -41,14 +41,20 @@ def cluster() -> Iterator[Cluster]:
 
 @pytest.fixture(scope="module")
 def e2e_namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh namespace holding a copy of the chart's default SandboxTemplate; with a runtime class as the
-    fixture's parameter (`under_each_runtime`), the copy's Pods ask for that class."""
+    """A fresh namespace enforcing Pod Security's restricted level, holding a copy of the chart's default
+    SandboxTemplate; with a runtime class as the fixture's parameter (`under_each_runtime`), the copy's Pods
+    ask for that class."""
     runtime_class = getattr(request, "param", None)
     if runtime_class and not _runtime_class_exists(cluster, runtime_class):
         why = GVISOR_UNAVAILABLE.read_text().strip() if GVISOR_UNAVAILABLE.exists() else "not created"
         pytest.skip(f"RuntimeClass {runtime_class} is not in the cluster (hack/kind/cluster.sh): {why}")
     name = f"e2e-{uuid.uuid4().hex[:8]}"
-    cluster.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    # As a tenant namespace the chart prepares: Pod Security's restricted level enforced (the operator labels
+    # those; here the test does), so every Pod the product makes here must pass it, under each runtime.
+    restricted = {f"pod-security.kubernetes.io/{mode}": "restricted" for mode in ("enforce", "warn", "audit")}
+    cluster.core.create_namespace(
+        client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=restricted))
+    )
     template = cluster.get(OPERATOR_NAMESPACE, "sandboxtemplates", DEFAULT_TEMPLATE)
     assert template is not None, (
         f"the chart's SandboxTemplate {OPERATOR_NAMESPACE}/{DEFAULT_TEMPLATE} is missing"

@@ -282,6 +282,7 @@ def test_doctor_is_green_for_the_release_as_installed(cluster: Cluster, e2e_name
         "storage": "ok",
         "snapshots": "ok",
         "templates": "ok",
+        "podsecurity": "ok",  # the namespaces holding sandboxes enforce restricted (tests/e2e/conftest.py)
     }, checks
     assert OPERATOR_NAMESPACE in checks["operator"]["detail"], checks["operator"]
     # No image values were given: the release's chart pins the images it pushed by digest.
