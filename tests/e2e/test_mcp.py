@@ -106,7 +106,9 @@ def test_an_agent_creates_execs_and_races_over_mcp(
             for name in (source, f"{source}-race-3"):  # the winner is kept, the losers and the judge are gone
                 data(await mcp.call_tool("env_destroy", {"name": name}))
             listed = data(await mcp.call_tool("env_list", {}))
-            assert not [env["name"] for env in listed if env["name"].startswith(source)], listed
+            assert not [env["name"] for env in listed["environments"] if env["name"].startswith(source)], (
+                listed
+            )
             return dict(result)
 
     result = asyncio.run(agent())

@@ -106,7 +106,7 @@ def test_a_tenant_with_edit_runs_the_whole_flow_in_its_namespace_only(
         repo = python_package(tmp_path / "app")
 
         # No -n: the context's namespace, the tenant's.
-        status = json.loads(
+        created = json.loads(
             ok(
                 as_tenant(
                     "create", name, "--local", str(repo), "--verify", "cd app && python3 -c 'import shadowpkg'",
@@ -114,7 +114,8 @@ def test_a_tenant_with_edit_runs_the_whole_flow_in_its_namespace_only(
                 )
             )
         )  # fmt: skip
-        assert status["verdict"]["result"] == "PASS", status
+        # -o json prints the object, as kubectl does.
+        assert created["status"]["verdict"]["result"] == "PASS", created
         ok(
             as_tenant(
                 "exec", name, "--", "sh", "-c", "echo 'VERSION = \"after\"' > app/shadowpkg/__init__.py"

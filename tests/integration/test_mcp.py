@@ -205,6 +205,12 @@ def test_an_agent_creates_changes_verifies_and_promotes_over_stdio(
             outside = error(await mcp.call_tool("env_create", {"name": "seed", "local": ["/etc"]}))
             assert "outside the directories this server may use" in outside and "hint: " in outside
             assert objs.get(ENVIRONMENT, "seed", V) is None
+            # A listing is one object, empty or not (MCP sends a bare list as a block per item, none when empty).
+            assert data(await mcp.call_tool("env_list", {})) == {
+                "namespace": ns,
+                "environments": [],
+                "truncated": False,
+            }
 
             # Create from the local directory; Gitea comes up once the operator made its credentials.
             args = {"name": "seed", "local": ["core"], "template": TEMPLATE_NAME, "verify_commands": [CHECK]}
@@ -262,11 +268,19 @@ def test_an_agent_creates_changes_verifies_and_promotes_over_stdio(
             destroyed = data(await mcp.call_tool("env_destroy", {"name": "seed"}))
             assert destroyed == {"deleted": "seed", "namespace": ns}
             assert objs.get(ENVIRONMENT, "seed", V) is None
+            # A listing is one object, empty or not (MCP sends a bare list as a block per item, none when empty).
+            assert data(await mcp.call_tool("env_list", {})) == {
+                "namespace": ns,
+                "environments": [],
+                "truncated": False,
+            }
 
             # A plain sandbox from the same template (after the environment: one host port per node).
             box = {"claim": "mcp-box"}
             claimed = data(await mcp.call_tool("sandbox_claim", {**box, "template": TEMPLATE_NAME}))
             assert claimed["sandbox"] == "mcp-box"
+            listed = data(await mcp.call_tool("sandbox_list", {}))
+            assert [c["claim"] for c in listed["claims"]] == ["mcp-box"], listed
             written = {**box, "path": "box/hi.txt", "content": "hi"}
             assert data(await mcp.call_tool("sandbox_write_file", written))["bytes"] == 2
             ran = data(await mcp.call_tool("sandbox_exec", {**box, "command": "cat box/hi.txt"}))

@@ -371,9 +371,15 @@ def environment_tools(server: MCPServer[Any], s: Session) -> None:
         return lambda: s.gateway(name).runtime_endpoint()
 
     @tool(READ_ONLY)
-    async def env_list() -> list[dict[str, Any]]:
+    async def env_list() -> dict[str, Any]:
         """List the ShadowEnvironments of the namespace: readiness, verdict, failure."""
-        return [summary(env) for env in await s.run(envops.list_(s.namespace))]
+        # One object, not a bare list: MCP would send a list as one content block per item, and none when empty.
+        found = [summary(env) for env in await s.run(envops.list_(s.namespace))]
+        return {
+            "namespace": s.namespace,
+            "environments": found[:MAX_ENTRIES],
+            "truncated": len(found) > MAX_ENTRIES,
+        }
 
     @tool(READ_ONLY)
     async def env_status(name: Name) -> dict[str, Any]:
@@ -624,10 +630,10 @@ def sandbox_tools(server: MCPServer[Any], s: Session) -> None:
         return find
 
     @tool(READ_ONLY)
-    async def sandbox_list() -> list[dict[str, Any]]:
+    async def sandbox_list() -> dict[str, Any]:
         """List the SandboxClaims of the namespace."""
         claims = await s.sandboxes().list_sandboxes()
-        return [
+        found = [
             {
                 "claim": body["metadata"]["name"],
                 "sandbox": ((body.get("status") or {}).get("sandbox") or {}).get("name"),
@@ -638,6 +644,7 @@ def sandbox_tools(server: MCPServer[Any], s: Session) -> None:
             }
             for body in claims[:MAX_ENTRIES]
         ]
+        return {"namespace": s.namespace, "claims": found, "truncated": len(claims) > MAX_ENTRIES}
 
     @tool(CHANGES)
     async def sandbox_claim(
