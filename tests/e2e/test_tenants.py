@@ -9,9 +9,11 @@ credentials reach shadowctl and the token is fetched fresh on each run.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -79,13 +81,12 @@ def tenant_kubeconfig(cluster: Cluster, directory: Path, user: str, namespace: s
     return path
 
 
-def test_a_tenant_with_edit_runs_the_whole_flow_in_its_namespace_only(
-    cluster: Cluster, tmp_path: Path
-) -> None:
+@contextlib.contextmanager
+def editor(cluster: Cluster, directory: Path, user: str) -> Iterator[Path]:
+    """A ServiceAccount `user` in the tenant namespace with the built-in `edit` there and nothing else: its
+    exec-plugin kubeconfig; the account and its binding go afterwards."""
     core = client.CoreV1Api(cluster.api)
     rbac = client.RbacAuthorizationV1Api(cluster.api)
-    suffix = uuid.uuid4().hex[:6]
-    user, other_ns = f"alice-{suffix}", f"team-b-{suffix}"
     core.create_namespaced_service_account(
         TENANT_NAMESPACE, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=user))
     )
@@ -95,10 +96,24 @@ def test_a_tenant_with_edit_runs_the_whole_flow_in_its_namespace_only(
         subjects=[client.RbacV1Subject(kind="ServiceAccount", name=user, namespace=TENANT_NAMESPACE)],
     )
     rbac.create_namespaced_role_binding(TENANT_NAMESPACE, binding)
+    try:
+        yield tenant_kubeconfig(cluster, directory, user, TENANT_NAMESPACE)
+    finally:
+        rbac.delete_namespaced_role_binding(f"{user}-edit", TENANT_NAMESPACE)
+        core.delete_namespaced_service_account(user, TENANT_NAMESPACE)
+
+
+def test_a_tenant_with_edit_runs_the_whole_flow_in_its_namespace_only(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    stack = contextlib.ExitStack()
+    core = client.CoreV1Api(cluster.api)
+    suffix = uuid.uuid4().hex[:6]
+    other_ns = f"team-b-{suffix}"
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=other_ns)))
     name = f"tenant-{suffix}"
     try:
-        config = tenant_kubeconfig(cluster, tmp_path, user, TENANT_NAMESPACE)
+        config = stack.enter_context(editor(cluster, tmp_path, f"alice-{suffix}"))
 
         def as_tenant(*args: str) -> subprocess.CompletedProcess[str]:
             return ctl(cluster, "--kubeconfig", str(config), *args)
@@ -142,8 +157,7 @@ def test_a_tenant_with_edit_runs_the_whole_flow_in_its_namespace_only(
         except ApiException as exc:
             if exc.status != 404:
                 raise
-        rbac.delete_namespaced_role_binding(f"{user}-edit", TENANT_NAMESPACE)
-        core.delete_namespaced_service_account(user, TENANT_NAMESPACE)
+        stack.close()
         core.delete_namespace(other_ns)
 
 
@@ -153,22 +167,12 @@ def test_a_tenant_with_edit_cannot_reach_the_node(cluster: Cluster, tmp_path: Pa
     core = client.CoreV1Api(cluster.api)
     labels = core.read_namespace(TENANT_NAMESPACE).metadata.labels or {}
     assert labels.get("pod-security.kubernetes.io/enforce") == "restricted", labels
-    rbac = client.RbacAuthorizationV1Api(cluster.api)
-    suffix = uuid.uuid4().hex[:6]
-    user = f"mallory-{suffix}"
-    core.create_namespaced_service_account(
-        TENANT_NAMESPACE, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=user))
-    )
-    binding = client.V1RoleBinding(
-        metadata=client.V1ObjectMeta(name=f"{user}-edit"),
-        role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name="edit"),
-        subjects=[client.RbacV1Subject(kind="ServiceAccount", name=user, namespace=TENANT_NAMESPACE)],
-    )
-    rbac.create_namespaced_role_binding(TENANT_NAMESPACE, binding)
-    prefix = f"esc-{suffix}-"
+    prefix = f"esc-{uuid.uuid4().hex[:6]}-"
     try:
-        config = tenant_kubeconfig(cluster, tmp_path, user, TENANT_NAMESPACE)
-        with config_module.new_client_from_config(str(config)) as api:
+        with (
+            editor(cluster, tmp_path, f"{prefix}mallory") as config,
+            config_module.new_client_from_config(str(config)) as api,
+        ):
             every_escape_is_refused(api, TENANT_NAMESPACE, prefix)
     finally:
         apps, batch = client.AppsV1Api(cluster.api), client.BatchV1Api(cluster.api)
@@ -183,5 +187,3 @@ def test_a_tenant_with_edit_cannot_reach_the_node(cluster: Cluster, tmp_path: Pa
         for pod in core.list_namespaced_pod(TENANT_NAMESPACE).items:
             if pod.metadata.name.startswith(prefix):
                 core.delete_namespaced_pod(pod.metadata.name, TENANT_NAMESPACE)
-        rbac.delete_namespaced_role_binding(f"{user}-edit", TENANT_NAMESPACE)
-        core.delete_namespaced_service_account(user, TENANT_NAMESPACE)
