@@ -135,6 +135,57 @@ def test_a_failed_environment_is_not_available_and_says_why() -> None:
     assert data["local_sources"] == [] and data["test_context"]["changed_files"] == []
 
 
+def verdict(result: str, failed: list[str], score: int) -> dict[str, Any]:
+    checks = {
+        "sourceVerification": [{"name": "copied", "passed": "sourceVerification" not in failed}],
+        "codeExecution": [{"name": "pytest", "passed": "codeExecution" not in failed, "detail": "exit 1"}],
+    }
+    return {
+        "result": result, "score": score, "maxScore": 100, "passThreshold": 75, "mode": "shadow",
+        "evidence": {k: {"score": 0, "maxScore": 50, "checks": v} for k, v in checks.items()},
+        "issues": [f"{k}: failed" for k in failed],
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("result", "failed", "score", "state"),
+    [
+        ("PASS", [], 100, "pass"),
+        ("PASS", ["codeExecution"], 80, "needs-work"),
+        ("FAIL", ["codeExecution"], 60, "fail"),
+    ],
+)
+def test_the_verdict_also_speaks_the_seeds_names(
+    result: str, failed: list[str], score: int, state: str
+) -> None:
+    """Seed 001's response (issues_found, recommendations, snake_case evidence) and seed 000's three-way state
+    beside today's verdict, so a smoke-test agent written against the seeds reads the manifest unchanged."""
+    env = environment(conditions=READY, sources=SOURCES, verdict=verdict(result, failed, score))
+    data = m.build_manifest(env, Diff(), {}, {}).dump()
+    validate(data)
+    seed = data["smoke_test"]
+    assert (seed["verdict"], seed["state"], seed["score"], seed["max_score"]) == (result, state, score, 100)
+    assert sorted(seed["evidence"]) == ["code_execution", "source_verification"]
+    assert seed["issues_found"] == data["verdict"]["issues"]
+    assert len(seed["recommendations"]) == len(failed)
+    if failed:
+        assert "shadowctl verify" in seed["recommendations"][0]
+    assert data["seed_failure_reason"] is None
+
+
+@pytest.mark.parametrize(
+    ("ours", "seeds"),
+    [("ClusterUnreachable", "docker_not_running"), ("OperatorNotRunning", "docker_not_installed"),
+     ("ImagePullFailed", "image_not_found"), ("GiteaBootstrapFailed", "create_failed")],
+)  # fmt: skip
+def test_failure_reasons_map_to_the_seeds_codes(ours: str, seeds: str) -> None:
+    """Ours come from the environment's status, or (fallback) from the client's error when there is none."""
+    built = m.build_manifest(environment(), None, {}, {}).model_copy(update={"failure_reason": ours})
+    data = built.dump()
+    validate(data)
+    assert (data["failure_reason"], data["seed_failure_reason"]) == (ours, seeds)
+
+
 def test_schema_refuses_what_the_protocol_does_not_allow() -> None:
     good = m.build_manifest(environment(conditions=READY, sources=SOURCES), Diff(), {}, {}).dump()
     for broken in (

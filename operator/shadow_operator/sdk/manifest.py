@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -73,6 +74,86 @@ class TestContext(BaseModel):
     project_type: ProjectType | None = Field(description="The first source's detected project type.")
 
 
+# Seed 001's failure codes (its shadow tool ran Docker) for ours: what its smoke-test agent does next is the same
+# (host-only, or try building first), so a protocol written against the seed reads `seed_failure_reason`.
+SEED_FAILURE_REASONS: Mapping[str, str] = {
+    "ClusterUnreachable": "docker_not_running",
+    "ApiNotInstalled": "docker_not_installed",
+    "OperatorNotRunning": "docker_not_installed",
+    "TemplateNotFound": "image_not_found",
+    "ImagePullFailed": "image_not_found",
+    "RuntimeClassNotFound": "image_not_found",
+    **dict.fromkeys(
+        (
+            "Unschedulable", "StorageUnavailable", "SourceFetchFailed", "GiteaBootstrapFailed", "Timeout",
+            "CloneSourceNotFound", "SnapshotUnsupported", "SnapshotFailed", "SnapshotTimeout", "CopyFailed",
+        ),
+        "create_failed",
+    ),
+}  # fmt: skip
+# What to do about a category with failed checks (seed 001's `recommendations`), by the rubric's categories.
+RECOMMENDATIONS: Mapping[str, str] = {
+    hostonly.SOURCE_VERIFICATION: "the sources did not all arrive: check the local directories and git URLs, "
+    "then create the environment again",
+    hostonly.INSTALLATION_HEALTH: "the project does not install: fix its manifest or dependencies (the "
+    "installationHealth evidence names the command and its output)",
+    hostonly.CODE_EXECUTION: "a verification command fails: run it in the environment (shadowctl exec ENV "
+    "CMD), fix the code, then verify again (shadowctl verify ENV)",
+}
+
+
+def snake(name: str) -> str:
+    """sourceVerification -> source_verification (the seed spells its keys in snake case)."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+class SmokeTestResponse(BaseModel):
+    """Seed 001's smoke-test response, spelt as the seed spells it, from the verdict."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    verdict: Literal["PASS", "FAIL"] = Field(description="The verdict's result.")
+    state: Literal["pass", "needs-work", "fail"] = Field(
+        description="Seed 000's decision: pass (PASS and every check passed: promote), needs-work (PASS with "
+        "issues found: report them, keep the environment for debugging if wanted), fail (FAIL)."
+    )
+    mode: Literal["shadow", "host-only"]
+    score: int
+    max_score: int
+    pass_threshold: int
+    evidence: dict[str, dict[str, Any]] = Field(
+        description="Per category (source_verification, installation_health, code_execution): score, "
+        "max_score and checks."
+    )
+    issues_found: list[str] = Field(description="Every failed check, one line each (the verdict's issues).")
+    recommendations: list[str] = Field(description="What to do next, one line per category with failures.")
+
+
+def smoke_test(verdict: Verdict) -> SmokeTestResponse:
+    """The verdict in seed 001's names, with seed 000's three-way state."""
+    failing = [
+        name for name, category in verdict.evidence.items() if any(not x.passed for x in category.checks)
+    ]
+    state: Literal["pass", "needs-work", "fail"] = "pass"
+    if verdict.result == "FAIL":
+        state = "fail"
+    elif failing or verdict.issues:
+        state = "needs-work"
+    return SmokeTestResponse(
+        verdict=verdict.result,
+        state=state,
+        mode=verdict.mode,
+        score=verdict.score,
+        max_score=verdict.max_score,
+        pass_threshold=verdict.pass_threshold,
+        evidence={
+            snake(name): category.model_dump(mode="json") for name, category in verdict.evidence.items()
+        },
+        issues_found=list(verdict.issues),
+        recommendations=[RECOMMENDATIONS[name] for name in failing if name in RECOMMENDATIONS],
+    )
+
+
 class HandoffManifest(BaseModel):
     """Seed 001's handoff manifest, with the verdict when one is known."""
 
@@ -88,10 +169,29 @@ class HandoffManifest(BaseModel):
     verdict: Verdict | None = Field(
         default=None, description="The last verdict (host-only: out of 50, pass at 35), as the API spells it."
     )
+    smoke_test: SmokeTestResponse | None = Field(
+        default=None,
+        description="The same verdict in seed 001's response names (issues_found, "
+        "recommendations, snake_case evidence) and seed 000's state (pass, needs-work, fail).",
+    )
+    seed_failure_reason: str | None = Field(
+        default=None,
+        description="failure_reason in seed 001's codes (docker_not_running, "
+        "docker_not_installed, image_not_found, create_failed), for a protocol written against the seed.",
+    )
 
     def dump(self) -> dict[str, Any]:
-        """JSON-ready, with the verdict as the API spells it (camelCase), as the schema says."""
-        return self.model_dump(mode="json", by_alias=True)
+        """JSON-ready, with the verdict as the API spells it (camelCase), as the schema says, and in the seed's
+        names beside it (derived from today's as it is dumped, so they never disagree)."""
+        seed = {
+            "smoke_test": smoke_test(self.verdict) if self.verdict is not None else None,
+            "seed_failure_reason": (
+                SEED_FAILURE_REASONS.get(self.failure_reason, "create_failed")
+                if self.failure_reason
+                else None
+            ),
+        }
+        return self.model_copy(update=seed).model_dump(mode="json", by_alias=True)
 
 
 # ------------------------------------------------------------------------------------------ pure parts
