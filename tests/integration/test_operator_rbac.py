@@ -8,14 +8,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tests.support.controlplane import wait_for
-from tests.support.rbac import applied, rendered, token_kubeconfig
+from tests.support.rbac import applied, configuration, render_rbac, token_kubeconfig
 from tests.support.sandbox_operator import (
     SANDBOX,
     TEMPLATE,
@@ -28,19 +27,6 @@ from tests.support.sandbox_operator import (
 )
 
 pytestmark = pytest.mark.integration
-
-
-def render_rbac(release: str, release_namespace: str, served: str, *values: str) -> list[dict[str, Any]]:
-    """The chart's RBAC and ServiceAccount for a release serving `served` (`values`: more --set)."""
-    settings = [
-        f"--set=operator.watchNamespaces={{{served}}}",
-        "--set=operator.leaderElection.enabled=false",
-        "--set=operator.replicas=1",
-        *(f"--set={v}" for v in values),
-    ]
-    return rendered(
-        release, release_namespace, settings, "templates/rbac.yaml", "templates/serviceaccount.yaml"
-    )
 
 
 @pytest.fixture
@@ -110,13 +96,5 @@ def test_the_operator_serves_its_namespace_with_the_chart_rbac_and_nothing_else(
     text = log.read_text()
     assert "Forbidden" not in text and "Not enough permissions" not in text, text[-3000:]
     with pytest.raises(ApiException) as denied:
-        client.CoreV1Api(client.ApiClient(_configuration(config))).list_namespaced_secret("kube-system")
+        client.CoreV1Api(client.ApiClient(configuration(config))).list_namespaced_secret("kube-system")
     assert denied.value.status == 403
-
-
-def _configuration(kubeconfig: str) -> client.Configuration:
-    from kubernetes import config as kube_config
-
-    configuration = client.Configuration()
-    kube_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    return configuration

@@ -26,10 +26,9 @@ from shadow_operator.resources import sandbox as res
 from shadow_operator.resources.blueprint import sandbox_spec_from_template
 
 from tests.integration.test_cli_errors import run
-from tests.integration.test_operator_rbac import _configuration, render_rbac
 from tests.integration.test_pod_security_admission import CHART, helm
 from tests.support.controlplane import wait_for
-from tests.support.rbac import token_kubeconfig
+from tests.support.rbac import configuration, render_rbac, token_kubeconfig
 from tests.support.sandbox_operator import (
     SANDBOX,
     TEMPLATE,
@@ -224,7 +223,7 @@ def test_a_tenant_with_edit_cannot_reach_the_node(
     token = core.create_namespaced_service_account_token(
         "agent", tenant, {"spec": {"expirationSeconds": 3600}}
     ).status.token
-    api = client.ApiClient(_configuration(token_kubeconfig(kubeconfig, token, tmp_path / "agent.kubeconfig")))
+    api = client.ApiClient(configuration(token_kubeconfig(kubeconfig, token, tmp_path / "agent.kubeconfig")))
 
     # The tenant cannot lift the label.
     with pytest.raises(ApiException) as denied:

@@ -71,3 +71,25 @@ def token_kubeconfig(admin_kubeconfig: str, token: str, path: Path) -> str:
         )
     )
     return str(path)
+
+
+def render_rbac(release: str, release_namespace: str, served: str, *values: str) -> list[dict[str, Any]]:
+    """The chart's RBAC and ServiceAccount for a release serving `served` (`values`: more --set)."""
+    settings = [
+        f"--set=operator.watchNamespaces={{{served}}}",
+        "--set=operator.leaderElection.enabled=false",
+        "--set=operator.replicas=1",
+        *(f"--set={v}" for v in values),
+    ]
+    return rendered(
+        release, release_namespace, settings, "templates/rbac.yaml", "templates/serviceaccount.yaml"
+    )
+
+
+def configuration(kubeconfig: str) -> client.Configuration:
+    """A client configuration from a kubeconfig file (an account's, from token_kubeconfig)."""
+    from kubernetes import config as kube_config
+
+    configuration = client.Configuration()
+    kube_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    return configuration
