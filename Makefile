@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 PYTEST_WORKERS ?= auto
 PYTEST_PARALLEL := $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
 
-.PHONY: help dev tools snapshot-tools snapshot-test test unit integration lint fmt crds cluster-up cluster-down images kind-up kind-down e2e e2e-argocd upgrade-check demo release clean
+.PHONY: help dev tools snapshot-tools snapshot-test test unit integration lint fmt crds cluster-up cluster-down images kind-up kind-down e2e e2e-argocd conformance upgrade-check demo release clean
 
 help: ## list targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -78,6 +78,9 @@ e2e: dev ## dockerd, images, kind cluster, helm install, then the e2e tests on r
 
 e2e-argocd: dev ## a real ArgoCD (built offline) installs the chart and a team's environments from git on the kind cluster, then its tests; not part of make e2e
 	hack/kind/argocd.sh
+
+conformance: dev ## upstream agent-sandbox's own e2e suite (pinned commit, Go) against the kind cluster with the operator installed (make e2e first); not part of make e2e or CI
+	hack/upstream-e2e.sh $(CONFORMANCE_ARGS)
 
 upgrade-check: dev ## upgrade an earlier version on the kind cluster to this checkout, nothing lost (FROM=git ref, default the newest v* tag)
 	hack/upgrade-check.sh $(if $(FROM),--from $(FROM)) --replace

@@ -15,6 +15,9 @@
 #                                  # build and push (for hack/kind/snapshots.sh; not part of the default)
 #   hack/images.sh argocd          # argocd and argocd-redis: build and push (for hack/kind/argocd.sh; not
 #                                  # part of the default)
+#   hack/images.sh conformance     # stand-ins for the images upstream agent-sandbox's e2e suite names
+#                                  # (registry.k8s.io/pause:3.10, busybox:1.36): build and push (for
+#                                  # hack/upstream-e2e.sh; not part of the default)
 #   hack/images.sh env             # print the resolved image references as shell assignments
 #   hack/images.sh app-refs        # NAME=REF of the app images for the current sources (built or not;
 #                                  # hack/release.sh tags them)
@@ -299,6 +302,28 @@ push_argocd_images() {
     "$registry" "$(argocd_ref)" "$registry" "$(argocd_redis_ref)" >"${STATE_DIR}/argocd.env"
 }
 
+# ------------------------------------------------------------------------------------------ conformance
+# Upstream agent-sandbox's e2e suite (hack/upstream-e2e.sh) names two images: registry.k8s.io/pause:3.10, which
+# our own pause serves (the same program as 3.10.1), and busybox:1.36, for which images/conformance-shell stands
+# in (the Debian base: its tests only run `sh` and `sleep`). Both are pushed under the names the suite asks for;
+# the nodes' mirror for registry.k8s.io and docker.io serves them.
+CONFORMANCE_PAUSE=registry.k8s.io/pause:3.10
+CONFORMANCE_SHELL=docker.io/library/busybox:1.36
+
+build_conformance_images() {
+  build_system
+  docker tag "registry.k8s.io/pause:${PAUSE_TAG}" "${CONFORMANCE_PAUSE}"
+  system_image "${CONFORMANCE_SHELL}" conformance-shell \
+    "$(hash_inputs images/conformance-shell "$(image_id "${BASE_IMAGE}")")"
+}
+prepare_conformance_shell() { :; }
+
+push_conformance_images() {
+  "${HACK_DIR}/docker.sh" registry
+  push_one "${CONFORMANCE_PAUSE}"
+  push_one "${CONFORMANCE_SHELL}"
+}
+
 # ---------------------------------------------------------------------------------------------- push
 # registry_path REF: where REF lives in the local registry. Mirrored registries keep their path
 # (registry.k8s.io/pause:3.10.1 -> pause:3.10.1, docker.io/kindest/x -> kindest/x), which is what a
@@ -523,7 +548,8 @@ for t in "${targets[@]}"; do
     node) build_base; build_system; build_node ;;
     snapshots) build_snapshot_images; push_snapshot_images ;;
     argocd) build_argocd_images; push_argocd_images ;;
-    *) die "unknown target '$t' (base, apps, system, push, node, snapshots, argocd, env)" ;;
+    conformance) build_conformance_images; push_conformance_images ;;
+    *) die "unknown target '$t' (base, apps, system, push, node, snapshots, argocd, conformance, env)" ;;
   esac
 done
 prune_all
