@@ -180,3 +180,108 @@ def test_finished_pod_is_mirrored_and_ttl_deletes_the_claim(objs: Objects) -> No
     assert (pod.metadata.uid, pod.status.phase) == (pod_uid, "Succeeded")
     objs.wait_condition(CLAIM, "oneshot", "True", c.REASON_POD_SUCCEEDED, type_="Finished")
     objs.wait_gone(CLAIM, "oneshot", timeout=30)
+
+
+def test_claim_is_stamped_when_the_controller_first_sees_it(objs: Objects) -> None:
+    """agents.x-k8s.io/controller-first-observed-at, RFC 3339 with sub-second precision, by the time the claim is
+    Ready (upstream's TestSandboxClaimObservabilityAnnotation)."""
+    objs.create(TEMPLATE, template_body("tpl"))
+    before = datetime.now(UTC)
+    objs.create(CLAIM, {"metadata": {"name": "seen"}, "spec": {"sandboxTemplateRef": {"name": "tpl"}}})
+    claim = objs.wait_condition(CLAIM, "seen", "True")
+    stamp = claim["metadata"]["annotations"][c.ANNOTATION_CONTROLLER_FIRST_OBSERVED]
+    observed = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    assert stamp.endswith("Z") and "." in stamp
+    assert before - timedelta(seconds=1) <= observed <= datetime.now(UTC)
+    # Stamped once: later passes keep it.
+    objs.patch(CLAIM, "seen", {"metadata": {"labels": {"touched": "yes"}}})
+    objs.wait(CLAIM, "seen", lambda o: o["metadata"]["labels"].get("touched") == "yes", what="relabelled")
+    again = objs.get(CLAIM, "seen")
+    assert (
+        again is not None
+        and again["metadata"]["annotations"][c.ANNOTATION_CONTROLLER_FIRST_OBSERVED] == stamp
+    )
+
+
+def finish_pod(objs: Objects, name: str) -> None:
+    """kwok keeps whatever terminal phase it is given: play the kubelet reporting a completed container."""
+    wait_for(lambda: objs.core.read_namespaced_pod(name, objs.namespace), timeout=60, what=f"pod {name}")
+    objs.core.patch_namespaced_pod_status(
+        name,
+        objs.namespace,
+        {"status": {"phase": "Succeeded", "conditions": [{"type": "Ready", "status": "False"}]}},
+    )
+
+
+def test_ttl_after_finished_with_retain_keeps_the_claim_and_its_finished_condition(objs: Objects) -> None:
+    """shutdownPolicy applies to ttlSecondsAfterFinished too: Retain deletes the Sandbox and keeps the claim,
+    Ready=False ClaimExpired, Finished kept (upstream's TestSandboxClaimTTLZeroRetainPreservesFinishedCondition-
+    DuringCleanup); the claim itself was deleted before."""
+    objs.create(TEMPLATE, template_body("job"))
+    lifecycle = {"ttlSecondsAfterFinished": 0, "shutdownPolicy": "Retain"}
+    objs.create(
+        CLAIM,
+        {
+            "metadata": {"name": "kept"},
+            "spec": {"sandboxTemplateRef": {"name": "job"}, "lifecycle": lifecycle},
+        },
+    )
+    objs.wait_condition(CLAIM, "kept", "True")
+    finish_pod(objs, "kept")
+    objs.wait_gone(SANDBOX, "kept", timeout=60)
+    claim = objs.wait_condition(CLAIM, "kept", "False", c.REASON_CLAIM_EXPIRED, timeout=30)
+    finished = next(cond for cond in claim["status"]["conditions"] if cond["type"] == c.COND_FINISHED)
+    assert (finished["status"], finished["reason"]) == ("True", c.REASON_POD_SUCCEEDED)
+    assert claim["metadata"].get("deletionTimestamp") is None
+
+
+def test_ttl_after_finished_with_delete_foreground_deletes_in_the_foreground(objs: Objects) -> None:
+    """DeleteForeground after ttlSecondsAfterFinished: the claim waits for its Sandbox (upstream's
+    TestSandboxClaimTTLDeleteForegroundAfterFinished); it was deleted in the background before."""
+    objs.create(TEMPLATE, template_body("job"))
+    lifecycle = {"ttlSecondsAfterFinished": 1, "shutdownPolicy": "DeleteForeground"}
+    objs.create(
+        CLAIM,
+        {"metadata": {"name": "fg"}, "spec": {"sandboxTemplateRef": {"name": "job"}, "lifecycle": lifecycle}},
+    )
+    objs.wait_condition(CLAIM, "fg", "True")
+    hold = "tests.shadow.dev/hold"
+    objs.patch(SANDBOX, "fg", {"metadata": {"finalizers": [hold]}})
+    finish_pod(objs, "fg")
+    claim = objs.wait(
+        CLAIM, "fg", lambda o: bool(o["metadata"].get("deletionTimestamp")), timeout=60, what="claim deleting"
+    )
+    assert "foregroundDeletion" in claim["metadata"]["finalizers"]
+    objs.wait(
+        SANDBOX,
+        "fg",
+        lambda o: bool(o["metadata"].get("deletionTimestamp")),
+        timeout=60,
+        what="sandbox deleting",
+    )
+    objs.patch(SANDBOX, "fg", {"metadata": {"finalizers": None}})
+    objs.wait_gone(SANDBOX, "fg", timeout=60)
+    objs.wait_gone(CLAIM, "fg", timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("names", "message"),
+    [
+        ([None], "invalid volume claim templates: claim: name at index 0 is empty"),
+        (["data", "data"], "invalid volume claim templates: claim: duplicate name 'data'"),
+    ],
+)
+def test_claim_volume_claim_template_without_a_unique_name_is_reported(
+    objs: Objects, names: list[str | None], message: str
+) -> None:
+    """Accepted by the API server and reported on the claim (Ready=False VolumeClaimTemplatesError), as upstream
+    does (its TestCreateSandboxClaimVolumeClaimTemplates); an empty name was refused at admission before."""
+    objs.create(TEMPLATE, template_body("vols", volumeClaimTemplatesPolicy="Allowed"))
+    pvc_spec = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+    templates = [{"metadata": {"name": n} if n else {}, "spec": pvc_spec} for n in names]
+    spec = {"sandboxTemplateRef": {"name": "vols"}, "volumeClaimTemplates": templates}
+    objs.create(CLAIM, {"metadata": {"name": "vct"}, "spec": spec})
+    claim = objs.wait_condition(CLAIM, "vct", "False", c.REASON_VOLUME_CLAIM_TEMPLATES_ERROR)
+    ready = next(cond for cond in claim["status"]["conditions"] if cond["type"] == "Ready")
+    assert ready["message"] == message
+    assert objs.get(SANDBOX, "vct") is None

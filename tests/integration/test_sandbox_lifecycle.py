@@ -121,6 +121,53 @@ def test_shutdown_time(objs: Objects, policy: str) -> None:
     )
 
 
+def test_expiry_keeps_finished_and_clears_the_live_status(objs: Objects) -> None:
+    """After shutdownTime (Retain) the status keeps the conditions, Finished included, and drops what described
+    the live children: selector, Service, PodScheduled (upstream's TestSandboxRetainedExpiryPreservesFinished-
+    Condition and TestSandboxShutdownTime)."""
+    objs.create(SANDBOX, sandbox_body("done"))
+    objs.wait_condition(SANDBOX, "done")
+    # kwok keeps whatever terminal phase it is given: play the kubelet reporting a completed container.
+    objs.core.patch_namespaced_pod_status(
+        "done",
+        objs.namespace,
+        {"status": {"phase": "Succeeded", "conditions": [{"type": "Ready", "status": "False"}]}},
+    )
+    objs.wait_condition(SANDBOX, "done", "True", c.REASON_POD_SUCCEEDED, type_="Finished")
+    soon = (datetime.now(UTC) + timedelta(seconds=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    objs.patch(SANDBOX, "done", {"spec": {"shutdownTime": soon, "shutdownPolicy": "Retain"}})
+    sandbox = objs.wait_condition(SANDBOX, "done", "False", c.REASON_SANDBOX_EXPIRED, timeout=60)
+    found = conditions(sandbox)
+    assert (found["Finished"]["status"], found["Finished"]["reason"]) == ("True", c.REASON_POD_SUCCEEDED)
+    assert found["Ready"]["message"] == "Sandbox has expired"
+    assert c.COND_POD_SCHEDULED not in found
+    for gone in ("selector", "service", "serviceFQDN", "podIPs", "nodeName", "runtimeURL"):
+        assert gone not in sandbox["status"], gone
+
+
+def test_suspended_sandbox_leaves_an_unowned_pod_of_its_name_alone(objs: Objects) -> None:
+    """Suspending cannot complete while a Pod it does not own holds the name: Suspended=False PodNotOwned, the Pod
+    untouched (upstream's TestSandboxSuspensionBlockedByUnownedPodConflict; it read Suspended=True before)."""
+    ns = objs.namespace
+    objs.core.create_namespaced_pod(
+        ns, {"metadata": {"name": "held"}, "spec": {"containers": [{"name": "c", "image": "pause"}]}}
+    )
+    objs.create(SANDBOX, sandbox_body("held", operatingMode="Suspended"))
+    sandbox = objs.wait_condition(SANDBOX, "held", "False", c.REASON_POD_NOT_OWNED, type_="Suspended")
+    found = conditions(sandbox)
+    assert found["Suspended"]["message"] == "Refused to delete pod because it is not owned by this sandbox"
+    assert (found["Ready"]["reason"], found["Ready"]["message"]) == (
+        c.REASON_SANDBOX_SUSPENDED,
+        "Sandbox is suspending",
+    )
+    assert sandbox["status"]["service"] == "held"
+    pod = objs.core.read_namespaced_pod("held", ns)
+    assert not pod.metadata.owner_references and not pod.metadata.deletion_timestamp
+    # Once the name is free, suspension completes.
+    objs.core.delete_namespaced_pod("held", ns, grace_period_seconds=0)
+    objs.wait_condition(SANDBOX, "held", "True", c.REASON_POD_TERMINATED, type_="Suspended", timeout=60)
+
+
 def test_suspend_and_resume_keep_the_volumes(objs: Objects, k8s_api: client.ApiClient) -> None:
     storage_class = f"manual-{uuid.uuid4().hex[:6]}"
     pv_name = f"pv-{objs.namespace}"[:63]

@@ -157,11 +157,11 @@ def test_kubectl_scale_uses_the_scale_subresource(objs: Objects, kubeconfig: str
 def test_recreate_strategy_rolls_warm_sandboxes_on_template_change(objs: Objects) -> None:
     make_pool(objs, 2, updateStrategy={"type": "Recreate"})
     before = {s["metadata"]["name"] for s in warm(objs, "pool")}
-    objs.patch(
-        TEMPLATE,
-        "tpl",
-        {"spec": {"podTemplate": {"metadata": {"labels": {"app": "sandbox", "rev": "2"}}}}},
-    )
+    template = objs.get(TEMPLATE, "tpl")
+    assert template is not None
+    containers = template["spec"]["podTemplate"]["spec"]["containers"]
+    containers[0]["env"] = [{"name": "REV", "value": "2"}]
+    objs.patch(TEMPLATE, "tpl", {"spec": {"podTemplate": {"spec": {"containers": containers}}}})
 
     def rolled() -> bool:
         members = warm(objs, "pool")
@@ -169,6 +169,43 @@ def test_recreate_strategy_rolls_warm_sandboxes_on_template_change(objs: Objects
         return len(members) == 2 and not names & before and all(ready(s) for s in members)
 
     wait_for(rolled, timeout=90, what="warm sandboxes recreated from the new template")
+
+
+def test_recreate_strategy_keeps_warm_sandboxes_on_a_metadata_only_change(objs: Objects) -> None:
+    """A new label on the template's pod metadata changes nothing a running sandbox is made of: upstream keeps
+    the pool's sandboxes (its TestWarmPoolRolloutMetadataUpdate); they were all replaced before."""
+    make_pool(objs, 2, updateStrategy={"type": "Recreate"})
+    before = {s["metadata"]["name"] for s in warm(objs, "pool")}
+    objs.patch(TEMPLATE, "tpl", {"spec": {"podTemplate": {"metadata": {"labels": {"rev": "2"}}}}})
+    # Growing the pool makes it reconcile with the changed template (the new member is made from it).
+    objs.patch(POOL, "pool", {"spec": {"replicas": 3}})
+
+    def grown() -> bool:
+        members = warm(objs, "pool")
+        return len(members) == 3 and all(ready(s) for s in members)
+
+    wait_for(grown, timeout=90, what="the pool grown to 3 after the template's label change")
+    members = warm(objs, "pool")
+    assert before <= {s["metadata"]["name"] for s in members}
+    assert not any(s["metadata"].get("deletionTimestamp") for s in members)
+    labels = [s["spec"]["podTemplate"]["metadata"]["labels"].get("rev") for s in members]
+    assert sorted(labels, key=str) == ["2", None, None]
+
+
+def test_adopted_sandbox_names_its_pod_before_it_is_ready(objs: Objects) -> None:
+    """agents.x-k8s.io/pod-name is set by the adoption itself, so no one sees the claim's Sandbox Ready without it
+    (upstream's TestWarmPoolPodNameAnnotationBeforeReady); a cold-started one carries it from its creation."""
+    make_pool(objs, 1)
+    [candidate] = warm(objs, "pool")
+    name = candidate["metadata"]["name"]
+    objs.create(CLAIM, {"metadata": {"name": "named"}, "spec": {"warmPoolRef": {"name": "pool"}}})
+    objs.wait_condition(CLAIM, "named", "True")
+    adopted = objs.get(SANDBOX, name)
+    assert adopted is not None
+    assert adopted["metadata"]["annotations"][c.ANNOTATION_POD_NAME] == name
+    objs.create(CLAIM, {"metadata": {"name": "cold"}, "spec": {"sandboxTemplateRef": {"name": "tpl"}}})
+    cold = objs.wait_condition(SANDBOX, "cold", "True")
+    assert cold["metadata"]["annotations"][c.ANNOTATION_POD_NAME] == "cold"
 
 
 def test_on_replenish_keeps_stale_sandboxes_until_used(objs: Objects) -> None:

@@ -42,6 +42,8 @@ LAUNCH_WARM: Final = "warm"
 
 # Annotations.
 ANNOTATION_ASSIGNED_SANDBOX: Final = "agents.x-k8s.io/sandbox-name"
+# The Pod a Sandbox tracks (always the Sandbox's own name here); set before an adopted Sandbox can be Ready.
+ANNOTATION_POD_NAME: Final = "agents.x-k8s.io/pod-name"
 ANNOTATION_TEMPLATE_REF: Final = "agents.x-k8s.io/sandbox-template-ref"
 ANNOTATION_CLIENT_FIRST_REQUESTED: Final = "agents.x-k8s.io/client-first-requested-at"
 ANNOTATION_CONTROLLER_FIRST_OBSERVED: Final = "agents.x-k8s.io/controller-first-observed-at"
@@ -73,6 +75,7 @@ REASON_POD_SECURITY_REFUSED: Final = "PodSecurityRefused"
 REASON_NOT_SUSPENDED: Final = "NotSuspended"
 REASON_POD_TERMINATED: Final = "PodTerminated"
 REASON_POD_TERMINATING: Final = "PodTerminating"
+REASON_POD_NOT_OWNED: Final = "PodNotOwned"
 REASON_POD_SCHEDULED: Final = "PodScheduled"
 REASON_POD_SCHEDULING_UNKNOWN: Final = "PodSchedulingUnknown"
 

@@ -427,8 +427,10 @@ class SandboxClaimSpec(ApiModel):
     volume_claim_templates: list[PersistentVolumeClaimTemplate] | None = Field(
         default=None,
         max_length=MAX_VOLUME_CLAIM_TEMPLATES,
-        description="Extra volume claim templates (per the template's policy); forces a cold start.",
-        json_schema_extra={"x-kubernetes-list-type": "atomic", "x-kubernetes-validations": [VCT_NAMED]},
+        description="Extra volume claim templates (per the template's policy); forces a cold start. Each needs "
+        "a unique metadata.name: the claim reports one without (Ready=False, VolumeClaimTemplatesError), as "
+        "upstream does, rather than being refused.",
+        json_schema_extra={"x-kubernetes-list-type": "atomic"},
     )
 
 

@@ -7,6 +7,7 @@ the claim's status is written from the adopted Sandbox's Ready condition in the 
 
 from __future__ import annotations
 
+import asyncio
 import zlib
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
@@ -14,7 +15,7 @@ from typing import Any
 
 from shadow_operator.api import constants as c
 from shadow_operator.api.kinds import SANDBOX, SANDBOX_CLAIM, SANDBOX_TEMPLATE, SANDBOX_WARM_POOL
-from shadow_operator.api.models import SandboxClaim
+from shadow_operator.api.models import ClaimLifecycle, SandboxClaim
 from shadow_operator.clients.kube import ApiError
 from shadow_operator.controllers import metrics
 from shadow_operator.engine import Cache, Index, Reconciler, Watch
@@ -80,11 +81,14 @@ class ClaimReconciler(Reconciler[SandboxClaim]):
     async def reconcile(self, claim: SandboxClaim) -> float | None:
         if claim.deleting:
             return None
+        # The first-observed stamp goes out beside the adoption, not before it: off the path to Ready.
+        stamped = self._stamp_first_observed(claim)
         lifecycle = claim.spec.lifecycle
         now = datetime.now(UTC)
-        shutdown = lifecycle.shutdown_time if lifecycle else None
-        if shutdown is not None and now >= shutdown:
-            return await self._expire(claim, lifecycle.shutdown_policy if lifecycle else "Retain")
+        claim_finished = _finished(claim.body)
+        if _expired(lifecycle, claim_finished, now):
+            await stamped
+            return await self._expire(claim, claim_finished)
 
         launch = c.LAUNCH_COLD
         try:
@@ -95,21 +99,42 @@ class ClaimReconciler(Reconciler[SandboxClaim]):
             condition = conds.make_condition(
                 c.COND_READY, False, blocked.reason, blocked.message, claim.metadata.generation
             )
+            await stamped
             await self._write_status(claim, None, condition)
-            return None
+            due = _expires_at(lifecycle, claim_finished)
+            return None if due is None else (due - now).total_seconds()
 
+        await stamped
+        # The Sandbox's Finished, mirrored onto the claim, may end it now (ttlSecondsAfterFinished).
+        finished = _finished(sandbox) or claim_finished
+        if _expired(lifecycle, finished, now):
+            return await self._expire(claim, finished)
         # The sandbox's own label is authoritative: the claim may turn Ready passes after it adopted.
         launch = (sandbox["metadata"].get("labels") or {}).get(c.LABEL_LAUNCH_TYPE) or launch
         await self._write_status(claim, sandbox, _mirror_ready(claim, sandbox), launch=launch)
         if launch == c.LAUNCH_WARM:
             await self._annotate(claim, sandbox)
-        delays = []
-        if shutdown is not None:
-            delays.append((shutdown - now).total_seconds())
-        ttl_delay = await self._ttl_after_finished(claim, sandbox)
-        if ttl_delay is not None:
-            delays.append(ttl_delay)
-        return min(delays) if delays else None
+        due = _expires_at(lifecycle, finished)
+        return None if due is None else (due - now).total_seconds()
+
+    def _stamp_first_observed(self, claim: SandboxClaim) -> asyncio.Future[None]:
+        """Stamp agents.x-k8s.io/controller-first-observed-at (RFC 3339, sub-second) on a claim seen for the first
+        time, as upstream's controller does; a done future when it has one."""
+        if claim.metadata.annotations.get(c.ANNOTATION_CONTROLLER_FIRST_OBSERVED):
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            done.set_result(None)
+            return done
+        observed = datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+        patch = {"metadata": {"annotations": {c.ANNOTATION_CONTROLLER_FIRST_OBSERVED: observed}}}
+
+        async def stamp() -> None:
+            try:
+                await self.client.patch(SANDBOX_CLAIM, claim.namespace, claim.name, patch)
+            except ApiError as exc:
+                if not exc.not_found:
+                    raise
+
+        return asyncio.ensure_future(stamp())
 
     def _bound_sandbox(self, claim: SandboxClaim) -> Body | None:
         """The Sandbox this claim controls (found by its controller reference, robust to a crash mid-adoption)."""
@@ -218,14 +243,21 @@ class ClaimReconciler(Reconciler[SandboxClaim]):
 
     # -------------------------------------------------------------------------------------------- status
     async def _write_status(
-        self, claim: SandboxClaim, sandbox: Body | None, ready: conds.Condition, *, launch: str = ""
+        self,
+        claim: SandboxClaim,
+        sandbox: Body | None,
+        ready: conds.Condition,
+        *,
+        launch: str = "",
+        finished: conds.Condition | None = None,
     ) -> None:
         old = claim.body.get("status") or {}
         desired = [ready]
         remove: list[str] = []
-        finished = conds.find(((sandbox or {}).get("status") or {}).get("conditions"), c.COND_FINISHED)
+        if sandbox is not None:
+            finished = _finished(sandbox)
         if finished is not None:
-            desired.append(dict(finished))
+            desired.append(finished)
         elif sandbox is not None:
             remove.append(c.COND_FINISHED)
         conditions = conds.merge(old.get("conditions"), desired, remove=remove)
@@ -280,8 +312,14 @@ class ClaimReconciler(Reconciler[SandboxClaim]):
         metrics.CLAIM_STARTUP_LATENCY.labels(meta.namespace, launch).observe(max(elapsed_ms, 0.0))
 
     # ------------------------------------------------------------------------------------------ lifecycle
-    async def _expire(self, claim: SandboxClaim, policy: str) -> float | None:
+    async def _expire(self, claim: SandboxClaim, finished: conds.Condition | None) -> float | None:
+        """shutdownTime or ttlSecondsAfterFinished reached: shutdownPolicy says what goes. Delete and
+        DeleteForeground delete the claim (the Sandbox, its Pod and Service follow by owner reference; foreground:
+        the claim stays until they are gone); Retain deletes the Sandbox and keeps the claim, Ready=False
+        ClaimExpired, with the Finished condition it had."""
         namespace, name, uid = claim.namespace, claim.name, claim.metadata.uid
+        lifecycle = claim.spec.lifecycle
+        policy = lifecycle.shutdown_policy if lifecycle else "Retain"
         if policy in ("Delete", "DeleteForeground"):
             self.recorder.info(
                 claim.body, reason=c.REASON_CLAIM_EXPIRED, message=f"Deleting Claim (ShutdownPolicy={policy})"
@@ -304,29 +342,32 @@ class ClaimReconciler(Reconciler[SandboxClaim]):
             "Claim expired. Sandbox cleanup initiated.",
             claim.metadata.generation,
         )
-        await self._write_status(claim, None, ready)
+        await self._write_status(claim, None, ready, finished=finished)
         return None
 
-    async def _ttl_after_finished(self, claim: SandboxClaim, sandbox: Body) -> float | None:
-        lifecycle = claim.spec.lifecycle
-        ttl = lifecycle.ttl_seconds_after_finished if lifecycle else None
-        if ttl is None:
-            return None
-        finished = conds.find((sandbox.get("status") or {}).get("conditions"), c.COND_FINISHED)
-        if finished is None or finished.get("status") != "True":
-            return None
-        since = conds.parse_time(finished.get("lastTransitionTime")) or datetime.now(UTC)
-        due = since + timedelta(seconds=int(ttl))
-        now = datetime.now(UTC)
-        if now >= due:
-            self.recorder.info(
-                claim.body,
-                reason="TTLAfterFinished",
-                message="Deleting finished claim after ttlSecondsAfterFinished",
-            )
-            await self.client.delete(SANDBOX_CLAIM, claim.namespace, claim.name, uid=claim.metadata.uid)
-            return None
-        return (due - now).total_seconds()
+
+def _finished(obj: Body) -> conds.Condition | None:
+    """The object's Finished condition when it is True (a Sandbox's own, or the one mirrored onto a claim)."""
+    finished = conds.find((obj.get("status") or {}).get("conditions"), c.COND_FINISHED)
+    return dict(finished) if finished is not None and finished.get("status") == "True" else None
+
+
+def _expires_at(lifecycle: ClaimLifecycle | None, finished: conds.Condition | None) -> datetime | None:
+    """The earlier of shutdownTime and ttlSecondsAfterFinished after the Sandbox's Pod finished (upstream's rule)."""
+    if lifecycle is None:
+        return None
+    due = lifecycle.shutdown_time
+    ttl = lifecycle.ttl_seconds_after_finished
+    since = conds.parse_time((finished or {}).get("lastTransitionTime"))
+    if ttl is not None and since is not None:
+        after_finished = since + timedelta(seconds=int(ttl))
+        due = after_finished if due is None else min(due, after_finished)
+    return due
+
+
+def _expired(lifecycle: ClaimLifecycle | None, finished: conds.Condition | None, now: datetime) -> bool:
+    due = _expires_at(lifecycle, finished)
+    return due is not None and now >= due
 
 
 def _mirror_ready(claim: SandboxClaim, sandbox: Body) -> conds.Condition:

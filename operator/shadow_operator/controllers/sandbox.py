@@ -53,7 +53,9 @@ class SandboxReconciler(Reconciler[Sandbox]):
             return None
         seen = await self._reconcile_children(sandbox)
         await self._write_status(sandbox, seen)
-        delays = [CONFLICT_RECHECK_SECONDS] if seen.error else []
+        # A foreign object holding a child's name is not watched: look again now and then.
+        foreign_pod = seen.pod is not None and not seen.pod_owned
+        delays = [CONFLICT_RECHECK_SECONDS] if seen.error or foreign_pod else []
         if shutdown is not None:
             delays.append(min((shutdown - now).total_seconds(), RESYNC_SECONDS))
         return min(delays) if delays else None
@@ -106,9 +108,17 @@ class SandboxReconciler(Reconciler[Sandbox]):
         namespace, name = sandbox.namespace, sandbox.name
         pod = self.cache.store(POD).get(namespace, name)
         pod_owned = True
+        if pod is None and res.is_suspended(body["spec"]):
+            # The cache holds only labelled Pods: whether a foreign one holds the name, only a read can tell
+            # (suspended Sandboxes are reconciled rarely; a running one finds out when it creates its Pod).
+            pod = await self.client.get_live(POD, namespace, name)
         if pod is not None and res.controller_uid(pod) != sandbox.metadata.uid:
+            foreign = pod
             pod = await self._adopt_if_allowed(POD, body, pod)
             pod_owned = pod is not None
+            if pod is None and res.is_suspended(body["spec"]):
+                # Nothing to delete that is ours; the foreign Pod is left alone and Suspended says so.
+                return res.Observed(pod=foreign, pod_owned=False)
             if pod is None:
                 return res.Observed(
                     pod=None, pod_owned=False, error=f"Pod {name!r} exists and is not owned by this Sandbox"
@@ -315,7 +325,8 @@ class SandboxReconciler(Reconciler[Sandbox]):
         pod_owned = seen.pod if seen.pod_owned else None
         service = seen.service
         status: dict[str, Any] = {
-            "selector": f"{c.LABEL_SANDBOX_NAME_HASH}={naming.name_hash(name)}",
+            # An expired Sandbox keeps its conditions and loses what described live children (as upstream).
+            "selector": None if seen.expired else f"{c.LABEL_SANDBOX_NAME_HASH}={naming.name_hash(name)}",
             "podIPs": res.pod_ips(pod_owned) or None,
             "nodeName": ((pod_owned or {}).get("spec") or {}).get("nodeName") or None,
             "service": service["metadata"]["name"] if service else None,

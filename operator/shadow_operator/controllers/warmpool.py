@@ -83,10 +83,7 @@ class WarmPoolReconciler(Reconciler[SandboxWarmPool]):
         strategy = pool.spec.update_strategy.type if pool.spec.update_strategy else "OnReplenish"
         if strategy != "Recreate":
             return members
-        current = blueprint.template_hash(template)
-        fresh = [
-            s for s in members if (s["metadata"].get("labels") or {}).get(c.LABEL_TEMPLATE_HASH) == current
-        ]
+        fresh = [s for s in members if not blueprint.is_stale(s, template)]
         stale = [s for s in members if s not in fresh]
         await asyncio.gather(*(self._delete(s) for s in stale))
         if stale:

@@ -32,6 +32,27 @@ def template_hash(template: Body) -> str:
     return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:10]
 
 
+def is_stale(sandbox: Body, template: Body) -> bool:
+    """Whether a warm sandbox no longer matches its template: the hash it carries differs and so does what shapes
+    a sandbox (the pod spec, each volume claim template's name and spec, the service). A change of the pod
+    template's labels or annotations alone changes the hash but leaves the sandbox in place, as upstream does."""
+    if (sandbox["metadata"].get("labels") or {}).get(c.LABEL_TEMPLATE_HASH) == template_hash(template):
+        return False
+    want, have = sandbox_spec_from_template(template), sandbox.get("spec") or {}
+
+    def claim_templates(spec: Mapping[str, Any]) -> list[tuple[Any, Any]]:
+        return [
+            ((t.get("metadata") or {}).get("name"), t.get("spec"))
+            for t in spec.get("volumeClaimTemplates") or ()
+        ]
+
+    return (
+        want["podTemplate"]["spec"] != (have.get("podTemplate") or {}).get("spec")
+        or claim_templates(want) != claim_templates(have)
+        or want.get("service") != have.get("service")
+    )
+
+
 def sandbox_spec_from_template(template: Body) -> dict[str, Any]:
     spec = template["spec"]
     pod_template = copy.deepcopy(dict(spec["podTemplate"]))
@@ -119,6 +140,20 @@ def merge_env(pod_spec: dict[str, Any], claim_env: list[Mapping[str, Any]], poli
 def merge_volume_claim_templates(spec: dict[str, Any], extra: list[Mapping[str, Any]], policy: str) -> None:
     if not extra:
         return
+    names: set[str] = set()
+    for index, template in enumerate(extra):
+        name = (template.get("metadata") or {}).get("name")
+        if not name:
+            raise ClaimRejected(
+                c.REASON_VOLUME_CLAIM_TEMPLATES_ERROR,
+                f"invalid volume claim templates: claim: name at index {index} is empty",
+            )
+        if name in names:
+            raise ClaimRejected(
+                c.REASON_VOLUME_CLAIM_TEMPLATES_ERROR,
+                f"invalid volume claim templates: claim: duplicate name {name!r}",
+            )
+        names.add(name)
     if policy == "Disallowed":
         raise ClaimRejected(
             c.REASON_VOLUME_CLAIM_TEMPLATES_ERROR, "volume claim templates are disallowed by the template"
@@ -173,6 +208,7 @@ def build_claimed_sandbox(claim: Body, template: Body) -> Manifest:
             "labels": labels,
             "annotations": {
                 c.ANNOTATION_TEMPLATE_REF: template["metadata"]["name"],
+                c.ANNOTATION_POD_NAME: cmeta["name"],
                 **preview_access(claim),
             },
             "ownerReferences": [owner_reference(claim)],
@@ -217,9 +253,9 @@ def adoption_patch(sandbox: Body, claim: Body) -> Manifest:
         "resourceVersion": sandbox["metadata"]["resourceVersion"],
         "ownerReferences": [owner_reference(claim)],
         "labels": labels,
+        # Clients that follow the Sandbox to its Pod read the name here once it is Ready (as upstream sets it).
+        "annotations": {c.ANNOTATION_POD_NAME: sandbox["metadata"]["name"], **preview_access(claim)},
     }
-    if preview_access(claim):
-        metadata["annotations"] = preview_access(claim)
     return {
         "metadata": metadata,
         "spec": {"podTemplate": {"metadata": pod_template.get("metadata") or {}}},

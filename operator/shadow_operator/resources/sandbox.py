@@ -308,6 +308,15 @@ def compute_conditions(sandbox: Body, seen: Observed) -> tuple[list[Condition], 
         suspended = make_condition(
             c.COND_SUSPENDED, False, c.REASON_NOT_SUSPENDED, "Sandbox is not suspended", generation
         )
+    elif seen.pod is not None and not seen.pod_owned:
+        # A Pod of the Sandbox's name that it does not own is left alone: suspension cannot complete.
+        suspended = make_condition(
+            c.COND_SUSPENDED,
+            False,
+            c.REASON_POD_NOT_OWNED,
+            "Refused to delete pod because it is not owned by this sandbox",
+            generation,
+        )
     elif pod is None:
         suspended = make_condition(
             c.COND_SUSPENDED,
@@ -331,7 +340,8 @@ def compute_conditions(sandbox: Body, seen: Observed) -> tuple[list[Condition], 
         reason = c.REASON_POD_SUCCEEDED if phase == "Succeeded" else c.REASON_POD_FAILED
         message = "Pod completed successfully" if phase == "Succeeded" else "Pod failed"
         conditions.append(make_condition(c.COND_FINISHED, True, reason, message, generation))
-    else:
+    elif not seen.expired:
+        # Expiry removes the Pod but not the fact that it finished: Finished stays (as upstream keeps it).
         remove.append(c.COND_FINISHED)
 
     if pod is not None:
@@ -382,7 +392,7 @@ def _ready_condition(
         return not_ready(c.REASON_RECONCILER_ERROR, "Error seen: " + seen.error)
     if suspended_mode:
         return not_ready(
-            c.REASON_SANDBOX_SUSPENDED, "Sandbox is suspending" if pod else "Sandbox is suspended"
+            c.REASON_SANDBOX_SUSPENDED, "Sandbox is suspending" if seen.pod else "Sandbox is suspended"
         )
     phase = (pod or {}).get("status", {}).get("phase")
     if phase == "Succeeded":
