@@ -244,3 +244,58 @@ def test_preview_router_serves_the_sandbox_dev_server(cluster: Cluster) -> None:
             assert unknown.status_code == 404
     finally:
         cluster.delete(namespace, "sandboxclaims", name)
+
+
+def test_a_finished_workload_ends_its_claim_by_ttl_and_shutdown_policy(
+    cluster: Cluster, e2e_namespace: str
+) -> None:
+    """A container that really exits (the kubelet reports Succeeded): the Sandbox's Finished=True PodSucceeded is
+    mirrored onto the claim, and ttlSecondsAfterFinished ends the claim as its shutdownPolicy says. Retain deletes
+    the Sandbox, Pod and Service and keeps the claim, Ready=False ClaimExpired, Finished kept (as upstream's
+    TestSandboxClaimTTLZeroRetainPreservesFinishedConditionDuringCleanup); Delete removes the claim too."""
+    default = cluster.get(e2e_namespace, "sandboxtemplates", DEFAULT_TEMPLATE)
+    assert default is not None
+    spec = default["spec"]
+    pod_spec = spec["podTemplate"]["spec"]
+    pod_spec["restartPolicy"] = "Never"
+    runtime = pod_spec["containers"][0]
+    runtime["command"] = ["sh", "-c", "exit 0"]
+    for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
+        runtime.pop(probe, None)
+    template = unique("oneshot")
+    cluster.create(
+        e2e_namespace,
+        "sandboxtemplates",
+        {"kind": "SandboxTemplate", "metadata": {"name": template}, "spec": spec},
+    )
+
+    def finished(obj: dict[str, Any] | None) -> bool:
+        found = (obj or {}).get("status", {}).get("conditions") or []
+        return any(c["type"] == "Finished" and c["reason"] == "PodSucceeded" for c in found)
+
+    retained, deleted = unique("retain"), unique("delete")
+    for name, policy in ((retained, "Retain"), (deleted, "Delete")):
+        lifecycle = {"ttlSecondsAfterFinished": 2, "shutdownPolicy": policy}
+        cluster.claim(e2e_namespace, name, {"sandboxTemplateRef": {"name": template}, "lifecycle": lifecycle})
+
+    def expired_with_finished() -> dict[str, Any] | None:
+        claim = cluster.get(e2e_namespace, "sandboxclaims", retained)
+        ready = next(
+            (c for c in (claim or {}).get("status", {}).get("conditions") or [] if c["type"] == "Ready"), {}
+        )
+        return claim if ready.get("reason") == "ClaimExpired" and finished(claim) else None
+
+    claim = eventually(expired_with_finished, f"claim {retained} expired with Finished=PodSucceeded")
+    assert claim["metadata"].get("deletionTimestamp") is None
+    eventually(
+        lambda: cluster.get(e2e_namespace, "sandboxes", retained) is None or None, f"sandbox {retained} gone"
+    )
+    for name in (retained, deleted):
+        eventually(lambda n=name: not children(cluster, e2e_namespace, n)["pods"] or None, f"pod {name} gone")
+    eventually(
+        lambda: cluster.get(e2e_namespace, "sandboxclaims", deleted) is None or None, f"claim {deleted} gone"
+    )
+    eventually(
+        lambda: cluster.get(e2e_namespace, "sandboxes", deleted) is None or None, f"sandbox {deleted} gone"
+    )
+    assert expired_with_finished() is not None
