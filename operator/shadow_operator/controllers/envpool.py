@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import secrets
 from collections.abc import Iterable
-from typing import Any
 
 from shadow_operator.api import constants as c
 from shadow_operator.api.kinds import (
@@ -24,11 +23,11 @@ from shadow_operator.api.kinds import (
     SHADOW_ENVIRONMENT_POOL,
     STATEFUL_SET,
 )
-from shadow_operator.api.pool import ShadowEnvironmentPool
+from shadow_operator.api.pool import ShadowEnvironmentPool, ShadowEnvironmentPoolStatus
 from shadow_operator.controllers import metrics
 from shadow_operator.engine import Cache, Index, NotOwned, Reconciler, Watch, gather_bounded
 from shadow_operator.engine.cache import Body, Key
-from shadow_operator.resources import conditions as conds
+from shadow_operator.engine.status import StatusPass
 from shadow_operator.resources import environment as res
 from shadow_operator.resources import gitea_policy
 from shadow_operator.resources import indexes as ix
@@ -184,20 +183,13 @@ class EnvironmentPoolReconciler(Reconciler[ShadowEnvironmentPool]):
             ("desired", pool.spec.replicas),
         ):
             metrics.ENVIRONMENT_POOL_INSTANCES.labels(*key, state).set(value)
-        old: dict[str, Any] = pool.body.get("status") or {}
-        condition = conds.make_condition(c.COND_READY, ready, reason, message, pool.metadata.generation)
-        conditions = conds.merge(old.get("conditions") or [], [condition])
-        status = {
-            "replicas": count,
-            "readyReplicas": ready_count,
-            "selector": pools.selector(pool.name),
-            "observedGeneration": pool.metadata.generation,
-        }
-        patch: dict[str, Any] = {k: v for k, v in status.items() if old.get(k) != v}
-        if not conds.same(old.get("conditions"), conditions):
-            patch["conditions"] = conditions
-        if patch:
-            await self.client.patch_status(SHADOW_ENVIRONMENT_POOL, pool.body, patch)
+        seen = StatusPass(pool, ShadowEnvironmentPoolStatus)
+        seen.conditions.set(c.COND_READY, ready, reason, message)
+        seen.status.replicas = count
+        seen.status.ready_replicas = ready_count
+        seen.status.selector = pools.selector(pool.name)
+        seen.status.observed_generation = pool.metadata.generation
+        await seen.write(self.client, SHADOW_ENVIRONMENT_POOL)
 
 
 def _made_of(sandbox: Body) -> str | None:
