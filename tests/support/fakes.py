@@ -322,6 +322,7 @@ class FakeApiServer:
         self.objects: dict[str, Body] = {}
         self.writes: list[tuple[str, str]] = []
         self._versions = itertools.count(1)
+        self._names = itertools.count(1)
         self.refuse: dict[str, ApiError] = {}  # path -> the error a write there answers with
 
     def put(self, kind: ResourceKind, body: Body) -> Body:
@@ -370,11 +371,13 @@ class FakeApiServer:
         ]
 
     async def create(self, path: str, body: Mapping[str, Any]) -> Body:
-        name = body["metadata"]["name"]
+        stored = copy.deepcopy(dict(body))
+        if "name" not in stored["metadata"]:  # generateName: a suffix of our own
+            stored["metadata"]["name"] = f"{stored['metadata']['generateName']}{next(self._names):05d}"
+        name = stored["metadata"]["name"]
         self._write("create", f"{path}/{name}")
         if f"{path}/{name}" in self.objects:
             raise ApiError(409, "AlreadyExists", f"{name} already exists")
-        stored = copy.deepcopy(dict(body))
         stored["metadata"].setdefault("uid", f"uid-{name}")
         stored["metadata"].setdefault("creationTimestamp", "2026-01-01T00:00:00Z")
         stored["metadata"].setdefault("generation", 1)
@@ -436,8 +439,13 @@ class Harness:
     `sync()` fills the cache from the API server, as the informers would (a reconciler reads its children
     from the cache); `run(obj)` validates the primary object, as the engine does, and runs one pass."""
 
-    def __init__(self, reconciler: type[Reconciler[Any]], config: Config | None = None) -> None:
-        self.api = FakeApiServer()
+    def __init__(
+        self,
+        reconciler: type[Reconciler[Any]],
+        config: Config | None = None,
+        api: FakeApiServer | None = None,  # another reconciler's: two controllers on one API server
+    ) -> None:
+        self.api = api or FakeApiServer()
         self.cache = Cache()
         self.recorder = FakeRecorder()
         self.client = Client(cast(Any, self.api), self.cache)
@@ -498,3 +506,21 @@ class Harness:
         found = [f"{v} {p}" if verb is None else p for v, p in self.api.writes if verb in (None, v)]
         self.api.writes.clear()
         return found
+
+
+def template(name: str = "workspace") -> Body:
+    """A SandboxTemplate whose sandboxes run one container with the runtime port."""
+    container = {"name": "main", "image": "runtime", "ports": [{"name": "runtime", "containerPort": 8888}]}
+    return {
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {"podTemplate": {"spec": {"containers": [container]}}},
+    }
+
+
+def make_ready(harness: Harness, kind: ResourceKind, name: str, **status: Any) -> Body:
+    """What the Sandbox controller would write of a sandbox whose Pod is Ready (and `status` besides)."""
+    body = harness.get(kind, NAMESPACE, name)
+    ready = {"type": "Ready", "status": "True", "reason": "DependenciesReady", "message": "Pod is Ready",
+             "lastTransitionTime": "2026-01-01T00:00:05Z"}  # fmt: skip
+    body["status"] = {**(body.get("status") or {}), "conditions": [ready], **status}
+    return harness.api.put(kind, body)

@@ -103,13 +103,15 @@ class ClaimReconciler(Reconciler[SandboxClaim]):
             condition = conds.make_condition(
                 c.COND_READY, False, blocked.reason, blocked.message, claim.metadata.generation
             )
-            await self._write_status(claim, None, condition)
+            await self._status(claim, None, condition).write(self.client, SANDBOX_CLAIM)
             return None
 
         bound = Sandbox.from_body(sandbox)
         # The sandbox's own label is authoritative: the claim may turn Ready passes after it adopted.
         launch = bound.metadata.labels.get(c.LABEL_LAUNCH_TYPE) or launch
-        await self._write_status(claim, bound, _mirror_ready(claim, bound), launch=launch)
+        state = self._status(claim, bound, _mirror_ready(claim, bound))
+        if await state.write(self.client, SANDBOX_CLAIM) and state.became_true(c.COND_READY):
+            self._observe_startup(claim, launch)
         if launch == c.LAUNCH_WARM:
             await self._annotate(claim, bound.name)
         delays = []
@@ -226,9 +228,10 @@ class ClaimReconciler(Reconciler[SandboxClaim]):
         return ready + starting
 
     # -------------------------------------------------------------------------------------------- status
-    async def _write_status(
-        self, claim: SandboxClaim, sandbox: Sandbox | None, ready: Condition, *, launch: str = ""
-    ) -> None:
+    def _status(
+        self, claim: SandboxClaim, sandbox: Sandbox | None, ready: Condition
+    ) -> StatusPass[SandboxClaimStatus]:
+        """The claim's status: `ready`, and what it mirrors of its bound Sandbox (written by the caller)."""
         state = StatusPass(claim, SandboxClaimStatus)
         state.conditions.put(ready)
         if sandbox is not None:
@@ -242,11 +245,7 @@ class ClaimReconciler(Reconciler[SandboxClaim]):
                 {"name": sandbox.name, "podIPs": sb_status.pod_ips or None}
             )
             state.status.preview_url = sb_status.preview_url
-        was_ready = conds.is_true(state.old.conditions, c.COND_READY)
-        if not await state.write(self.client, SANDBOX_CLAIM):
-            return
-        if ready.status == "True" and not was_ready:
-            self._observe_startup(claim, sandbox, launch)
+        return state
 
     async def _annotate(self, claim: SandboxClaim, name: str) -> None:
         """Name the bound sandbox on the claim (after its status: not on the path to Ready)."""
@@ -263,7 +262,7 @@ class ClaimReconciler(Reconciler[SandboxClaim]):
             if not exc.not_found:
                 raise
 
-    def _observe_startup(self, claim: SandboxClaim, sandbox: Sandbox | None, launch: str) -> None:
+    def _observe_startup(self, claim: SandboxClaim, launch: str) -> None:
         meta = claim.metadata
         started = (
             conds.parse_time(meta.annotations.get(c.ANNOTATION_CLIENT_FIRST_REQUESTED))
@@ -272,9 +271,6 @@ class ClaimReconciler(Reconciler[SandboxClaim]):
         if started is None:
             return
         elapsed_ms = (datetime.now(UTC) - started).total_seconds() * 1000
-        if not launch:
-            labels = sandbox.metadata.labels if sandbox else {}
-            launch = labels.get(c.LABEL_LAUNCH_TYPE, c.LAUNCH_COLD)
         metrics.CLAIM_STARTUP_LATENCY.labels(meta.namespace, launch).observe(max(elapsed_ms, 0.0))
 
     # ------------------------------------------------------------------------------------------ lifecycle
@@ -302,7 +298,7 @@ class ClaimReconciler(Reconciler[SandboxClaim]):
             "Claim expired. Sandbox cleanup initiated.",
             claim.metadata.generation,
         )
-        await self._write_status(claim, None, ready)
+        await self._status(claim, None, ready).write(self.client, SANDBOX_CLAIM)
         return None
 
     async def _ttl_after_finished(self, claim: SandboxClaim, sandbox: Sandbox) -> float | None:

@@ -69,9 +69,7 @@ class EnvironmentPoolReconciler(Reconciler[ShadowEnvironmentPool]):
         if template is None:
             message = f"SandboxTemplate {template_name!r} does not exist in namespace {pool.namespace}"
             ready_count = sum(1 for s in members if self._ready(pool, s))
-            await self._write_status(
-                pool, len(members), ready_count, False, c.REASON_TEMPLATE_NOT_FOUND, message
-            )
+            await self._report(pool, len(members), ready_count, False, c.REASON_TEMPLATE_NOT_FOUND, message)
             return None  # the template's creation wakes us
         made_of = pools.instance_hash(pool.body["spec"], template, self.config.default_template)
         stale = [s for s in members if _made_of(s) != made_of]
@@ -88,9 +86,7 @@ class EnvironmentPoolReconciler(Reconciler[ShadowEnvironmentPool]):
         ready_count = sum(1 for s in members if self._ready(pool, s))
         done = ready_count == len(members) == pool.spec.replicas
         message = f"{ready_count} of {pool.spec.replicas} instances Ready"
-        await self._write_status(
-            pool, len(members), ready_count, done, "Ready" if done else "Starting", message
-        )
+        await self._report(pool, len(members), ready_count, done, "Ready" if done else "Starting", message)
         return None
 
     async def deleted(self, key: Key) -> None:
@@ -166,7 +162,7 @@ class EnvironmentPoolReconciler(Reconciler[ShadowEnvironmentPool]):
         return bool(sts) and ((sts or {}).get("status") or {}).get("readyReplicas", 0) >= 1
 
     # ------------------------------------------------------------------------------------------ status
-    async def _write_status(
+    async def _report(
         self,
         pool: ShadowEnvironmentPool,
         count: int,

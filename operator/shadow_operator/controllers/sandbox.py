@@ -53,7 +53,10 @@ class SandboxReconciler(Reconciler[Sandbox]):
             await self._expire(sandbox)
             return None
         seen = await self._reconcile_children(sandbox)
-        await self._write_status(sandbox, seen)
+        state = self._status(sandbox, seen)
+        written = await state.write(self.client, SANDBOX)
+        if written and state.became_true(c.COND_READY) and not _pool_member(sandbox):
+            self.recorder.info(sandbox.body, reason=c.REASON_DEPENDENCIES_READY, message="Sandbox is Ready")
         delays = [CONFLICT_RECHECK_SECONDS] if seen.error else []
         if shutdown is not None:
             delays.append(min((shutdown - now).total_seconds(), RESYNC_SECONDS))
@@ -302,10 +305,11 @@ class SandboxReconciler(Reconciler[Sandbox]):
             self.recorder.info(
                 body, reason=c.REASON_SANDBOX_EXPIRED, message="shutdownTime reached: Pod and Service deleted"
             )
-        await self._write_status(sandbox, res.Observed(pod=None, expired=True))
+        await self._status(sandbox, res.Observed(pod=None, expired=True)).write(self.client, SANDBOX)
 
     # -------------------------------------------------------------------------------------------- status
-    async def _write_status(self, sandbox: Sandbox, seen: res.Observed) -> None:
+    def _status(self, sandbox: Sandbox, seen: res.Observed) -> StatusPass[SandboxStatus]:
+        """The status of what this pass saw (written by the caller, when it changed)."""
         config = self.config
         state = StatusPass(sandbox, SandboxStatus)
         desired, remove = res.compute_conditions(sandbox.body, seen)
@@ -331,11 +335,7 @@ class SandboxReconciler(Reconciler[Sandbox]):
             else res.preview_url(sandbox.body, config.preview_domain, config.preview_scheme)
         )
         status.runtime_token_secret = naming.token_secret_name(sandbox.name)
-        was_ready = conds.is_true(state.old.conditions, c.COND_READY)
-        if not await state.write(self.client, SANDBOX):
-            return
-        if state.conditions.is_true(c.COND_READY) and not was_ready and not _pool_member(sandbox):
-            self.recorder.info(sandbox.body, reason=c.REASON_DEPENDENCIES_READY, message="Sandbox is Ready")
+        return state
 
 
 def _pool_member(sandbox: Sandbox) -> bool:

@@ -69,7 +69,12 @@ class WarmPoolReconciler(Reconciler[SandboxWarmPool]):
             members = await self._roll(pool, template, members)
             members = await self._scale(pool, template, members, desired)
         ready = sum(1 for s in members if ix.is_ready(s))
-        await self._write_status(pool, len(members), ready)
+        state = StatusPass(pool, SandboxWarmPoolStatus)
+        state.status.replicas = len(members)
+        state.status.ready_replicas = ready
+        state.status.selector = f"{c.LABEL_WARM_POOL}={naming.name_hash(pool.name)}"
+        state.status.observed_generation = pool.metadata.generation
+        await state.write(self.client, SANDBOX_WARM_POOL)
         metrics.WARM_POOL_SIZE.labels(pool.namespace, pool.name).set(len(members))
         metrics.WARM_POOL_READY.labels(pool.namespace, pool.name).set(ready)
         metrics.WARM_POOL_DESIRED.labels(pool.namespace, pool.name).set(desired)
@@ -121,11 +126,3 @@ class WarmPoolReconciler(Reconciler[SandboxWarmPool]):
     async def _delete(self, sandbox: Body) -> None:
         # Fails (409) if a claim adopted this sandbox since we cached it; the adoption wakes this pool again.
         await self.client.delete_as_seen(SANDBOX, sandbox)
-
-    async def _write_status(self, pool: SandboxWarmPool, count: int, ready: int) -> None:
-        state = StatusPass(pool, SandboxWarmPoolStatus)
-        state.status.replicas = count
-        state.status.ready_replicas = ready
-        state.status.selector = f"{c.LABEL_WARM_POOL}={naming.name_hash(pool.name)}"
-        state.status.observed_generation = pool.metadata.generation
-        await state.write(self.client, SANDBOX_WARM_POOL)

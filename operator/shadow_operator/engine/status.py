@@ -131,6 +131,11 @@ class StatusPass(Generic[S]):
         self.conditions = Conditions(getattr(self.old, "conditions", None), obj.metadata.generation, now=now)
         self.last: S = self.old  # the status as last read or written
 
+    def became_true(self, type_: str) -> bool:
+        """Whether the condition `type_` is True now and was not in the status as read."""
+        was = getattr(self.old, "conditions", None) or ()
+        return self.conditions.is_true(type_) and not any(x.type == type_ and x.status == "True" for x in was)
+
     def finish(self) -> S:
         """The status to write: the conditions merged in (a status that never had any gets none)."""
         if "conditions" in type(self.status).model_fields and (

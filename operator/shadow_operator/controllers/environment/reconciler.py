@@ -182,7 +182,7 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
                     code="Timeout",
                     message=f"not Ready {deadline}s after creation; waiting for: {state.waiting_for()}",
                 )
-        await self._write_status(env, state)
+        await self._publish(env, state)
         return retry
 
     async def _steps(self, state: Pass) -> float | None:
@@ -238,7 +238,7 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
         if workspace_ready and not conds.is_true(state.old.conditions, c.COND_WORKSPACE_READY):
             # Said at once, before Gitea is set up: the client waits for it to upload (a pool's instance is
             # Ready in the first pass).
-            await self._write_status(env, state)
+            await self._publish(env, state)
 
         gitea_ready = not gitea_on
         gitea_pending: StepFailed | None = None
@@ -339,7 +339,7 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
             raise StepFailed(code, code, message, retry=RETRY_SECONDS)
 
     # ------------------------------------------------------------------------------------------ status
-    async def _write_status(self, env: ShadowEnvironment, state: Pass) -> None:
+    async def _publish(self, env: ShadowEnvironment, state: Pass) -> None:
         """Write what changed in this pass (a second call writes what changed since the first); a new failure
         is also told as an Event."""
         before = state.last
