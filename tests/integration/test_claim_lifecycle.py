@@ -162,7 +162,8 @@ def test_claim_expiry(objs: Objects, policy: str) -> None:
 
 def test_finished_pod_is_mirrored_and_ttl_deletes_the_claim(objs: Objects) -> None:
     objs.create(TEMPLATE, template_body("job"))
-    spec = {"sandboxTemplateRef": {"name": "job"}, "lifecycle": {"ttlSecondsAfterFinished": 2}}
+    lifecycle = {"ttlSecondsAfterFinished": 2, "shutdownPolicy": "Delete"}
+    spec = {"sandboxTemplateRef": {"name": "job"}, "lifecycle": lifecycle}
     objs.create(CLAIM, {"metadata": {"name": "oneshot"}, "spec": spec})
     objs.wait_condition(CLAIM, "oneshot", "True")
     pod_uid = objs.core.read_namespaced_pod("oneshot", objs.namespace).metadata.uid

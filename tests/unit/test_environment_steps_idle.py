@@ -7,7 +7,7 @@ from shadow_operator.api import constants as c
 from shadow_operator.controllers.environment.idle import IdleStep
 from shadow_operator.controllers.environment.state import to_patch
 
-from tests.support.environment_fakes import World, environment, new_pass
+from tests.support.fakes import World, environment, new_pass
 
 pytestmark = pytest.mark.unit
 

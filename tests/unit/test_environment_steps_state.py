@@ -10,7 +10,7 @@ from shadow_operator.api import constants as c
 from shadow_operator.controllers.environment.reconciler import _observe_timings
 from shadow_operator.controllers.environment.state import StepFailed, to_patch
 
-from tests.support.environment_fakes import NAMESPACE, environment, new_pass
+from tests.support.fakes import NAMESPACE, environment, new_pass
 
 pytestmark = pytest.mark.unit
 

@@ -130,12 +130,14 @@ def test_adoption_patch_is_guarded_by_resource_version() -> None:
         template(),
     )
     warm["metadata"]["resourceVersion"] = "42"
+    warm["metadata"]["name"] = "p-x1y2z"  # the API server's, from generateName
     patch = blueprint.adoption_patch(warm, claim())
     assert patch["metadata"]["resourceVersion"] == "42"
     assert patch["metadata"]["ownerReferences"][0]["uid"] == "claim-uid"
     assert patch["metadata"]["labels"][c.LABEL_WARM_POOL] is None
     assert patch["metadata"]["labels"][c.LABEL_CLAIM_UID] == "claim-uid"
-    assert "annotations" not in patch["metadata"]
+    # The Pod's name, before the adopted Sandbox can be seen Ready (as upstream); nothing else.
+    assert patch["metadata"]["annotations"] == {c.ANNOTATION_POD_NAME: "p-x1y2z"}
 
 
 def test_a_claim_chooses_a_private_or_public_preview_for_its_sandbox() -> None:
@@ -152,8 +154,10 @@ def test_a_claim_chooses_a_private_or_public_preview_for_its_sandbox() -> None:
         template(),
     )
     warm["metadata"]["resourceVersion"] = "7"
+    warm["metadata"]["name"] = "p-x1y2z"
     assert blueprint.adoption_patch(warm, private)["metadata"]["annotations"] == {
-        c.ANNOTATION_PREVIEW_ACCESS: "private"
+        c.ANNOTATION_POD_NAME: "p-x1y2z",
+        c.ANNOTATION_PREVIEW_ACCESS: "private",
     }
     assert (
         c.ANNOTATION_PREVIEW_ACCESS

@@ -353,7 +353,10 @@ class ClaimLifecycle(ApiModel):
 
     shutdown_time: datetime | None = Field(default=None, description="Absolute time when the claim expires.")
     ttl_seconds_after_finished: int | None = Field(
-        default=None, ge=0, description="Delete the claim this long after its sandbox's Pod finished."
+        default=None,
+        ge=0,
+        description="The claim expires this long after its sandbox's Pod finished (the Finished condition's "
+        "lastTransitionTime), or at shutdownTime if that is earlier; shutdownPolicy says what then goes.",
     )
     shutdown_policy: Literal["Delete", "DeleteForeground", "Retain"] = Field(
         default="Retain",

@@ -15,10 +15,19 @@ from typing import Any
 
 from shadow_operator.api import constants as c
 from shadow_operator.api.kinds import SANDBOX, SANDBOX_CLAIM, SANDBOX_TEMPLATE, SANDBOX_WARM_POOL
-from shadow_operator.api.models import ClaimLifecycle, SandboxClaim
+from shadow_operator.api.models import (
+    ClaimLifecycle,
+    ClaimSandboxStatus,
+    Condition,
+    Sandbox,
+    SandboxClaim,
+    SandboxClaimStatus,
+    SandboxStatus,
+)
 from shadow_operator.clients.kube import ApiError
 from shadow_operator.controllers import metrics
 from shadow_operator.engine import Cache, Index, Reconciler, Watch
+from shadow_operator.engine.status import StatusPass
 from shadow_operator.resources import blueprint
 from shadow_operator.resources import conditions as conds
 from shadow_operator.resources import indexes as ix
@@ -85,7 +94,7 @@ class ClaimReconciler(Reconciler[SandboxClaim]):
         stamped = self._stamp_first_observed(claim)
         lifecycle = claim.spec.lifecycle
         now = datetime.now(UTC)
-        claim_finished = _finished(claim.body)
+        claim_finished = _finished(claim.status.conditions if claim.status else None)
         if _expired(lifecycle, claim_finished, now):
             await stamped
             return await self._expire(claim, claim_finished)
@@ -100,22 +109,23 @@ class ClaimReconciler(Reconciler[SandboxClaim]):
                 c.COND_READY, False, blocked.reason, blocked.message, claim.metadata.generation
             )
             await stamped
-            await self._write_status(claim, None, condition)
-            due = _expires_at(lifecycle, claim_finished)
-            return None if due is None else (due - now).total_seconds()
+            await self._status(claim, None, condition).write(self.client, SANDBOX_CLAIM)
+            return _until(_expires_at(lifecycle, claim_finished), now)
 
         await stamped
+        bound = Sandbox.from_body(sandbox)
         # The Sandbox's Finished, mirrored onto the claim, may end it now (ttlSecondsAfterFinished).
-        finished = _finished(sandbox) or claim_finished
+        finished = _finished(bound.status.conditions if bound.status else None) or claim_finished
         if _expired(lifecycle, finished, now):
             return await self._expire(claim, finished)
         # The sandbox's own label is authoritative: the claim may turn Ready passes after it adopted.
-        launch = (sandbox["metadata"].get("labels") or {}).get(c.LABEL_LAUNCH_TYPE) or launch
-        await self._write_status(claim, sandbox, _mirror_ready(claim, sandbox), launch=launch)
+        launch = bound.metadata.labels.get(c.LABEL_LAUNCH_TYPE) or launch
+        state = self._status(claim, bound, _mirror_ready(claim, bound))
+        if await state.write(self.client, SANDBOX_CLAIM) and state.became_true(c.COND_READY):
+            self._observe_startup(claim, launch)
         if launch == c.LAUNCH_WARM:
-            await self._annotate(claim, sandbox)
-        due = _expires_at(lifecycle, finished)
-        return None if due is None else (due - now).total_seconds()
+            await self._annotate(claim, bound.name)
+        return _until(_expires_at(lifecycle, finished), now)
 
     def _stamp_first_observed(self, claim: SandboxClaim) -> asyncio.Future[None]:
         """Stamp agents.x-k8s.io/controller-first-observed-at (RFC 3339, sub-second) on a claim seen for the first
@@ -242,48 +252,34 @@ class ClaimReconciler(Reconciler[SandboxClaim]):
         return ready + starting
 
     # -------------------------------------------------------------------------------------------- status
-    async def _write_status(
+    def _status(
         self,
         claim: SandboxClaim,
-        sandbox: Body | None,
-        ready: conds.Condition,
-        *,
-        launch: str = "",
-        finished: conds.Condition | None = None,
-    ) -> None:
-        old = claim.body.get("status") or {}
-        desired = [ready]
-        remove: list[str] = []
+        sandbox: Sandbox | None,
+        ready: Condition,
+        finished: Condition | None = None,
+    ) -> StatusPass[SandboxClaimStatus]:
+        """The claim's status: `ready`, and what it mirrors of its bound Sandbox, or without one the `finished`
+        condition it keeps (written by the caller)."""
+        state = StatusPass(claim, SandboxClaimStatus)
+        state.conditions.put(ready)
+        if sandbox is None and finished is not None:
+            state.conditions.put(finished)
         if sandbox is not None:
-            finished = _finished(sandbox)
-        if finished is not None:
-            desired.append(finished)
-        elif sandbox is not None:
-            remove.append(c.COND_FINISHED)
-        conditions = conds.merge(old.get("conditions"), desired, remove=remove)
-        patch: dict[str, Any] = {}
-        if not conds.same(old.get("conditions"), conditions):
-            patch["conditions"] = conditions
-        if sandbox is not None:
-            bound = {
-                "name": sandbox["metadata"]["name"],
-                "podIPs": (sandbox.get("status") or {}).get("podIPs") or None,
-            }
-            if (old.get("sandbox") or {}) != {k: v for k, v in bound.items() if v is not None}:
-                patch["sandbox"] = bound
-            preview = (sandbox.get("status") or {}).get("previewURL")
-            if old.get("previewURL") != preview:
-                patch["previewURL"] = preview
-        if not patch:
-            return
-        if await self.client.patch_status(SANDBOX_CLAIM, claim.body, patch) is None:
-            return
-        if ready["status"] == "True" and not conds.is_true(old.get("conditions"), c.COND_READY):
-            self._observe_startup(claim, sandbox, launch)
+            sb_status = sandbox.status or SandboxStatus()
+            finished = _finished(sb_status.conditions)
+            if finished is not None:
+                state.conditions.put(finished)
+            else:
+                state.conditions.remove(c.COND_FINISHED)
+            state.status.sandbox = ClaimSandboxStatus.model_validate(
+                {"name": sandbox.name, "podIPs": sb_status.pod_ips or None}
+            )
+            state.status.preview_url = sb_status.preview_url
+        return state
 
-    async def _annotate(self, claim: SandboxClaim, sandbox: Body) -> None:
+    async def _annotate(self, claim: SandboxClaim, name: str) -> None:
         """Name the bound sandbox on the claim (after its status: not on the path to Ready)."""
-        name = sandbox["metadata"]["name"]
         if claim.metadata.annotations.get(c.ANNOTATION_ASSIGNED_SANDBOX) == name:
             return
         try:
@@ -297,7 +293,7 @@ class ClaimReconciler(Reconciler[SandboxClaim]):
             if not exc.not_found:
                 raise
 
-    def _observe_startup(self, claim: SandboxClaim, sandbox: Body | None, launch: str) -> None:
+    def _observe_startup(self, claim: SandboxClaim, launch: str) -> None:
         meta = claim.metadata
         started = (
             conds.parse_time(meta.annotations.get(c.ANNOTATION_CLIENT_FIRST_REQUESTED))
@@ -306,13 +302,10 @@ class ClaimReconciler(Reconciler[SandboxClaim]):
         if started is None:
             return
         elapsed_ms = (datetime.now(UTC) - started).total_seconds() * 1000
-        launch = launch or ((sandbox or {}).get("metadata", {}).get("labels") or {}).get(
-            c.LABEL_LAUNCH_TYPE, c.LAUNCH_COLD
-        )
         metrics.CLAIM_STARTUP_LATENCY.labels(meta.namespace, launch).observe(max(elapsed_ms, 0.0))
 
     # ------------------------------------------------------------------------------------------ lifecycle
-    async def _expire(self, claim: SandboxClaim, finished: conds.Condition | None) -> float | None:
+    async def _expire(self, claim: SandboxClaim, finished: Condition | None) -> float | None:
         """shutdownTime or ttlSecondsAfterFinished reached: shutdownPolicy says what goes. Delete and
         DeleteForeground delete the claim (the Sandbox, its Pod and Service follow by owner reference; foreground:
         the claim stays until they are gone); Retain deletes the Sandbox and keeps the claim, Ready=False
@@ -332,8 +325,8 @@ class ClaimReconciler(Reconciler[SandboxClaim]):
             await self.client.delete(
                 SANDBOX, namespace, sandbox["metadata"]["name"], uid=sandbox["metadata"]["uid"]
             )
-        was = conds.find((claim.body.get("status") or {}).get("conditions"), c.COND_READY) or {}
-        if was.get("reason") != c.REASON_CLAIM_EXPIRED:
+        was = conds.find(claim.status.conditions if claim.status else None, c.COND_READY)
+        if was is None or was.reason != c.REASON_CLAIM_EXPIRED:
             self.recorder.info(claim.body, reason=c.REASON_CLAIM_EXPIRED, message="Claim expired")
         ready = conds.make_condition(
             c.COND_READY,
@@ -342,38 +335,42 @@ class ClaimReconciler(Reconciler[SandboxClaim]):
             "Claim expired. Sandbox cleanup initiated.",
             claim.metadata.generation,
         )
-        await self._write_status(claim, None, ready, finished=finished)
+        await self._status(claim, None, ready, finished).write(self.client, SANDBOX_CLAIM)
         return None
 
 
-def _finished(obj: Body) -> conds.Condition | None:
-    """The object's Finished condition when it is True (a Sandbox's own, or the one mirrored onto a claim)."""
-    finished = conds.find((obj.get("status") or {}).get("conditions"), c.COND_FINISHED)
-    return dict(finished) if finished is not None and finished.get("status") == "True" else None
+def _finished(conditions: Iterable[Condition] | None) -> Condition | None:
+    """The Finished condition when it is True (a Sandbox's own, or the one mirrored onto a claim)."""
+    finished = conds.find(conditions, c.COND_FINISHED)
+    return finished if finished is not None and finished.status == "True" else None
 
 
-def _expires_at(lifecycle: ClaimLifecycle | None, finished: conds.Condition | None) -> datetime | None:
+def _expires_at(lifecycle: ClaimLifecycle | None, finished: Condition | None) -> datetime | None:
     """The earlier of shutdownTime and ttlSecondsAfterFinished after the Sandbox's Pod finished (upstream's rule)."""
     if lifecycle is None:
         return None
     due = lifecycle.shutdown_time
     ttl = lifecycle.ttl_seconds_after_finished
-    since = conds.parse_time((finished or {}).get("lastTransitionTime"))
+    since = finished.last_transition_time if finished is not None else None
     if ttl is not None and since is not None:
         after_finished = since + timedelta(seconds=int(ttl))
         due = after_finished if due is None else min(due, after_finished)
     return due
 
 
-def _expired(lifecycle: ClaimLifecycle | None, finished: conds.Condition | None, now: datetime) -> bool:
+def _expired(lifecycle: ClaimLifecycle | None, finished: Condition | None, now: datetime) -> bool:
     due = _expires_at(lifecycle, finished)
     return due is not None and now >= due
 
 
-def _mirror_ready(claim: SandboxClaim, sandbox: Body) -> conds.Condition:
+def _until(due: datetime | None, now: datetime) -> float | None:
+    return None if due is None else (due - now).total_seconds()
+
+
+def _mirror_ready(claim: SandboxClaim, sandbox: Sandbox) -> Condition:
     generation = claim.metadata.generation
-    ready = conds.find((sandbox.get("status") or {}).get("conditions"), c.COND_READY)
-    if ready is not None and ready.get("reason") == c.REASON_SANDBOX_EXPIRED:
+    ready = conds.find(sandbox.status.conditions if sandbox.status else None, c.COND_READY)
+    if ready is not None and ready.reason == c.REASON_SANDBOX_EXPIRED:
         return conds.make_condition(
             c.COND_READY,
             False,
@@ -385,6 +382,4 @@ def _mirror_ready(claim: SandboxClaim, sandbox: Body) -> conds.Condition:
         return conds.make_condition(
             c.COND_READY, False, c.REASON_SANDBOX_NOT_READY, "Sandbox is not ready", generation
         )
-    return conds.make_condition(
-        c.COND_READY, str(ready["status"]), str(ready["reason"]), str(ready.get("message", "")), generation
-    )
+    return conds.make_condition(c.COND_READY, ready.status, ready.reason, ready.message, generation)

@@ -15,9 +15,10 @@ from typing import Any
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
 from shadow_operator.api.kinds import SANDBOX, SANDBOX_TEMPLATE, SANDBOX_WARM_POOL
-from shadow_operator.api.models import SandboxWarmPool
+from shadow_operator.api.models import SandboxWarmPool, SandboxWarmPoolStatus
 from shadow_operator.controllers import metrics
 from shadow_operator.engine import Cache, Index, Reconciler, Watch, gather_bounded
+from shadow_operator.engine.status import StatusPass
 from shadow_operator.resources import blueprint
 from shadow_operator.resources import indexes as ix
 
@@ -68,7 +69,12 @@ class WarmPoolReconciler(Reconciler[SandboxWarmPool]):
             members = await self._roll(pool, template, members)
             members = await self._scale(pool, template, members, desired)
         ready = sum(1 for s in members if ix.is_ready(s))
-        await self._write_status(pool, len(members), ready)
+        state = StatusPass(pool, SandboxWarmPoolStatus)
+        state.status.replicas = len(members)
+        state.status.ready_replicas = ready
+        state.status.selector = f"{c.LABEL_WARM_POOL}={naming.name_hash(pool.name)}"
+        state.status.observed_generation = pool.metadata.generation
+        await state.write(self.client, SANDBOX_WARM_POOL)
         metrics.WARM_POOL_SIZE.labels(pool.namespace, pool.name).set(len(members))
         metrics.WARM_POOL_READY.labels(pool.namespace, pool.name).set(ready)
         metrics.WARM_POOL_DESIRED.labels(pool.namespace, pool.name).set(desired)
@@ -117,15 +123,3 @@ class WarmPoolReconciler(Reconciler[SandboxWarmPool]):
     async def _delete(self, sandbox: Body) -> None:
         # Fails (409) if a claim adopted this sandbox since we cached it; the adoption wakes this pool again.
         await self.client.delete_as_seen(SANDBOX, sandbox)
-
-    async def _write_status(self, pool: SandboxWarmPool, count: int, ready: int) -> None:
-        status = {
-            "replicas": count,
-            "readyReplicas": ready,
-            "selector": f"{c.LABEL_WARM_POOL}={naming.name_hash(pool.name)}",
-            "observedGeneration": pool.metadata.generation,
-        }
-        old = pool.body.get("status") or {}
-        patch = {k: v for k, v in status.items() if old.get(k) != v}
-        if patch:
-            await self.client.patch_status(SANDBOX_WARM_POOL, pool.body, patch)

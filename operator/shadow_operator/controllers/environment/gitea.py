@@ -15,9 +15,8 @@ from shadow_operator.api import constants as c
 from shadow_operator.api.kinds import POD, SECRET, STATEFUL_SET
 from shadow_operator.clients.gitea import GiteaError
 from shadow_operator.common.sources import SourcePlan
-from shadow_operator.controllers.environment.state import Deps, Pass, StepFailed, plans, secret_data
+from shadow_operator.controllers.environment.state import Pass, Ports, StepFailed, plans, secret_data
 from shadow_operator.engine.cache import Body, Key
-from shadow_operator.resources import conditions as conds
 from shadow_operator.resources import copyin, gitea_policy
 from shadow_operator.resources import environment as res
 from shadow_operator.resources.sandbox import controller_uid
@@ -29,7 +28,7 @@ BOOTSTRAP_ATTEMPTS = 20  # consecutive failures of a ready Gitea before GiteaBoo
 class GiteaStep:
     """Keeps, per environment, how often the bootstrap of a running Gitea failed in a row."""
 
-    def __init__(self, deps: Deps) -> None:
+    def __init__(self, deps: Ports) -> None:
         self.deps = deps
         self._failures: dict[Key, int] = {}
 
@@ -72,11 +71,11 @@ class GiteaStep:
             return False
         # The Pod whose data the bootstrap saw (None while the cache has not seen it: nothing to compare).
         pod_uid = (pod or {}).get("metadata", {}).get("uid")
-        done = conds.find(state.conditions, c.COND_GITEA_READY)
+        done = state.conditions.find(c.COND_GITEA_READY)
         if (
             done
-            and done.get("status") == "True"
-            and done.get("observedGeneration") == env.metadata.generation
+            and done.status == "True"
+            and done.observed_generation == env.metadata.generation
             and creds.get(c.GITEA_SECRET_TOKEN)
             and (pod_uid is None or pod_uid == state.status.gitea_pod_uid)
         ):

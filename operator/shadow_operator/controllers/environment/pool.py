@@ -17,7 +17,7 @@ from shadow_operator.api.environment import PoolAdoption
 from shadow_operator.api.kinds import SANDBOX, SHADOW_ENVIRONMENT_POOL, STATEFUL_SET
 from shadow_operator.clients.kube import ApiError
 from shadow_operator.controllers import metrics
-from shadow_operator.controllers.environment.state import Deps, Pass
+from shadow_operator.controllers.environment.state import Pass, Ports
 from shadow_operator.engine.cache import Body
 from shadow_operator.resources import environment as res
 from shadow_operator.resources import indexes as ix
@@ -29,7 +29,7 @@ TAKE_ATTEMPTS = 3
 
 
 class PoolStep:
-    def __init__(self, deps: Deps) -> None:
+    def __init__(self, deps: Ports) -> None:
         self.deps = deps
 
     async def take(self, state: Pass, template: Body) -> None:
@@ -155,6 +155,6 @@ def _controlled_by_pool(obj: Body) -> bool:
     )
 
 
-def _gitea_ready(deps: Deps, namespace: str, instance: str) -> bool:
+def _gitea_ready(deps: Ports, namespace: str, instance: str) -> bool:
     sts = deps.cache.store(STATEFUL_SET).get(namespace, res.gitea_name(instance))
     return bool(sts) and ((sts or {}).get("status") or {}).get("readyReplicas", 0) >= 1

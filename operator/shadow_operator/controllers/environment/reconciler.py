@@ -59,14 +59,14 @@ from shadow_operator.controllers.environment.pool import PoolStep
 from shadow_operator.controllers.environment.state import (
     POLL_SECONDS,
     RETRY_SECONDS,
-    Deps,
     Pass,
+    Ports,
     StepFailed,
-    to_patch,
 )
 from shadow_operator.controllers.environment.verify import VerifyStep
 from shadow_operator.engine import Cache, Cached, Index, Reconciler, Watch
 from shadow_operator.engine.cache import Body, Key
+from shadow_operator.engine.status import dump
 from shadow_operator.resources import conditions as conds
 from shadow_operator.resources import environment as res
 from shadow_operator.resources import indexes as ix
@@ -135,7 +135,7 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.steps = Deps(
+        self.steps = Ports(
             client=self.client,
             cache=self.cache,
             recorder=self.recorder,
@@ -182,7 +182,7 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
                     code="Timeout",
                     message=f"not Ready {deadline}s after creation; waiting for: {state.waiting_for()}",
                 )
-        await self._write_status(env, state)
+        await self._publish(env, state)
         return retry
 
     async def _steps(self, state: Pass) -> float | None:
@@ -235,12 +235,10 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
             state.set(c.COND_WORKSPACE_READY, False, "Suspended", message)
             raise StepFailed(None, "Suspended", message, retry=None)
         workspace_ready = await self._workspace(state, sb_status)
-        if workspace_ready and not conds.is_true(
-            (env.body.get("status") or {}).get("conditions"), c.COND_WORKSPACE_READY
-        ):
+        if workspace_ready and not conds.is_true(state.old.conditions, c.COND_WORKSPACE_READY):
             # Said at once, before Gitea is set up: the client waits for it to upload (a pool's instance is
             # Ready in the first pass).
-            await self._write_status(env, state)
+            await self._publish(env, state)
 
         gitea_ready = not gitea_on
         gitea_pending: StepFailed | None = None
@@ -280,7 +278,7 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
         """Whether the workspace Pod is Ready; raises StepFailed when it cannot start."""
         env = state.env
         pod = self.cache.store(POD).get(env.namespace, state.instance)
-        if conds.is_true(((pod or {}).get("status") or {}).get("conditions"), "PodScheduled"):
+        if conds.is_true(conds.of(pod), "PodScheduled"):
             state.mark("scheduled")
         if any(x.type == c.COND_READY and x.status == "True" for x in sb_status.conditions or ()):
             state.set(c.COND_WORKSPACE_READY, True, "WorkspaceReady", "the workspace Pod is Ready")
@@ -341,18 +339,15 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
             raise StepFailed(code, code, message, retry=RETRY_SECONDS)
 
     # ------------------------------------------------------------------------------------------ status
-    async def _write_status(self, env: ShadowEnvironment, state: Pass) -> None:
-        new = to_patch(state.finish())
-        old = state.written if state.written is not None else env.body.get("status") or {}
-        unchanged = all(old.get(k) == v for k, v in new.items() if k != "conditions")
-        if unchanged and conds.same(old.get("conditions"), new.get("conditions")):
-            return
-        failure, old_failure = new.get("failure"), old.get("failure")
-        if failure and failure != old_failure:
-            self.recorder.warn(env.body, reason=failure["code"], message=failure["message"][:1000])
-        if await self.client.patch_status(SHADOW_ENVIRONMENT, env.body, new) is not None:
-            _observe_timings(env, old.get("timings") or {}, state.status.timings)
-            state.written = new
+    async def _publish(self, env: ShadowEnvironment, state: Pass) -> None:
+        """Write what changed in this pass (a second call writes what changed since the first); a new failure
+        is also told as an Event."""
+        before = state.last
+        failure = state.finish().failure
+        if failure is not None and failure != before.failure:
+            self.recorder.warn(env.body, reason=failure.code, message=failure.message[:1000])
+        if await state.write(self.client, SHADOW_ENVIRONMENT):
+            _observe_timings(env, dump(before.timings), state.status.timings)
 
 
 def _observe_timings(env: ShadowEnvironment, before: dict[str, Any], timings: PhaseTimings | None) -> None:

@@ -22,7 +22,6 @@ from shadow_operator.api.environment import (
     ShadowEnvironmentStatus,
 )
 from shadow_operator.api.kinds import SECRET, ResourceKind
-from shadow_operator.api.models import Condition
 from shadow_operator.clients.gitea import Gitea
 from shadow_operator.clients.gitpush import PushSettings
 from shadow_operator.clients.runtime import Runtime
@@ -30,7 +29,7 @@ from shadow_operator.common.sources import SourcePlan, plan_sources
 from shadow_operator.controllers.config import Config
 from shadow_operator.engine import NotOwned
 from shadow_operator.engine.cache import Body, Cache
-from shadow_operator.resources import conditions as conds
+from shadow_operator.engine.status import StatusPass
 from shadow_operator.resources import environment as res
 
 POLL_SECONDS = 3.0  # while Pods start: start-up failures must show quickly
@@ -90,7 +89,7 @@ OpenGitea = Callable[..., Gitea]
 
 
 @dataclass
-class Deps:
+class Ports:
     """What the steps are given: the engine's client and cache, events, settings, and the two API clients."""
 
     client: Children
@@ -140,7 +139,7 @@ def secret_data(secret: Body | None) -> dict[str, str]:
 
 
 # ------------------------------------------------------------------------------------------- the pass
-class Pass:
+class Pass(StatusPass[ShadowEnvironmentStatus]):
     """The status being built in one pass: the typed status of the environment, changed by the steps.
 
     Conditions are merged with the old ones (their transition times kept); every other field is replaced by
@@ -148,17 +147,12 @@ class Pass:
     """
 
     def __init__(self, env: ShadowEnvironment, now: Callable[[], datetime] | None = None) -> None:
-        self.env = env
         self.now = now or (lambda: datetime.now(UTC))
-        old = env.status or ShadowEnvironmentStatus()
-        self.status = old.model_copy(deep=True)
+        super().__init__(env, ShadowEnvironmentStatus, now=self.now)
+        self.env = env
         self.generation = env.metadata.generation
-        self.conditions: list[dict[str, Any]] = [
-            x.model_dump(by_alias=True, mode="json", exclude_none=True) for x in old.conditions or ()
-        ]
         self.failure: Failure | None = None
         self.stopped_at: str | None = None  # reason of the step that could not complete in this pass
-        self.written: dict[str, Any] | None = None  # the status this pass already wrote (a partial one)
 
     # ---------------------------------------------------------------------------------------- instance
     @property
@@ -176,15 +170,13 @@ class Pass:
 
     # ------------------------------------------------------------------------------------- conditions
     def set(self, type_: str, status: bool, reason: str, message: str) -> None:
-        self.conditions = conds.merge(
-            self.conditions, [conds.make_condition(type_, status, reason, message, self.generation)]
-        )
+        self.conditions.set(type_, status, reason, message)
 
     def remove(self, type_: str) -> None:
-        self.conditions = [x for x in self.conditions if x["type"] != type_]
+        self.conditions.remove(type_)
 
     def is_true(self, type_: str) -> bool:
-        return conds.is_true(self.conditions, type_)
+        return self.conditions.is_true(type_)
 
     def fail(self, failed: StepFailed) -> None:
         if failed.code is not None:
@@ -223,10 +215,9 @@ class Pass:
             self.mark("ready")
         elif self.stopped_at is None:
             self.set(c.COND_READY, False, "Progressing", f"waiting for {self.waiting_for()}")
-        self.status.conditions = [Condition.model_validate(x) for x in self.conditions]
         self.status.observed_generation = self.generation
         self.status.failure = self.failure
-        return self.status
+        return super().finish()
 
 
 def to_patch(status: ShadowEnvironmentStatus) -> dict[str, Any]:
