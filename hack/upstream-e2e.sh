@@ -114,17 +114,18 @@ run() {
 }
 
 summarize() {
-  local log status name passed=0 failed=0 skipped=0 entry
+  local log status name why passed=0 failed=0 skipped=0 entry
   local -a failures=() skips=()
   for log in "${LOG_DIR}"/upstream-e2e-test-e2e*.log; do
-    while read -r status name; do
+    # Top-level results; a skipped test's reason is the last line it logged before its `--- SKIP`.
+    while IFS=$'\t' read -r status name why; do
       case $status in
         PASS) passed=$((passed + 1)) ;;
         FAIL) failed=$((failed + 1)); failures+=("$name") ;;
-        SKIP) skipped=$((skipped + 1))
-          skips+=("$name: $(grep -A3 -E "^--- SKIP: ${name} " "$log" | sed -n 's/^ *[a-z_]*\.go:[0-9]*: //p' | head -1)") ;;
+        SKIP) skipped=$((skipped + 1)); skips+=("$name: $why") ;;
       esac
-    done < <(sed -n -E 's/^--- (PASS|FAIL|SKIP): ([A-Za-z0-9_]+) .*/\1 \2/p' "$log")
+    done < <(awk '/^=== RUN/ {why = ""} /^    [a-z_]+\.go:[0-9]+: / {why = $0; sub(/^ *[a-z_]+\.go:[0-9]+: /, "", why)}
+      /^--- (PASS|FAIL|SKIP): / {print substr($2, 1, 4) "\t" $3 "\t" why}' "$log")
   done
   step "agent-sandbox ${COMMIT:0:8} e2e against shadow-operator: $((passed + failed)) run, ${passed} passed, ${failed} failed, $((skipped + ${#NOT_APPLICABLE[@]})) not applicable"
   for entry in "${failures[@]}"; do info "FAIL ${entry}"; done
