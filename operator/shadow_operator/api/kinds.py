@@ -31,6 +31,19 @@ READY_COLUMNS: tuple[dict[str, Any], ...] = (
     },
 )
 AGE_COLUMN: dict[str, Any] = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+# The scale subresource of kinds with `spec.replicas` (`kubectl scale`, HPA).
+REPLICAS_SCALE: dict[str, str] = {
+    "specReplicasPath": ".spec.replicas",
+    "statusReplicasPath": ".status.replicas",
+    "labelSelectorPath": ".status.selector",
+}
+# shadow.dev kinds: one version, not deprecated, in the `shadow` category.
+SHADOW_CRD: dict[str, Any] = {
+    "versions": (c.SHADOW_VERSION,),
+    "storage_version": c.SHADOW_VERSION,
+    "deprecated_versions": (),
+    "categories": ("shadow",),
+}
 
 
 def resource_path(
@@ -157,11 +170,7 @@ SANDBOX_WARM_POOL = ResourceKind(
             {"name": "Template", "type": "string", "jsonPath": ".spec.sandboxTemplateRef.name"},
             AGE_COLUMN,
         ),
-        scale={
-            "specReplicasPath": ".spec.replicas",
-            "statusReplicasPath": ".status.replicas",
-            "labelSelectorPath": ".status.selector",
-        },
+        scale=REPLICAS_SCALE,
     ),
 )
 
@@ -199,10 +208,7 @@ SHADOW_ENVIRONMENT = ResourceKind(
             },
             AGE_COLUMN,
         ),
-        versions=(c.SHADOW_VERSION,),
-        storage_version=c.SHADOW_VERSION,
-        deprecated_versions=(),
-        categories=("shadow",),
+        **SHADOW_CRD,
     ),
 )
 
@@ -221,15 +227,8 @@ SHADOW_ENVIRONMENT_POOL = ResourceKind(
             {"name": "Template", "type": "string", "jsonPath": ".spec.template", "priority": 1},
             AGE_COLUMN,
         ),
-        versions=(c.SHADOW_VERSION,),
-        storage_version=c.SHADOW_VERSION,
-        deprecated_versions=(),
-        categories=("shadow",),
-        scale={
-            "specReplicasPath": ".spec.replicas",
-            "statusReplicasPath": ".status.replicas",
-            "labelSelectorPath": ".status.selector",
-        },
+        **SHADOW_CRD,
+        scale=REPLICAS_SCALE,
     ),
 )
 
