@@ -31,7 +31,12 @@ READY_COLUMNS: tuple[dict[str, Any], ...] = (
     },
 )
 AGE_COLUMN: dict[str, Any] = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
-# The scale subresource of kinds with `spec.replicas` (`kubectl scale`, HPA).
+# Kinds with `spec.replicas` (pools): their columns and scale subresource (`kubectl scale`, HPA).
+REPLICA_COLUMNS: tuple[dict[str, Any], ...] = (
+    {"name": "Desired", "type": "integer", "jsonPath": ".spec.replicas"},
+    {"name": "Current", "type": "integer", "jsonPath": ".status.replicas"},
+    {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
+)
 REPLICAS_SCALE: dict[str, str] = {
     "specReplicasPath": ".spec.replicas",
     "statusReplicasPath": ".status.replicas",
@@ -164,9 +169,7 @@ SANDBOX_WARM_POOL = ResourceKind(
     CrdSpec(
         ("swp", "sandboxwarmpool"),
         (
-            {"name": "Desired", "type": "integer", "jsonPath": ".spec.replicas"},
-            {"name": "Current", "type": "integer", "jsonPath": ".status.replicas"},
-            {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
+            *REPLICA_COLUMNS,
             {"name": "Template", "type": "string", "jsonPath": ".spec.sandboxTemplateRef.name"},
             AGE_COLUMN,
         ),
@@ -221,9 +224,7 @@ SHADOW_ENVIRONMENT_POOL = ResourceKind(
     CrdSpec(
         ("shpool", "shadowpool"),
         (
-            {"name": "Desired", "type": "integer", "jsonPath": ".spec.replicas"},
-            {"name": "Current", "type": "integer", "jsonPath": ".status.replicas"},
-            {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
+            *REPLICA_COLUMNS,
             {"name": "Template", "type": "string", "jsonPath": ".spec.template", "priority": 1},
             AGE_COLUMN,
         ),
