@@ -17,6 +17,7 @@ from shadow_operator.api.kinds import SANDBOX, SANDBOX_CLAIM, SANDBOX_TEMPLATE, 
 from shadow_operator.api.models import (
     ClaimSandboxStatus,
     Condition,
+    Resource,
     Sandbox,
     SandboxClaim,
     SandboxClaimStatus,
@@ -284,7 +285,7 @@ class ClaimReconciler(Reconciler[SandboxClaim]):
             await self.client.delete(SANDBOX_CLAIM, namespace, name, propagation=propagation, uid=uid)
             return None
         sandbox = self._bound_sandbox(claim)
-        if sandbox is not None and not sandbox["metadata"].get("deletionTimestamp"):
+        if sandbox is not None and not Resource.model_validate(sandbox).deleting:
             await self.client.delete(
                 SANDBOX, namespace, sandbox["metadata"]["name"], uid=sandbox["metadata"]["uid"]
             )
