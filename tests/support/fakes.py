@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from shadow_operator.api.environment import ShadowEnvironment
+from shadow_operator.api.environment import ShadowEnvironment, ShadowEnvironmentStatus
 from shadow_operator.api.kinds import ResourceKind
 from shadow_operator.clients.gitea import Gitea, GiteaError
 from shadow_operator.clients.gitpush import PushSettings
@@ -289,6 +289,24 @@ class World:
         runtime = self.runtime(url)
         runtime.token = token
         return cast(Runtime, runtime)
+
+
+def to_patch(status: ShadowEnvironmentStatus) -> dict[str, Any]:
+    """The status as the environment wrote it before engine/status.py (every field the old status or a step
+    set; None clears a field): what a test reads a pass's status as, and builds the next pass's from."""
+    patch = status.model_dump(by_alias=True, mode="json", exclude_unset=True)
+    patch.setdefault("failure", None)
+    return {k: _no_nulls_in_lists(v) for k, v in patch.items()}
+
+
+def _no_nulls_in_lists(value: Any, in_list: bool = False) -> Any:
+    """A null in an object deletes the field (merge patch); in a list's item it would be stored as null,
+    which the schema refuses: list items carry only the fields that have a value."""
+    if isinstance(value, list):
+        return [_no_nulls_in_lists(v, True) for v in value]
+    if isinstance(value, dict):
+        return {k: _no_nulls_in_lists(v, in_list) for k, v in value.items() if not (in_list and v is None)}
+    return value
 
 
 FIXED_NOW = datetime(2026, 1, 1, 0, 0, 10, tzinfo=UTC)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import secrets
 from datetime import UTC, datetime
-from typing import Any
 
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
@@ -13,6 +12,7 @@ from shadow_operator.api.kinds import POD, PVC, SANDBOX, SANDBOX_TEMPLATE, SECRE
 from shadow_operator.api.models import Condition, ObjectMeta, Resource, Sandbox, SandboxStatus
 from shadow_operator.clients.kube import ApiError
 from shadow_operator.engine import Cached, Index, NotOwned, Reconciler
+from shadow_operator.engine.cache import Body
 from shadow_operator.engine.status import StatusPass
 from shadow_operator.resources import conditions as conds
 from shadow_operator.resources import indexes, podsecurity, runtime_auth
@@ -95,7 +95,7 @@ class SandboxReconciler(Reconciler[Sandbox]):
         assert service is None or isinstance(service, dict)
         return res.Observed(pod=pod_seen.pod, pod_owned=pod_seen.pod_owned, service=service)
 
-    async def _ensure_pvc(self, manifest: dict[str, Any], owner: dict[str, Any]) -> None:
+    async def _ensure_pvc(self, manifest: Body, owner: Body) -> None:
         """PVC specs are immutable once bound: create missing ones, leave existing ones (even foreign) as they are."""
         meta = manifest["metadata"]
         if self.cache.store(PVC).get(meta["namespace"], meta["name"]) is not None:
@@ -190,9 +190,7 @@ class SandboxReconciler(Reconciler[Sandbox]):
             if not exc.already_exists:
                 raise
 
-    async def _adopt_if_allowed(
-        self, kind: ResourceKind, sandbox: dict[str, Any], obj: dict[str, Any]
-    ) -> dict[str, Any] | None:
+    async def _adopt_if_allowed(self, kind: ResourceKind, sandbox: Body, obj: Body) -> Body | None:
         """Adopt an unowned child only when it carries agents.x-k8s.io/adoptable=true (as upstream)."""
         meta = ObjectMeta.model_validate(obj["metadata"])
         if meta.controller is not None or meta.labels.get(c.LABEL_ADOPTABLE) != "true":
@@ -212,7 +210,7 @@ class SandboxReconciler(Reconciler[Sandbox]):
         self.recorder.info(sandbox, reason="Adopted", message=f"Adopted {kind.kind.lower()} {meta.name}")
         return adopted
 
-    async def _sync_pod_metadata(self, sandbox: dict[str, Any], pod: dict[str, Any]) -> None:
+    async def _sync_pod_metadata(self, sandbox: Body, pod: Body) -> None:
         """Add template labels/annotations the Pod lacks (e.g. merged in by a claim on adoption).
 
         User keys are never removed; of our own propagated labels, those that no longer apply (the warm-pool
@@ -234,7 +232,7 @@ class SandboxReconciler(Reconciler[Sandbox]):
             meta = pod["metadata"]
             await self.client.patch(POD, meta["namespace"], meta["name"], {"metadata": patch})
 
-    async def _reconcile_service(self, sandbox: Sandbox) -> dict[str, Any] | None:
+    async def _reconcile_service(self, sandbox: Sandbox) -> Body | None:
         body = sandbox.body
         namespace, name = sandbox.namespace, sandbox.name
         wanted = sandbox.spec.service
@@ -268,17 +266,13 @@ class SandboxReconciler(Reconciler[Sandbox]):
         selector = service["spec"].get("selector")
         if (wanted and current_ports != desired["spec"]["ports"]) or selector != desired["spec"]["selector"]:
             # A JSON patch replaces the selector map whole (foreign keys in it must go); apply would merge it.
-            ops: list[dict[str, Any]] = [
-                {"op": "add", "path": "/spec/selector", "value": desired["spec"]["selector"]}
-            ]
+            ops: list[Body] = [{"op": "add", "path": "/spec/selector", "value": desired["spec"]["selector"]}]
             if wanted:
                 ops.append({"op": "add", "path": "/spec/ports", "value": desired["spec"]["ports"]})
             service = await self.client.json_patch(SERVICE, namespace, name, ops)
         return service
 
-    async def _foreign_service(
-        self, sandbox: dict[str, Any], service: dict[str, Any], wanted: bool | None
-    ) -> dict[str, Any] | None:
+    async def _foreign_service(self, sandbox: Body, service: Body, wanted: bool | None) -> Body | None:
         if not wanted:
             return None
         adopted = await self._adopt_if_allowed(SERVICE, sandbox, service)
