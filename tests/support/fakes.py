@@ -330,6 +330,15 @@ def merge(target: Any, patch: Any) -> Any:
     return result
 
 
+def _created(body: Body) -> Body:
+    """What the API server adds to an object it creates (the resourceVersion: on every write)."""
+    meta = body["metadata"]
+    meta.setdefault("uid", f"uid-{meta['name']}")
+    meta.setdefault("creationTimestamp", "2026-01-01T00:00:00Z")
+    meta.setdefault("generation", 1)
+    return body
+
+
 class FakeApiServer:
     """Objects by REST path, with what the reconcilers rely on: uid and resourceVersion stamped on create,
     AlreadyExists, a merge patch naming a resourceVersion applied only to that version (409), delete
@@ -349,12 +358,7 @@ class FakeApiServer:
         stored = copy.deepcopy(body)
         stored.setdefault("apiVersion", kind.api_version)
         stored.setdefault("kind", kind.kind)
-        stored["metadata"].setdefault("uid", f"uid-{meta['name']}")
-        stored["metadata"].setdefault("creationTimestamp", "2026-01-01T00:00:00Z")
-        stored["metadata"].setdefault("generation", 1)
-        stored["metadata"]["resourceVersion"] = str(next(self._versions))
-        self.objects[kind.path(meta.get("namespace"), meta["name"])] = stored
-        return copy.deepcopy(stored)
+        return self._bump(kind.path(meta.get("namespace"), meta["name"]), _created(stored))
 
     def body(self, kind: ResourceKind, namespace: str, name: str) -> Body | None:
         return self.objects.get(kind.path(namespace, name))
@@ -396,10 +400,7 @@ class FakeApiServer:
         self._write("create", f"{path}/{name}")
         if f"{path}/{name}" in self.objects:
             raise ApiError(409, "AlreadyExists", f"{name} already exists")
-        stored["metadata"].setdefault("uid", f"uid-{name}")
-        stored["metadata"].setdefault("creationTimestamp", "2026-01-01T00:00:00Z")
-        stored["metadata"].setdefault("generation", 1)
-        return self._bump(f"{path}/{name}", stored)
+        return self._bump(f"{path}/{name}", _created(stored))
 
     async def merge_patch(self, path: str, patch: Mapping[str, Any]) -> Body:
         subresource = path.endswith("/status")
