@@ -219,8 +219,9 @@ class SandboxReconciler(Reconciler[Sandbox]):
         labels, annotations = res.build_pod_labels_and_annotations(sandbox)
         desired = {"labels": labels, "annotations": annotations}
         patch: dict[str, dict[str, str | None]] = {}
+        meta = ObjectMeta.model_validate(pod["metadata"])
         for kind in ("labels", "annotations"):
-            current = pod["metadata"].get(kind) or {}
+            current = meta.labels if kind == "labels" else meta.annotations
             changes: dict[str, str | None] = {k: v for k, v in desired[kind].items() if current.get(k) != v}
             if kind == "labels":
                 changes.update(
@@ -229,8 +230,7 @@ class SandboxReconciler(Reconciler[Sandbox]):
             if changes:
                 patch[kind] = changes
         if patch:
-            meta = pod["metadata"]
-            await self.client.patch(POD, meta["namespace"], meta["name"], {"metadata": patch})
+            await self.client.patch(POD, meta.namespace, meta.name, {"metadata": patch})
 
     async def _reconcile_service(self, sandbox: Sandbox) -> Body | None:
         body = sandbox.body

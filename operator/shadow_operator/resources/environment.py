@@ -33,6 +33,13 @@ SNAPSHOT_AUTHOR = ("shadow-operator", "shadow-operator@shadow.dev")
 
 
 # ------------------------------------------------------------------------------------------------ names
+def template_runtime_class(template: Body) -> str | None:
+    """The RuntimeClass a SandboxTemplate's Pods run with, if it names one."""
+    pod_spec = ((template.get("spec") or {}).get("podTemplate") or {}).get("spec") or {}
+    value = pod_spec.get("runtimeClassName")
+    return str(value) if value else None
+
+
 def gitea_ready(sts: Body | None) -> bool:
     """Whether a Gitea StatefulSet (as cached) has its Pod Ready."""
     return sts is not None and StatefulSet.model_validate(sts).status.ready_replicas >= 1

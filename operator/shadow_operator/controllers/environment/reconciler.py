@@ -318,9 +318,7 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
             )
         # The RuntimeClass the workspace Pod runs with (the environment's, else the template's): the API server
         # refuses a Pod naming one that does not exist, so it is checked (live) while the Pod is not there yet.
-        runtime_class = env.spec.runtime_class_name or (
-            ((template.get("spec") or {}).get("podTemplate") or {}).get("spec") or {}
-        ).get("runtimeClassName")
+        runtime_class = env.spec.runtime_class_name or res.template_runtime_class(template)
         if runtime_class and self.cache.store(POD).get(env.namespace, state.instance) is None:
             await self._require(
                 RUNTIME_CLASS,
