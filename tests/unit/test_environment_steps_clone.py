@@ -22,10 +22,9 @@ from shadow_operator.controllers.environment.state import (
     SNAPSHOT_EARLY_POLL_SECONDS,
     SNAPSHOT_POLL_SECONDS,
     StepFailed,
-    to_patch,
 )
 
-from tests.support.environment_fakes import FIXED_NOW, NAMESPACE, World, environment, new_pass
+from tests.support.fakes import FIXED_NOW, NAMESPACE, World, environment, new_pass, to_patch
 
 pytestmark = pytest.mark.unit
 
@@ -158,7 +157,7 @@ async def test_the_volume_is_claimed_while_the_snapshot_is_cut_and_provisioned_o
         restore.data_source == data_source and restore.min_size == "2Gi" and restore.storage_class == "fast"
     )
     assert restore.poll == SNAPSHOT_EARLY_POLL_SECONDS
-    assert state.conditions[0]["reason"] == "Snapshotting" and not state.is_true(c.COND_CLONED)
+    assert state.conditions.items()[0].reason == "Snapshotting" and not state.is_true(c.COND_CLONED)
 
     # The next pass starts from the status written: the decision is not taken again, nor the snapshot cut.
     state = new_pass(fork(status=to_patch(state.finish())))
@@ -168,7 +167,7 @@ async def test_the_volume_is_claimed_while_the_snapshot_is_cut_and_provisioned_o
     state = new_pass(fork(status=to_patch(state.finish())))
     restore = await step.restore(state)
     assert restore.data_source == data_source and restore.min_size == "2Gi" and restore.poll is None
-    assert state.conditions[0]["reason"] == "Restoring" and world.runtime(ORIGIN_URL).calls == ["flush"]
+    assert state.conditions.items()[0].reason == "Restoring" and world.runtime(ORIGIN_URL).calls == ["flush"]
     # Ready now: the claim made meanwhile is updated, which wakes csi-provisioner out of its backoff; once.
     claim = await world.client.get_live(PVC, NAMESPACE, naming.pvc_name(c.WORKSPACE_VOLUME, "fork"))
     assert claim is not None
@@ -179,7 +178,7 @@ async def test_the_volume_is_claimed_while_the_snapshot_is_cut_and_provisioned_o
     assert world.client.writes == writes
 
     await step.finish(state)
-    assert state.conditions[0]["reason"] == "SnapshotRestored" and state.is_true(c.COND_CLONED)
+    assert state.conditions.items()[0].reason == "SnapshotRestored" and state.is_true(c.COND_CLONED)
 
 
 async def test_a_snapshot_seen_ready_is_not_read_again_nor_cut_again() -> None:
@@ -196,7 +195,7 @@ async def test_a_snapshot_seen_ready_is_not_read_again_nor_cut_again() -> None:
     del world.client.objects[(VOLUME_SNAPSHOT.kind, NAMESPACE, "fork-fork")]
     state = new_pass(fork(status=to_patch(state.finish())))
     restore = await step.restore(state)
-    assert restore.min_size == "2Gi" and state.conditions[0]["reason"] == "Restoring"
+    assert restore.min_size == "2Gi" and state.conditions.items()[0].reason == "Restoring"
     assert world.runtime(ORIGIN_URL).calls == ["flush"]
     assert await world.client.get_live(VOLUME_SNAPSHOT, NAMESPACE, "fork-fork") is None
 

@@ -9,10 +9,10 @@ import pytest
 from shadow_operator.api import constants as c
 from shadow_operator.clients.runtime import ExecResult
 from shadow_operator.controllers.environment.copyin import CopyInStep
-from shadow_operator.controllers.environment.state import StepFailed, to_patch
+from shadow_operator.controllers.environment.state import StepFailed
 from shadow_operator.resources import copyin
 
-from tests.support.environment_fakes import World, environment, new_pass
+from tests.support.fakes import World, environment, new_pass, to_patch
 
 pytestmark = pytest.mark.unit
 
@@ -104,7 +104,7 @@ async def test_a_fork_keeps_the_baseline_its_clone_brought() -> None:
     CopyInStep(world.deps).note_uploads(state)
     await CopyInStep(world.deps).copy_in(state, None)
     assert state.is_true(c.COND_SOURCES_READY)
-    assert "came with the clone" in state.conditions[0]["message"]
+    assert "came with the clone" in state.conditions.items()[0].message
     assert "capture_baseline" not in world.runtime(URL).calls
     assert state.status.timings is not None and state.status.timings.uploaded is None
 

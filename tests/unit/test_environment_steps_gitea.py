@@ -10,7 +10,7 @@ from shadow_operator.controllers.environment.gitea import BOOTSTRAP_ATTEMPTS, Gi
 from shadow_operator.controllers.environment.state import StepFailed
 from shadow_operator.resources import environment as res
 
-from tests.support.environment_fakes import NAMESPACE, World, environment, new_pass
+from tests.support.fakes import NAMESPACE, World, environment, new_pass
 
 pytestmark = pytest.mark.unit
 
@@ -87,7 +87,7 @@ async def test_starting_then_bootstrapped_with_a_token_orgs_and_repos() -> None:
     sts, creds = await step.children(new_pass(env))
     state = new_pass(env)
     assert await step.ready(state, sts, creds) is False
-    assert state.conditions[0]["reason"] == "GiteaStarting"
+    assert state.conditions.items()[0].reason == "GiteaStarting"
     assert state.status.timings is None
 
     assert await step.ready(state, ready(sts), creds) is True
@@ -197,7 +197,7 @@ async def test_a_new_gitea_pod_that_lost_the_data_gets_the_sources_pushed_again(
     # The copy-in step pushes what status.sources no longer lists.
     assert state.status.sources == []
     assert "GiteaDataLost" in world.recorder.reasons()
-    assert "pushed again" in state.conditions[0]["message"]
+    assert "pushed again" in state.conditions.items()[0].message
 
 
 async def test_a_new_gitea_pod_with_its_data_loses_nothing() -> None:

@@ -13,7 +13,7 @@ from shadow_operator.resources import environment as res
 from shadow_operator.resources import indexes as ix
 from shadow_operator.resources import pool as pools
 
-from tests.support.environment_fakes import NAMESPACE, World, environment, new_pass
+from tests.support.fakes import NAMESPACE, World, environment, new_pass
 
 pytestmark = pytest.mark.unit
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from shadow_operator.api import constants as c
 from shadow_operator.clients.runtime import ExecResult
-from shadow_operator.controllers.environment.state import StepFailed, to_patch
+from shadow_operator.controllers.environment.state import StepFailed
 from shadow_operator.controllers.environment.verify import VerifyStep
 from shadow_operator.resources import copyin
 
-from tests.support.environment_fakes import World, environment, new_pass
+from tests.support.fakes import World, environment, new_pass, to_patch
 
 pytestmark = pytest.mark.unit
 
@@ -82,7 +82,7 @@ async def test_disabled_verification_runs_on_request_only() -> None:
     state = new_pass(env_with({"enabled": False}, gitea=False))
     state.set(c.COND_VERIFIED, True, "VerificationPassed", "old")
     await VerifyStep(world.deps).verify(state)
-    assert not any(x["type"] == c.COND_VERIFIED for x in state.conditions) and world.runtimes == {}
+    assert state.conditions.find(c.COND_VERIFIED) is None and world.runtimes == {}
 
     requested = new_pass(
         env_with({"enabled": False}, gitea=False, annotations={c.ANNOTATION_VERIFY_REQUEST: "r1"})

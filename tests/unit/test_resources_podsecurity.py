@@ -224,9 +224,9 @@ def test_the_namespace_labels() -> None:
 def test_a_refused_pod_is_a_ready_condition_not_an_error() -> None:
     seen = res.Observed(pod=None, refused="Pod not created: spec.podTemplate.spec.hostPID: ...")
     conditions, _ = res.compute_conditions(sandbox(pod_spec({}, {})), seen)
-    ready = next(cond for cond in conditions if cond["type"] == c.COND_READY)
-    assert (ready["status"], ready["reason"]) == ("False", "PodSecurityRefused")
-    assert ready["message"] == seen.refused
+    ready = next(cond for cond in conditions if cond.type == c.COND_READY)
+    assert (ready.status, ready.reason) == ("False", "PodSecurityRefused")
+    assert ready.message == seen.refused
 
 
 def test_operator_settings_come_from_the_chart(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,10 +14,19 @@ from typing import Any
 
 from shadow_operator.api import constants as c
 from shadow_operator.api.kinds import SANDBOX, SANDBOX_CLAIM, SANDBOX_TEMPLATE, SANDBOX_WARM_POOL
-from shadow_operator.api.models import SandboxClaim
+from shadow_operator.api.models import (
+    ClaimSandboxStatus,
+    Condition,
+    Resource,
+    Sandbox,
+    SandboxClaim,
+    SandboxClaimStatus,
+    SandboxStatus,
+)
 from shadow_operator.clients.kube import ApiError
 from shadow_operator.controllers import metrics
 from shadow_operator.engine import Cache, Index, Reconciler, Watch
+from shadow_operator.engine.status import StatusPass
 from shadow_operator.resources import blueprint
 from shadow_operator.resources import conditions as conds
 from shadow_operator.resources import indexes as ix
@@ -95,18 +104,21 @@ class ClaimReconciler(Reconciler[SandboxClaim]):
             condition = conds.make_condition(
                 c.COND_READY, False, blocked.reason, blocked.message, claim.metadata.generation
             )
-            await self._write_status(claim, None, condition)
+            await self._status(claim, None, condition).write(self.client, SANDBOX_CLAIM)
             return None
 
+        bound = Sandbox.from_body(sandbox)
         # The sandbox's own label is authoritative: the claim may turn Ready passes after it adopted.
-        launch = (sandbox["metadata"].get("labels") or {}).get(c.LABEL_LAUNCH_TYPE) or launch
-        await self._write_status(claim, sandbox, _mirror_ready(claim, sandbox), launch=launch)
+        launch = bound.metadata.labels.get(c.LABEL_LAUNCH_TYPE) or launch
+        state = self._status(claim, bound, _mirror_ready(claim, bound))
+        if await state.write(self.client, SANDBOX_CLAIM) and state.became_true(c.COND_READY):
+            self._observe_startup(claim, launch)
         if launch == c.LAUNCH_WARM:
-            await self._annotate(claim, sandbox)
+            await self._annotate(claim, bound.name)
         delays = []
         if shutdown is not None:
             delays.append((shutdown - now).total_seconds())
-        ttl_delay = await self._ttl_after_finished(claim, sandbox)
+        ttl_delay = await self._ttl_after_finished(claim, bound)
         if ttl_delay is not None:
             delays.append(ttl_delay)
         return min(delays) if delays else None
@@ -217,41 +229,27 @@ class ClaimReconciler(Reconciler[SandboxClaim]):
         return ready + starting
 
     # -------------------------------------------------------------------------------------------- status
-    async def _write_status(
-        self, claim: SandboxClaim, sandbox: Body | None, ready: conds.Condition, *, launch: str = ""
-    ) -> None:
-        old = claim.body.get("status") or {}
-        desired = [ready]
-        remove: list[str] = []
-        finished = conds.find(((sandbox or {}).get("status") or {}).get("conditions"), c.COND_FINISHED)
-        if finished is not None:
-            desired.append(dict(finished))
-        elif sandbox is not None:
-            remove.append(c.COND_FINISHED)
-        conditions = conds.merge(old.get("conditions"), desired, remove=remove)
-        patch: dict[str, Any] = {}
-        if not conds.same(old.get("conditions"), conditions):
-            patch["conditions"] = conditions
+    def _status(
+        self, claim: SandboxClaim, sandbox: Sandbox | None, ready: Condition
+    ) -> StatusPass[SandboxClaimStatus]:
+        """The claim's status: `ready`, and what it mirrors of its bound Sandbox (written by the caller)."""
+        state = StatusPass(claim, SandboxClaimStatus)
+        state.conditions.put(ready)
         if sandbox is not None:
-            bound = {
-                "name": sandbox["metadata"]["name"],
-                "podIPs": (sandbox.get("status") or {}).get("podIPs") or None,
-            }
-            if (old.get("sandbox") or {}) != {k: v for k, v in bound.items() if v is not None}:
-                patch["sandbox"] = bound
-            preview = (sandbox.get("status") or {}).get("previewURL")
-            if old.get("previewURL") != preview:
-                patch["previewURL"] = preview
-        if not patch:
-            return
-        if await self.client.patch_status(SANDBOX_CLAIM, claim.body, patch) is None:
-            return
-        if ready["status"] == "True" and not conds.is_true(old.get("conditions"), c.COND_READY):
-            self._observe_startup(claim, sandbox, launch)
+            sb_status = sandbox.status or SandboxStatus()
+            finished = conds.find(sb_status.conditions, c.COND_FINISHED)
+            if finished is not None:
+                state.conditions.put(finished)
+            else:
+                state.conditions.remove(c.COND_FINISHED)
+            state.status.sandbox = ClaimSandboxStatus.model_validate(
+                {"name": sandbox.name, "podIPs": sb_status.pod_ips or None}
+            )
+            state.status.preview_url = sb_status.preview_url
+        return state
 
-    async def _annotate(self, claim: SandboxClaim, sandbox: Body) -> None:
+    async def _annotate(self, claim: SandboxClaim, name: str) -> None:
         """Name the bound sandbox on the claim (after its status: not on the path to Ready)."""
-        name = sandbox["metadata"]["name"]
         if claim.metadata.annotations.get(c.ANNOTATION_ASSIGNED_SANDBOX) == name:
             return
         try:
@@ -265,7 +263,7 @@ class ClaimReconciler(Reconciler[SandboxClaim]):
             if not exc.not_found:
                 raise
 
-    def _observe_startup(self, claim: SandboxClaim, sandbox: Body | None, launch: str) -> None:
+    def _observe_startup(self, claim: SandboxClaim, launch: str) -> None:
         meta = claim.metadata
         started = (
             conds.parse_time(meta.annotations.get(c.ANNOTATION_CLIENT_FIRST_REQUESTED))
@@ -274,9 +272,6 @@ class ClaimReconciler(Reconciler[SandboxClaim]):
         if started is None:
             return
         elapsed_ms = (datetime.now(UTC) - started).total_seconds() * 1000
-        launch = launch or ((sandbox or {}).get("metadata", {}).get("labels") or {}).get(
-            c.LABEL_LAUNCH_TYPE, c.LAUNCH_COLD
-        )
         metrics.CLAIM_STARTUP_LATENCY.labels(meta.namespace, launch).observe(max(elapsed_ms, 0.0))
 
     # ------------------------------------------------------------------------------------------ lifecycle
@@ -290,12 +285,12 @@ class ClaimReconciler(Reconciler[SandboxClaim]):
             await self.client.delete(SANDBOX_CLAIM, namespace, name, propagation=propagation, uid=uid)
             return None
         sandbox = self._bound_sandbox(claim)
-        if sandbox is not None and not sandbox["metadata"].get("deletionTimestamp"):
+        if sandbox is not None and not Resource.model_validate(sandbox).deleting:
             await self.client.delete(
                 SANDBOX, namespace, sandbox["metadata"]["name"], uid=sandbox["metadata"]["uid"]
             )
-        was = conds.find((claim.body.get("status") or {}).get("conditions"), c.COND_READY) or {}
-        if was.get("reason") != c.REASON_CLAIM_EXPIRED:
+        was = conds.find(claim.status.conditions if claim.status else None, c.COND_READY)
+        if was is None or was.reason != c.REASON_CLAIM_EXPIRED:
             self.recorder.info(claim.body, reason=c.REASON_CLAIM_EXPIRED, message="Claim expired")
         ready = conds.make_condition(
             c.COND_READY,
@@ -304,18 +299,18 @@ class ClaimReconciler(Reconciler[SandboxClaim]):
             "Claim expired. Sandbox cleanup initiated.",
             claim.metadata.generation,
         )
-        await self._write_status(claim, None, ready)
+        await self._status(claim, None, ready).write(self.client, SANDBOX_CLAIM)
         return None
 
-    async def _ttl_after_finished(self, claim: SandboxClaim, sandbox: Body) -> float | None:
+    async def _ttl_after_finished(self, claim: SandboxClaim, sandbox: Sandbox) -> float | None:
         lifecycle = claim.spec.lifecycle
         ttl = lifecycle.ttl_seconds_after_finished if lifecycle else None
         if ttl is None:
             return None
-        finished = conds.find((sandbox.get("status") or {}).get("conditions"), c.COND_FINISHED)
-        if finished is None or finished.get("status") != "True":
+        finished = conds.find(sandbox.status.conditions if sandbox.status else None, c.COND_FINISHED)
+        if finished is None or finished.status != "True":
             return None
-        since = conds.parse_time(finished.get("lastTransitionTime")) or datetime.now(UTC)
+        since = finished.last_transition_time or datetime.now(UTC)
         due = since + timedelta(seconds=int(ttl))
         now = datetime.now(UTC)
         if now >= due:
@@ -329,10 +324,10 @@ class ClaimReconciler(Reconciler[SandboxClaim]):
         return (due - now).total_seconds()
 
 
-def _mirror_ready(claim: SandboxClaim, sandbox: Body) -> conds.Condition:
+def _mirror_ready(claim: SandboxClaim, sandbox: Sandbox) -> Condition:
     generation = claim.metadata.generation
-    ready = conds.find((sandbox.get("status") or {}).get("conditions"), c.COND_READY)
-    if ready is not None and ready.get("reason") == c.REASON_SANDBOX_EXPIRED:
+    ready = conds.find(sandbox.status.conditions if sandbox.status else None, c.COND_READY)
+    if ready is not None and ready.reason == c.REASON_SANDBOX_EXPIRED:
         return conds.make_condition(
             c.COND_READY,
             False,
@@ -344,6 +339,4 @@ def _mirror_ready(claim: SandboxClaim, sandbox: Body) -> conds.Condition:
         return conds.make_condition(
             c.COND_READY, False, c.REASON_SANDBOX_NOT_READY, "Sandbox is not ready", generation
         )
-    return conds.make_condition(
-        c.COND_READY, str(ready["status"]), str(ready["reason"]), str(ready.get("message", "")), generation
-    )
+    return conds.make_condition(c.COND_READY, ready.status, ready.reason, ready.message, generation)

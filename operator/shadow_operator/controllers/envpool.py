@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import secrets
 from collections.abc import Iterable
-from typing import Any
 
 from shadow_operator.api import constants as c
 from shadow_operator.api.kinds import (
@@ -24,11 +23,12 @@ from shadow_operator.api.kinds import (
     SHADOW_ENVIRONMENT_POOL,
     STATEFUL_SET,
 )
-from shadow_operator.api.pool import ShadowEnvironmentPool
+from shadow_operator.api.models import ObjectMeta
+from shadow_operator.api.pool import ShadowEnvironmentPool, ShadowEnvironmentPoolStatus
 from shadow_operator.controllers import metrics
 from shadow_operator.engine import Cache, Index, NotOwned, Reconciler, Watch, gather_bounded
 from shadow_operator.engine.cache import Body, Key
-from shadow_operator.resources import conditions as conds
+from shadow_operator.engine.status import StatusPass
 from shadow_operator.resources import environment as res
 from shadow_operator.resources import gitea_policy
 from shadow_operator.resources import indexes as ix
@@ -65,14 +65,12 @@ class EnvironmentPoolReconciler(Reconciler[ShadowEnvironmentPool]):
         members = [
             s
             for s in self.cache.store(SANDBOX).by_index(ix.BY_CONTROLLER, pool.metadata.uid or "")
-            if not s["metadata"].get("deletionTimestamp")
+            if not ObjectMeta.model_validate(s["metadata"]).deletion_timestamp
         ]
         if template is None:
             message = f"SandboxTemplate {template_name!r} does not exist in namespace {pool.namespace}"
             ready_count = sum(1 for s in members if self._ready(pool, s))
-            await self._write_status(
-                pool, len(members), ready_count, False, c.REASON_TEMPLATE_NOT_FOUND, message
-            )
+            await self._report(pool, len(members), ready_count, False, c.REASON_TEMPLATE_NOT_FOUND, message)
             return None  # the template's creation wakes us
         made_of = pools.instance_hash(pool.body["spec"], template, self.config.default_template)
         stale = [s for s in members if _made_of(s) != made_of]
@@ -89,9 +87,7 @@ class EnvironmentPoolReconciler(Reconciler[ShadowEnvironmentPool]):
         ready_count = sum(1 for s in members if self._ready(pool, s))
         done = ready_count == len(members) == pool.spec.replicas
         message = f"{ready_count} of {pool.spec.replicas} instances Ready"
-        await self._write_status(
-            pool, len(members), ready_count, done, "Ready" if done else "Starting", message
-        )
+        await self._report(pool, len(members), ready_count, done, "Ready" if done else "Starting", message)
         return None
 
     async def deleted(self, key: Key) -> None:
@@ -110,7 +106,9 @@ class EnvironmentPoolReconciler(Reconciler[ShadowEnvironmentPool]):
             )
         elif len(members) > desired:
             # Not Ready first, then the youngest (two stable sorts).
-            members.sort(key=lambda s: str(s["metadata"].get("creationTimestamp")), reverse=True)
+            members.sort(
+                key=lambda s: str(ObjectMeta.model_validate(s["metadata"]).creation_timestamp), reverse=True
+            )
             members.sort(key=lambda s: self._ready(pool, s))
             extra = len(members) - desired
             await asyncio.gather(*(self._delete(pool, s) for s in members[:extra]))
@@ -163,11 +161,12 @@ class EnvironmentPoolReconciler(Reconciler[ShadowEnvironmentPool]):
             return False
         if not pool.spec.gitea.enabled:
             return True
-        sts = self.cache.store(STATEFUL_SET).get(pool.namespace, res.gitea_name(sandbox["metadata"]["name"]))
-        return bool(sts) and ((sts or {}).get("status") or {}).get("readyReplicas", 0) >= 1
+        return res.gitea_ready(
+            self.cache.store(STATEFUL_SET).get(pool.namespace, res.gitea_name(sandbox["metadata"]["name"]))
+        )
 
     # ------------------------------------------------------------------------------------------ status
-    async def _write_status(
+    async def _report(
         self,
         pool: ShadowEnvironmentPool,
         count: int,
@@ -184,21 +183,14 @@ class EnvironmentPoolReconciler(Reconciler[ShadowEnvironmentPool]):
             ("desired", pool.spec.replicas),
         ):
             metrics.ENVIRONMENT_POOL_INSTANCES.labels(*key, state).set(value)
-        old: dict[str, Any] = pool.body.get("status") or {}
-        condition = conds.make_condition(c.COND_READY, ready, reason, message, pool.metadata.generation)
-        conditions = conds.merge(old.get("conditions") or [], [condition])
-        status = {
-            "replicas": count,
-            "readyReplicas": ready_count,
-            "selector": pools.selector(pool.name),
-            "observedGeneration": pool.metadata.generation,
-        }
-        patch: dict[str, Any] = {k: v for k, v in status.items() if old.get(k) != v}
-        if not conds.same(old.get("conditions"), conditions):
-            patch["conditions"] = conditions
-        if patch:
-            await self.client.patch_status(SHADOW_ENVIRONMENT_POOL, pool.body, patch)
+        seen = StatusPass(pool, ShadowEnvironmentPoolStatus)
+        seen.conditions.set(c.COND_READY, ready, reason, message)
+        seen.status.replicas = count
+        seen.status.ready_replicas = ready_count
+        seen.status.selector = pools.selector(pool.name)
+        seen.status.observed_generation = pool.metadata.generation
+        await seen.write(self.client, SHADOW_ENVIRONMENT_POOL)
 
 
 def _made_of(sandbox: Body) -> str | None:
-    return (sandbox["metadata"].get("annotations") or {}).get(c.ANNOTATION_POOL_HASH)
+    return ObjectMeta.model_validate(sandbox["metadata"]).annotations.get(c.ANNOTATION_POOL_HASH)

@@ -5,14 +5,15 @@ from __future__ import annotations
 import asyncio
 import secrets
 from datetime import UTC, datetime
-from typing import Any
 
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
 from shadow_operator.api.kinds import POD, PVC, SANDBOX, SANDBOX_TEMPLATE, SECRET, SERVICE, ResourceKind
-from shadow_operator.api.models import Sandbox
+from shadow_operator.api.models import Condition, ObjectMeta, Resource, Sandbox, SandboxStatus
 from shadow_operator.clients.kube import ApiError
 from shadow_operator.engine import Cached, Index, NotOwned, Reconciler
+from shadow_operator.engine.cache import Body
+from shadow_operator.engine.status import StatusPass
 from shadow_operator.resources import conditions as conds
 from shadow_operator.resources import indexes, podsecurity, runtime_auth
 from shadow_operator.resources import sandbox as res
@@ -52,7 +53,10 @@ class SandboxReconciler(Reconciler[Sandbox]):
             await self._expire(sandbox)
             return None
         seen = await self._reconcile_children(sandbox)
-        await self._write_status(sandbox, seen)
+        state = self._status(sandbox, seen)
+        written = await state.write(self.client, SANDBOX)
+        if written and state.became_true(c.COND_READY) and not _pool_member(sandbox):
+            self.recorder.info(sandbox.body, reason=c.REASON_DEPENDENCIES_READY, message="Sandbox is Ready")
         delays = [CONFLICT_RECHECK_SECONDS] if seen.error else []
         if shutdown is not None:
             delays.append(min((shutdown - now).total_seconds(), RESYNC_SECONDS))
@@ -64,7 +68,7 @@ class SandboxReconciler(Reconciler[Sandbox]):
         namespace, name, uid = sandbox.namespace, sandbox.name, sandbox.metadata.uid
         owned = self.cache.store(POD).by_index(indexes.BY_CONTROLLER, uid)
         if len(owned) > 1:
-            if (_ready(body) or {}).get("reason") != c.REASON_MULTIPLE_PODS:
+            if _reason(sandbox) != c.REASON_MULTIPLE_PODS:
                 message = f"{len(owned)} Pods are controlled by this Sandbox"
                 self.recorder.warn(body, reason=c.REASON_MULTIPLE_PODS, message=message)
             return res.Observed(
@@ -91,7 +95,7 @@ class SandboxReconciler(Reconciler[Sandbox]):
         assert service is None or isinstance(service, dict)
         return res.Observed(pod=pod_seen.pod, pod_owned=pod_seen.pod_owned, service=service)
 
-    async def _ensure_pvc(self, manifest: dict[str, Any], owner: dict[str, Any]) -> None:
+    async def _ensure_pvc(self, manifest: Body, owner: Body) -> None:
         """PVC specs are immutable once bound: create missing ones, leave existing ones (even foreign) as they are."""
         meta = manifest["metadata"]
         if self.cache.store(PVC).get(meta["namespace"], meta["name"]) is not None:
@@ -115,18 +119,18 @@ class SandboxReconciler(Reconciler[Sandbox]):
                 )
 
         if res.is_suspended(body["spec"]):
-            if pod is not None and not pod["metadata"].get("deletionTimestamp"):
+            if pod is not None and not Resource.model_validate(pod).deleting:
                 await self.client.delete(POD, namespace, name, uid=pod["metadata"]["uid"])
                 self.recorder.info(
                     body, reason="PodDeleted", message="Sandbox suspended: Pod deleted, volumes kept"
                 )
         elif pod is None:
-            manifest = res.build_pod(body, token_secret=self._token_secret(body))
+            manifest = res.build_pod(body, token_secret=self._token_secret(sandbox))
             refused = podsecurity.violations(
                 manifest["spec"], self.config.pod_security, manifest["metadata"].get("annotations")
             )
             if refused:
-                return self._refused(body, refused)
+                return self._refused(sandbox, refused)
             try:
                 pod = await self.client.apply(POD, manifest, owner=body)
             except NotOwned as taken:
@@ -140,39 +144,39 @@ class SandboxReconciler(Reconciler[Sandbox]):
                 pod = adopted
             except ApiError as exc:
                 if exc.invalid or exc.runtime_class_missing:
-                    return self._rejected(body, "Pod", exc)
+                    return self._rejected(sandbox, "Pod", exc)
                 raise
             else:
-                if not _pool_member(body):
+                if not _pool_member(sandbox):
                     self.recorder.info(body, reason="PodCreated", message=f"Created Pod {name}")
-        elif pod["metadata"].get("deletionTimestamp") is None:
+        elif not Resource.model_validate(pod).deleting:
             await self._sync_pod_metadata(body, pod)
         return res.Observed(pod=pod, pod_owned=pod_owned)
 
-    def _refused(self, sandbox: dict[str, Any], violations: list[str]) -> res.Observed:
+    def _refused(self, sandbox: Sandbox, violations: list[str]) -> res.Observed:
         """The pod template asks for more than the chart allows: no Pod; Ready says why, once as an Event."""
         message = "Pod not created: " + "; ".join(f"spec.podTemplate.{found}" for found in violations)
-        if (_ready(sandbox) or {}).get("message") != message:
-            self.recorder.warn(sandbox, reason=c.REASON_POD_SECURITY_REFUSED, message=message[:1000])
+        if _message(sandbox) != message:
+            self.recorder.warn(sandbox.body, reason=c.REASON_POD_SECURITY_REFUSED, message=message[:1000])
         return res.Observed(pod=None, refused=message)
 
-    def _rejected(self, sandbox: dict[str, Any], what: str, exc: ApiError) -> res.Observed:
+    def _rejected(self, sandbox: Sandbox, what: str, exc: ApiError) -> res.Observed:
         """The API server refused a child built from the user's spec: say why in Ready, once as an Event."""
         message = f"{what} rejected by the API server: {exc.message}"
-        if (_ready(sandbox) or {}).get("message") != "Error seen: " + message:
-            self.recorder.warn(sandbox, reason="Invalid" + what, message=message)
+        if _message(sandbox) != "Error seen: " + message:
+            self.recorder.warn(sandbox.body, reason="Invalid" + what, message=message)
         return res.Observed(pod=None, error=message)
 
-    def _token_secret(self, sandbox: dict[str, Any]) -> str | None:
+    def _token_secret(self, sandbox: Sandbox) -> str | None:
         """The runtime token Secret the Pod mounts, or None where the template serves clients without one."""
-        template_name = (sandbox["metadata"].get("annotations") or {}).get(c.ANNOTATION_TEMPLATE_REF)
+        template_name = sandbox.metadata.annotations.get(c.ANNOTATION_TEMPLATE_REF)
         template = None
         if template_name:
-            template = self.cache.store(SANDBOX_TEMPLATE).get(sandbox["metadata"]["namespace"], template_name)
-        required, kept_because = runtime_auth.token_required(sandbox, template)
+            template = self.cache.store(SANDBOX_TEMPLATE).get(sandbox.namespace, template_name)
+        required, kept_because = runtime_auth.token_required(sandbox.body, template)
         if kept_because:
-            self.recorder.warn(sandbox, reason=c.REASON_RUNTIME_TOKEN_KEPT, message=kept_because[:1000])
-        return naming.token_secret_name(sandbox["metadata"]["name"]) if required else None
+            self.recorder.warn(sandbox.body, reason=c.REASON_RUNTIME_TOKEN_KEPT, message=kept_because[:1000])
+        return naming.token_secret_name(sandbox.name) if required else None
 
     async def _ensure_token_secret(self, sandbox: Sandbox) -> None:
         name = naming.token_secret_name(sandbox.name)
@@ -186,28 +190,27 @@ class SandboxReconciler(Reconciler[Sandbox]):
             if not exc.already_exists:
                 raise
 
-    async def _adopt_if_allowed(
-        self, kind: ResourceKind, sandbox: dict[str, Any], obj: dict[str, Any]
-    ) -> dict[str, Any] | None:
+    async def _adopt_if_allowed(self, kind: ResourceKind, sandbox: Body, obj: Body) -> Body | None:
         """Adopt an unowned child only when it carries agents.x-k8s.io/adoptable=true (as upstream)."""
-        meta = obj["metadata"]
-        if res.controller_uid(obj) is not None or (meta.get("labels") or {}).get(c.LABEL_ADOPTABLE) != "true":
+        meta = ObjectMeta.model_validate(obj["metadata"])
+        if meta.controller is not None or meta.labels.get(c.LABEL_ADOPTABLE) != "true":
             return None
+        owners = [ref.model_dump(by_alias=True, exclude_none=True) for ref in meta.owner_references]
         patch = {
             "metadata": {
-                "resourceVersion": meta["resourceVersion"],
-                "ownerReferences": [*(meta.get("ownerReferences") or []), res.owner_reference(sandbox)],
+                "resourceVersion": meta.resource_version,
+                "ownerReferences": [*owners, res.owner_reference(sandbox)],
                 "labels": {
                     c.LABEL_SANDBOX_NAME_HASH: naming.name_hash(sandbox["metadata"]["name"]),
                     c.LABEL_MANAGED_BY: c.MANAGED_BY_VALUE,  # from now on in the cache of its kind
                 },
             }
         }
-        adopted = await self.client.patch(kind, meta["namespace"], meta["name"], patch)
-        self.recorder.info(sandbox, reason="Adopted", message=f"Adopted {kind.kind.lower()} {meta['name']}")
+        adopted = await self.client.patch(kind, meta.namespace, meta.name, patch)
+        self.recorder.info(sandbox, reason="Adopted", message=f"Adopted {kind.kind.lower()} {meta.name}")
         return adopted
 
-    async def _sync_pod_metadata(self, sandbox: dict[str, Any], pod: dict[str, Any]) -> None:
+    async def _sync_pod_metadata(self, sandbox: Body, pod: Body) -> None:
         """Add template labels/annotations the Pod lacks (e.g. merged in by a claim on adoption).
 
         User keys are never removed; of our own propagated labels, those that no longer apply (the warm-pool
@@ -216,8 +219,9 @@ class SandboxReconciler(Reconciler[Sandbox]):
         labels, annotations = res.build_pod_labels_and_annotations(sandbox)
         desired = {"labels": labels, "annotations": annotations}
         patch: dict[str, dict[str, str | None]] = {}
+        meta = ObjectMeta.model_validate(pod["metadata"])
         for kind in ("labels", "annotations"):
-            current = pod["metadata"].get(kind) or {}
+            current = meta.labels if kind == "labels" else meta.annotations
             changes: dict[str, str | None] = {k: v for k, v in desired[kind].items() if current.get(k) != v}
             if kind == "labels":
                 changes.update(
@@ -226,10 +230,9 @@ class SandboxReconciler(Reconciler[Sandbox]):
             if changes:
                 patch[kind] = changes
         if patch:
-            meta = pod["metadata"]
-            await self.client.patch(POD, meta["namespace"], meta["name"], {"metadata": patch})
+            await self.client.patch(POD, meta.namespace, meta.name, {"metadata": patch})
 
-    async def _reconcile_service(self, sandbox: Sandbox) -> dict[str, Any] | None:
+    async def _reconcile_service(self, sandbox: Sandbox) -> Body | None:
         body = sandbox.body
         namespace, name = sandbox.namespace, sandbox.name
         wanted = sandbox.spec.service
@@ -263,17 +266,13 @@ class SandboxReconciler(Reconciler[Sandbox]):
         selector = service["spec"].get("selector")
         if (wanted and current_ports != desired["spec"]["ports"]) or selector != desired["spec"]["selector"]:
             # A JSON patch replaces the selector map whole (foreign keys in it must go); apply would merge it.
-            ops: list[dict[str, Any]] = [
-                {"op": "add", "path": "/spec/selector", "value": desired["spec"]["selector"]}
-            ]
+            ops: list[Body] = [{"op": "add", "path": "/spec/selector", "value": desired["spec"]["selector"]}]
             if wanted:
                 ops.append({"op": "add", "path": "/spec/ports", "value": desired["spec"]["ports"]})
             service = await self.client.json_patch(SERVICE, namespace, name, ops)
         return service
 
-    async def _foreign_service(
-        self, sandbox: dict[str, Any], service: dict[str, Any], wanted: bool | None
-    ) -> dict[str, Any] | None:
+    async def _foreign_service(self, sandbox: Body, service: Body, wanted: bool | None) -> Body | None:
         if not wanted:
             return None
         adopted = await self._adopt_if_allowed(SERVICE, sandbox, service)
@@ -297,55 +296,58 @@ class SandboxReconciler(Reconciler[Sandbox]):
             )
             await self.client.delete(SANDBOX, namespace, name, uid=uid)
             return
-        ready = _ready(body)
-        if ready is None or ready.get("reason") != c.REASON_SANDBOX_EXPIRED:
+        if _reason(sandbox) != c.REASON_SANDBOX_EXPIRED:
             self.recorder.info(
                 body, reason=c.REASON_SANDBOX_EXPIRED, message="shutdownTime reached: Pod and Service deleted"
             )
-        await self._write_status(sandbox, res.Observed(pod=None, expired=True))
+        await self._status(sandbox, res.Observed(pod=None, expired=True)).write(self.client, SANDBOX)
 
     # -------------------------------------------------------------------------------------------- status
-    async def _write_status(self, sandbox: Sandbox, seen: res.Observed) -> None:
+    def _status(self, sandbox: Sandbox, seen: res.Observed) -> StatusPass[SandboxStatus]:
+        """The status of what this pass saw (written by the caller, when it changed)."""
         config = self.config
-        body = sandbox.body
-        namespace, name = sandbox.namespace, sandbox.name
-        old = body.get("status") or {}
-        desired, remove = res.compute_conditions(body, seen)
-        conditions = conds.merge(old.get("conditions"), desired, remove=remove)
-        pod_owned = seen.pod if seen.pod_owned else None
-        service = seen.service
-        status: dict[str, Any] = {
-            "selector": f"{c.LABEL_SANDBOX_NAME_HASH}={naming.name_hash(name)}",
-            "podIPs": res.pod_ips(pod_owned) or None,
-            "nodeName": ((pod_owned or {}).get("spec") or {}).get("nodeName") or None,
-            "service": service["metadata"]["name"] if service else None,
-            "serviceFQDN": f"{service['metadata']['name']}.{namespace}.svc.{config.cluster_domain}"
-            if service
-            else None,
-            "runtimeURL": None if seen.expired else res.runtime_url(body, seen, config.cluster_domain),
-            "previewURL": None
+        state = StatusPass(sandbox, SandboxStatus)
+        desired, remove = res.compute_conditions(sandbox.body, seen)
+        state.conditions.remove(*remove)
+        for condition in desired:
+            state.conditions.put(condition)
+        pod = seen.pod if seen.pod_owned else None
+        service = seen.service["metadata"]["name"] if seen.service else None
+        status = state.status
+        status.selector = f"{c.LABEL_SANDBOX_NAME_HASH}={naming.name_hash(sandbox.name)}"
+        status.pod_ips = res.pod_ips(pod) or None
+        status.node_name = res.node_name(pod)
+        status.service = service
+        status.service_fqdn = (
+            f"{service}.{sandbox.namespace}.svc.{config.cluster_domain}" if service else None
+        )
+        status.runtime_url = (
+            None if seen.expired else res.runtime_url(sandbox.body, seen, config.cluster_domain)
+        )
+        status.preview_url = (
+            None
             if seen.expired
-            else res.preview_url(body, config.preview_domain, config.preview_scheme),
-            "runtimeTokenSecret": naming.token_secret_name(name),
-        }
-        patch = {k: v for k, v in status.items() if old.get(k) != v}
-        if not conds.same(old.get("conditions"), conditions):
-            patch["conditions"] = conditions
-        if not patch:
-            return
-        was_ready = conds.is_true(old.get("conditions"), c.COND_READY)
-        now_ready = conds.is_true(conditions, c.COND_READY)
-        if await self.client.patch_status(SANDBOX, body, patch) is None:
-            return
-        if now_ready and not was_ready and not _pool_member(body):
-            self.recorder.info(body, reason=c.REASON_DEPENDENCIES_READY, message="Sandbox is Ready")
+            else res.preview_url(sandbox.body, config.preview_domain, config.preview_scheme)
+        )
+        status.runtime_token_secret = naming.token_secret_name(sandbox.name)
+        return state
 
 
-def _pool_member(sandbox: dict[str, Any]) -> bool:
+def _pool_member(sandbox: Sandbox) -> bool:
     """Warm pool members are stock, not something a person follows: no Normal events for them (a pool of 300
     refilling would post 600), which keeps the API server free for the claims that wait on it."""
-    return c.LABEL_WARM_POOL in (sandbox["metadata"].get("labels") or {})
+    return c.LABEL_WARM_POOL in sandbox.metadata.labels
 
 
-def _ready(sandbox: dict[str, Any]) -> Any:
-    return conds.find((sandbox.get("status") or {}).get("conditions"), c.COND_READY)
+def _ready(sandbox: Sandbox) -> Condition | None:
+    return conds.find(sandbox.status.conditions if sandbox.status else None, c.COND_READY)
+
+
+def _reason(sandbox: Sandbox) -> str | None:
+    ready = _ready(sandbox)
+    return ready.reason if ready else None
+
+
+def _message(sandbox: Sandbox) -> str | None:
+    ready = _ready(sandbox)
+    return ready.message if ready else None

@@ -15,9 +15,10 @@ from typing import Any
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
 from shadow_operator.api.kinds import SANDBOX, SANDBOX_TEMPLATE, SANDBOX_WARM_POOL
-from shadow_operator.api.models import SandboxWarmPool
+from shadow_operator.api.models import ObjectMeta, SandboxWarmPool, SandboxWarmPoolStatus
 from shadow_operator.controllers import metrics
 from shadow_operator.engine import Cache, Index, Reconciler, Watch, gather_bounded
+from shadow_operator.engine.status import StatusPass
 from shadow_operator.resources import blueprint
 from shadow_operator.resources import indexes as ix
 
@@ -54,7 +55,7 @@ class WarmPoolReconciler(Reconciler[SandboxWarmPool]):
         members = [
             s
             for s in self.cache.store(SANDBOX).by_index(ix.BY_CONTROLLER, pool.metadata.uid)
-            if not s["metadata"].get("deletionTimestamp")
+            if not ObjectMeta.model_validate(s["metadata"]).deletion_timestamp
         ]
         template_name = pool.spec.sandbox_template_ref.name
         template = self.cache.store(SANDBOX_TEMPLATE).get(pool.namespace, template_name)
@@ -68,7 +69,12 @@ class WarmPoolReconciler(Reconciler[SandboxWarmPool]):
             members = await self._roll(pool, template, members)
             members = await self._scale(pool, template, members, desired)
         ready = sum(1 for s in members if ix.is_ready(s))
-        await self._write_status(pool, len(members), ready)
+        state = StatusPass(pool, SandboxWarmPoolStatus)
+        state.status.replicas = len(members)
+        state.status.ready_replicas = ready
+        state.status.selector = f"{c.LABEL_WARM_POOL}={naming.name_hash(pool.name)}"
+        state.status.observed_generation = pool.metadata.generation
+        await state.write(self.client, SANDBOX_WARM_POOL)
         metrics.WARM_POOL_SIZE.labels(pool.namespace, pool.name).set(len(members))
         metrics.WARM_POOL_READY.labels(pool.namespace, pool.name).set(ready)
         metrics.WARM_POOL_DESIRED.labels(pool.namespace, pool.name).set(desired)
@@ -84,9 +90,7 @@ class WarmPoolReconciler(Reconciler[SandboxWarmPool]):
         if strategy != "Recreate":
             return members
         current = blueprint.template_hash(template)
-        fresh = [
-            s for s in members if (s["metadata"].get("labels") or {}).get(c.LABEL_TEMPLATE_HASH) == current
-        ]
+        fresh = [s for s in members if _template_hash(s) == current]
         stale = [s for s in members if s not in fresh]
         await asyncio.gather(*(self._delete(s) for s in stale))
         if stale:
@@ -109,7 +113,7 @@ class WarmPoolReconciler(Reconciler[SandboxWarmPool]):
             members.sort(key=lambda s: str(s["metadata"]["creationTimestamp"]), reverse=True)
             members.sort(
                 key=lambda s: (
-                    (s["metadata"].get("labels") or {}).get(c.LABEL_TEMPLATE_HASH) == current,
+                    _template_hash(s) == current,
                     ix.is_ready(s),
                 )
             )
@@ -121,14 +125,6 @@ class WarmPoolReconciler(Reconciler[SandboxWarmPool]):
         # Fails (409) if a claim adopted this sandbox since we cached it; the adoption wakes this pool again.
         await self.client.delete_as_seen(SANDBOX, sandbox)
 
-    async def _write_status(self, pool: SandboxWarmPool, count: int, ready: int) -> None:
-        status = {
-            "replicas": count,
-            "readyReplicas": ready,
-            "selector": f"{c.LABEL_WARM_POOL}={naming.name_hash(pool.name)}",
-            "observedGeneration": pool.metadata.generation,
-        }
-        old = pool.body.get("status") or {}
-        patch = {k: v for k, v in status.items() if old.get(k) != v}
-        if patch:
-            await self.client.patch_status(SANDBOX_WARM_POOL, pool.body, patch)
+
+def _template_hash(sandbox: Body) -> str | None:
+    return ObjectMeta.model_validate(sandbox["metadata"]).labels.get(c.LABEL_TEMPLATE_HASH)

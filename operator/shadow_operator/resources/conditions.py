@@ -1,4 +1,5 @@
-"""metav1.Condition helpers: stable transition times, one entry per type."""
+"""metav1.Condition helpers over the typed `Condition`: making one, finding one in a list or in an object's
+body (the cache holds bodies). Merging them into a status, with stable transition times: engine/status.py."""
 
 from __future__ import annotations
 
@@ -6,7 +7,11 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-Condition = dict[str, Any]
+from pydantic import ValidationError
+
+from shadow_operator.api.models import Condition
+
+__all__ = ["Condition", "find", "is_true", "make_condition", "now_rfc3339", "of", "parse_time"]
 
 
 def now_rfc3339(now: datetime | None = None) -> str:
@@ -24,62 +29,35 @@ def make_condition(
 ) -> Condition:
     if isinstance(status, bool):
         status = "True" if status else "False"
-    cond: Condition = {"type": type_, "status": status, "reason": reason, "message": message}
-    if generation is not None:
-        cond["observedGeneration"] = generation
-    return cond
+    return Condition.model_validate(
+        {
+            "type": type_,
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "observedGeneration": generation,
+        }
+    )
 
 
-def find(conditions: Iterable[Mapping[str, Any]] | None, type_: str) -> Mapping[str, Any] | None:
-    return next((cond for cond in conditions or () if cond.get("type") == type_), None)
+def of(body: Mapping[str, Any] | None) -> list[Condition]:
+    """The conditions in an object's status (a Pod's, a Sandbox's ...), typed. A Pod's may lack a reason (it
+    reads as ""); an item that is no condition at all is left out."""
+    status = (body or {}).get("status")
+    found = status.get("conditions") if isinstance(status, Mapping) else None
+    conditions: list[Condition] = []
+    for item in found if isinstance(found, list) else ():
+        try:
+            conditions.append(Condition.model_validate({"reason": "", **item}))
+        except (TypeError, ValidationError):
+            continue
+    return conditions
 
 
-def is_true(conditions: Iterable[Mapping[str, Any]] | None, type_: str) -> bool:
+def find(conditions: Iterable[Condition] | None, type_: str) -> Condition | None:
+    return next((cond for cond in conditions or () if cond.type == type_), None)
+
+
+def is_true(conditions: Iterable[Condition] | None, type_: str) -> bool:
     cond = find(conditions, type_)
-    return cond is not None and cond.get("status") == "True"
-
-
-def merge(
-    existing: Iterable[Mapping[str, Any]] | None,
-    desired: Iterable[Condition],
-    *,
-    remove: Iterable[str] = (),
-    now: datetime | None = None,
-) -> list[Condition]:
-    """Set `desired` conditions, keeping lastTransitionTime when the status did not change."""
-    by_type: dict[str, Condition] = {str(cond["type"]): dict(cond) for cond in existing or ()}
-    for type_ in remove:
-        by_type.pop(type_, None)
-    stamp = now_rfc3339(now)
-    for cond in desired:
-        previous = by_type.get(cond["type"])
-        merged = dict(cond)
-        if (
-            previous is not None
-            and previous.get("status") == cond["status"]
-            and previous.get("lastTransitionTime")
-        ):
-            merged["lastTransitionTime"] = previous["lastTransitionTime"]
-        else:
-            merged["lastTransitionTime"] = stamp
-        by_type[cond["type"]] = merged
-    return sorted(by_type.values(), key=lambda cond: str(cond["type"]))
-
-
-def same(a: Iterable[Mapping[str, Any]] | None, b: Iterable[Mapping[str, Any]] | None) -> bool:
-    """Equal ignoring order."""
-
-    def key(conds: Iterable[Mapping[str, Any]] | None) -> list[tuple[Any, ...]]:
-        return sorted(
-            (
-                c.get("type"),
-                c.get("status"),
-                c.get("reason"),
-                c.get("message", ""),
-                c.get("observedGeneration"),
-                c.get("lastTransitionTime"),
-            )
-            for c in conds or ()
-        )
-
-    return key(a) == key(b)
+    return cond is not None and cond.status == "True"

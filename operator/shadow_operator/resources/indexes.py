@@ -10,7 +10,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from shadow_operator.api import constants as c
-from shadow_operator.resources import conditions as conds
 from shadow_operator.resources.sandbox import controller_uid
 
 Body = Mapping[str, Any]
@@ -29,7 +28,11 @@ def by_controller(obj: Body) -> Iterable[str]:
 
 
 def is_ready(obj: Body) -> bool:
-    return conds.is_true((obj.get("status") or {}).get("conditions"), c.COND_READY)
+    """Whether a cached object's Ready condition is True (read from the body: this runs per pool member)."""
+    return any(
+        cond.get("type") == c.COND_READY and cond.get("status") == "True"
+        for cond in (obj.get("status") or {}).get("conditions") or ()
+    )
 
 
 def pool_member(sandbox: Body) -> Iterable[str]:

@@ -290,6 +290,10 @@ def pod_ips(pod: Body | None) -> list[str]:
     return ips or ([status["podIP"]] if status.get("podIP") else [])
 
 
+def node_name(pod: Body | None) -> str | None:
+    return ((pod or {}).get("spec") or {}).get("nodeName") or None
+
+
 def service_required(spec: Body, service: Body | None) -> bool:
     if spec.get("service") is not None:
         return bool(spec["service"])

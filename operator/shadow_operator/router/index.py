@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shadow_operator.api import constants as c
-from shadow_operator.resources import conditions as conds
 from shadow_operator.resources import sandbox as res
+from shadow_operator.resources.indexes import is_ready
 from shadow_operator.router.options import ACCESS_VALUES
 
 Body = Mapping[str, Any]
@@ -69,7 +69,7 @@ def sandbox_entry(body: Body, default_preview_port: int | None) -> SandboxEntry:
     pod_spec = ((body.get("spec") or {}).get("podTemplate") or {}).get("spec") or {}
     return SandboxEntry(
         uid=str(meta.get("uid") or ""),
-        ready=conds.is_true((body.get("status") or {}).get("conditions"), c.COND_READY),
+        ready=is_ready(body),
         preview_port=res.named_port(pod_spec, c.PREVIEW_PORT_NAME) or default_preview_port,
         runtime_port=res.named_port(pod_spec, c.RUNTIME_PORT_NAME) or c.RUNTIME_DEFAULT_PORT,
         ports=frozenset(p["port"] for p in res.service_ports(pod_spec) if p["protocol"] == "TCP"),

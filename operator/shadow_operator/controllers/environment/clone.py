@@ -36,8 +36,8 @@ from shadow_operator.controllers.environment.state import (
     SNAPSHOT_EARLY_POLL_SECONDS,
     SNAPSHOT_EARLY_SECONDS,
     SNAPSHOT_POLL_SECONDS,
-    Deps,
     Pass,
+    Ports,
     StepFailed,
 )
 from shadow_operator.engine.cache import Body
@@ -60,7 +60,7 @@ class Restore:
 
 
 class CloneStep:
-    def __init__(self, deps: Deps) -> None:
+    def __init__(self, deps: Ports) -> None:
         self.deps = deps
 
     async def restore(self, state: Pass) -> Restore:
@@ -90,7 +90,8 @@ class CloneStep:
         restore = Restore(snapshots.data_source(name), clone.storage_class_name, None)
         if clone.completed_at is not None:
             return replace(restore, min_size=_size_or_none(clone.restore_size))
-        reason = next((x.get("reason") for x in state.conditions if x["type"] == c.COND_CLONED), None)
+        cloned = state.conditions.find(c.COND_CLONED)
+        reason = cloned.reason if cloned is not None else None
         if reason == "Restoring":  # the snapshot was ready in an earlier pass: it is not read again
             await self._check_claim(state, name, clone.restore_size or "0", wake=False)
             return replace(restore, min_size=_size_or_none(clone.restore_size))
@@ -330,7 +331,7 @@ class CloneStep:
         instance = _instance(source) if source else source_name
         sandbox = deps.cache.store(SANDBOX).get(ns, instance)
         # A suspended workspace has no Pod and nothing to flush; a running one must flush first.
-        if conds.is_true(((sandbox or {}).get("status") or {}).get("conditions"), c.COND_READY):
+        if conds.is_true(conds.of(sandbox), c.COND_READY):
             try:
                 async with deps.runtime_for(ns, instance, _runtime_url(source)) as rt:
                     await rt.flush()

@@ -17,7 +17,7 @@ from shadow_operator.clients.gitea import Gitea, GiteaError
 from shadow_operator.clients.runtime import Runtime, RuntimeUnavailable
 from shadow_operator.common.sources import SourcePlan
 from shadow_operator.controllers.environment import pushes
-from shadow_operator.controllers.environment.state import RETRY_SECONDS, Deps, Pass, StepFailed, plans
+from shadow_operator.controllers.environment.state import RETRY_SECONDS, Pass, Ports, StepFailed, plans
 from shadow_operator.engine.cache import Key
 from shadow_operator.resources import copyin
 from shadow_operator.resources import environment as res
@@ -26,7 +26,7 @@ from shadow_operator.resources import environment as res
 class CopyInStep:
     """Keeps, per environment, the sources already prepared in the workspace while Gitea started."""
 
-    def __init__(self, deps: Deps) -> None:
+    def __init__(self, deps: Ports) -> None:
         self.deps = deps
         self._prepared: dict[Key, set[str]] = {}
 

@@ -13,11 +13,11 @@ from datetime import UTC, datetime
 
 from shadow_operator.api import constants as c
 from shadow_operator.api.kinds import POD, SECRET, STATEFUL_SET
+from shadow_operator.api.models import ObjectMeta
 from shadow_operator.clients.gitea import GiteaError
 from shadow_operator.common.sources import SourcePlan
-from shadow_operator.controllers.environment.state import Deps, Pass, StepFailed, plans, secret_data
+from shadow_operator.controllers.environment.state import Pass, Ports, StepFailed, plans, secret_data
 from shadow_operator.engine.cache import Body, Key
-from shadow_operator.resources import conditions as conds
 from shadow_operator.resources import copyin, gitea_policy
 from shadow_operator.resources import environment as res
 from shadow_operator.resources.sandbox import controller_uid
@@ -29,7 +29,7 @@ BOOTSTRAP_ATTEMPTS = 20  # consecutive failures of a ready Gitea before GiteaBoo
 class GiteaStep:
     """Keeps, per environment, how often the bootstrap of a running Gitea failed in a row."""
 
-    def __init__(self, deps: Deps) -> None:
+    def __init__(self, deps: Ports) -> None:
         self.deps = deps
         self._failures: dict[Key, int] = {}
 
@@ -62,9 +62,9 @@ class GiteaStep:
         env = state.env
         key = (env.namespace, env.name)
         pod = self.deps.cache.store(POD).get(env.namespace, f"{sts['metadata']['name']}-0")
-        if pod is not None and controller_uid(pod) != sts["metadata"].get("uid"):
+        if pod is not None and controller_uid(pod) != ObjectMeta.model_validate(sts["metadata"]).uid:
             pod = None  # not the StatefulSet's: nothing to learn from it
-        if (sts.get("status") or {}).get("readyReplicas", 0) < 1:
+        if not res.gitea_ready(sts):
             failure = res.pod_failure(pod, "Gitea Pod", datetime.now(UTC))
             if failure:
                 raise StepFailed(failure[0], failure[0], failure[1])
@@ -72,11 +72,11 @@ class GiteaStep:
             return False
         # The Pod whose data the bootstrap saw (None while the cache has not seen it: nothing to compare).
         pod_uid = (pod or {}).get("metadata", {}).get("uid")
-        done = conds.find(state.conditions, c.COND_GITEA_READY)
+        done = state.conditions.find(c.COND_GITEA_READY)
         if (
             done
-            and done.get("status") == "True"
-            and done.get("observedGeneration") == env.metadata.generation
+            and done.status == "True"
+            and done.observed_generation == env.metadata.generation
             and creds.get(c.GITEA_SECRET_TOKEN)
             and (pod_uid is None or pod_uid == state.status.gitea_pod_uid)
         ):

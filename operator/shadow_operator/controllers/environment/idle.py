@@ -7,11 +7,11 @@ from __future__ import annotations
 from shadow_operator.api import constants as c
 from shadow_operator.api.environment import IdleStatus
 from shadow_operator.clients.runtime import RuntimeUnavailable
-from shadow_operator.controllers.environment.state import POLL_SECONDS, Deps, Pass
+from shadow_operator.controllers.environment.state import POLL_SECONDS, Pass, Ports
 
 
 class IdleStep:
-    def __init__(self, deps: Deps) -> None:
+    def __init__(self, deps: Ports) -> None:
         self.deps = deps
 
     def stopped(self, state: Pass) -> bool:

@@ -48,7 +48,7 @@ from shadow_operator.api.kinds import (
     STORAGE_CLASS,
     ResourceKind,
 )
-from shadow_operator.api.models import Sandbox, SandboxStatus
+from shadow_operator.api.models import ObjectMeta, Sandbox, SandboxStatus
 from shadow_operator.clients import gitpush
 from shadow_operator.controllers import metrics
 from shadow_operator.controllers.environment.clone import CloneStep, Restore
@@ -59,14 +59,14 @@ from shadow_operator.controllers.environment.pool import PoolStep
 from shadow_operator.controllers.environment.state import (
     POLL_SECONDS,
     RETRY_SECONDS,
-    Deps,
     Pass,
+    Ports,
     StepFailed,
-    to_patch,
 )
 from shadow_operator.controllers.environment.verify import VerifyStep
 from shadow_operator.engine import Cache, Cached, Index, Reconciler, Watch
 from shadow_operator.engine.cache import Body, Key
+from shadow_operator.engine.status import dump
 from shadow_operator.resources import conditions as conds
 from shadow_operator.resources import environment as res
 from shadow_operator.resources import indexes as ix
@@ -89,22 +89,20 @@ def _env_of_pod(pod: Body, cache: Cache) -> Iterable[Key]:
     """A workspace Pod -> its Sandbox -> the environment controlling it; a Gitea Pod -> its StatefulSet ->
     the environment controlling that (children are named after the environment's instance, which is not
     always the environment's name: spec.pool)."""
-    meta = pod["metadata"]
-    namespace = meta.get("namespace", "")
-    labels = meta.get("labels") or {}
-    if labels.get(c.LABEL_COMPONENT) == c.COMPONENT_GITEA:
-        for ref in meta.get("ownerReferences") or ():
-            if ref.get("controller") and ref.get("kind") == STATEFUL_SET.kind:
-                yield from _controlling_env(cache.store(STATEFUL_SET).get(namespace, ref["name"]))
+    meta = ObjectMeta.model_validate(pod["metadata"])
+    if meta.labels.get(c.LABEL_COMPONENT) == c.COMPONENT_GITEA:
+        ref = meta.controller
+        if ref is not None and ref.kind == STATEFUL_SET.kind:
+            yield from _controlling_env(cache.store(STATEFUL_SET).get(meta.namespace, ref.name))
         return
-    yield from _controlling_env(cache.store(SANDBOX).get(namespace, meta["name"]))
+    yield from _controlling_env(cache.store(SANDBOX).get(meta.namespace, meta.name))
 
 
 def _controlling_env(obj: Body | None) -> Iterable[Key]:
-    meta = (obj or {}).get("metadata") or {}
-    for ref in meta.get("ownerReferences") or ():
-        if ref.get("controller") and ref.get("kind") == SHADOW_ENVIRONMENT.kind:
-            yield meta["namespace"], ref["name"]
+    meta = ObjectMeta.model_validate(obj["metadata"]) if obj is not None else None
+    ref = meta.controller if meta is not None else None
+    if meta is not None and ref is not None and ref.kind == SHADOW_ENVIRONMENT.kind:
+        yield meta.namespace, ref.name
 
 
 GITEA_PODS = f"{c.LABEL_COMPONENT}={c.COMPONENT_GITEA},{c.LABEL_ENVIRONMENT}"
@@ -135,7 +133,7 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.steps = Deps(
+        self.steps = Ports(
             client=self.client,
             cache=self.cache,
             recorder=self.recorder,
@@ -182,7 +180,7 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
                     code="Timeout",
                     message=f"not Ready {deadline}s after creation; waiting for: {state.waiting_for()}",
                 )
-        await self._write_status(env, state)
+        await self._publish(env, state)
         return retry
 
     async def _steps(self, state: Pass) -> float | None:
@@ -235,12 +233,10 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
             state.set(c.COND_WORKSPACE_READY, False, "Suspended", message)
             raise StepFailed(None, "Suspended", message, retry=None)
         workspace_ready = await self._workspace(state, sb_status)
-        if workspace_ready and not conds.is_true(
-            (env.body.get("status") or {}).get("conditions"), c.COND_WORKSPACE_READY
-        ):
+        if workspace_ready and not conds.is_true(state.old.conditions, c.COND_WORKSPACE_READY):
             # Said at once, before Gitea is set up: the client waits for it to upload (a pool's instance is
             # Ready in the first pass).
-            await self._write_status(env, state)
+            await self._publish(env, state)
 
         gitea_ready = not gitea_on
         gitea_pending: StepFailed | None = None
@@ -280,7 +276,7 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
         """Whether the workspace Pod is Ready; raises StepFailed when it cannot start."""
         env = state.env
         pod = self.cache.store(POD).get(env.namespace, state.instance)
-        if conds.is_true(((pod or {}).get("status") or {}).get("conditions"), "PodScheduled"):
+        if conds.is_true(conds.of(pod), "PodScheduled"):
             state.mark("scheduled")
         if any(x.type == c.COND_READY and x.status == "True" for x in sb_status.conditions or ()):
             state.set(c.COND_WORKSPACE_READY, True, "WorkspaceReady", "the workspace Pod is Ready")
@@ -322,9 +318,7 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
             )
         # The RuntimeClass the workspace Pod runs with (the environment's, else the template's): the API server
         # refuses a Pod naming one that does not exist, so it is checked (live) while the Pod is not there yet.
-        runtime_class = env.spec.runtime_class_name or (
-            ((template.get("spec") or {}).get("podTemplate") or {}).get("spec") or {}
-        ).get("runtimeClassName")
+        runtime_class = env.spec.runtime_class_name or res.template_runtime_class(template)
         if runtime_class and self.cache.store(POD).get(env.namespace, state.instance) is None:
             await self._require(
                 RUNTIME_CLASS,
@@ -341,18 +335,15 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
             raise StepFailed(code, code, message, retry=RETRY_SECONDS)
 
     # ------------------------------------------------------------------------------------------ status
-    async def _write_status(self, env: ShadowEnvironment, state: Pass) -> None:
-        new = to_patch(state.finish())
-        old = state.written if state.written is not None else env.body.get("status") or {}
-        unchanged = all(old.get(k) == v for k, v in new.items() if k != "conditions")
-        if unchanged and conds.same(old.get("conditions"), new.get("conditions")):
-            return
-        failure, old_failure = new.get("failure"), old.get("failure")
-        if failure and failure != old_failure:
-            self.recorder.warn(env.body, reason=failure["code"], message=failure["message"][:1000])
-        if await self.client.patch_status(SHADOW_ENVIRONMENT, env.body, new) is not None:
-            _observe_timings(env, old.get("timings") or {}, state.status.timings)
-            state.written = new
+    async def _publish(self, env: ShadowEnvironment, state: Pass) -> None:
+        """Write what changed in this pass (a second call writes what changed since the first); a new failure
+        is also told as an Event."""
+        before = state.last
+        failure = state.finish().failure
+        if failure is not None and failure != before.failure:
+            self.recorder.warn(env.body, reason=failure.code, message=failure.message[:1000])
+        if await state.write(self.client, SHADOW_ENVIRONMENT):
+            _observe_timings(env, dump(before.timings), state.status.timings)
 
 
 def _observe_timings(env: ShadowEnvironment, before: dict[str, Any], timings: PhaseTimings | None) -> None:

@@ -22,7 +22,6 @@ from shadow_operator.api.environment import (
     ShadowEnvironmentStatus,
 )
 from shadow_operator.api.kinds import SECRET, ResourceKind
-from shadow_operator.api.models import Condition
 from shadow_operator.clients.gitea import Gitea
 from shadow_operator.clients.gitpush import PushSettings
 from shadow_operator.clients.runtime import Runtime
@@ -30,7 +29,7 @@ from shadow_operator.common.sources import SourcePlan, plan_sources
 from shadow_operator.controllers.config import Config
 from shadow_operator.engine import NotOwned
 from shadow_operator.engine.cache import Body, Cache
-from shadow_operator.resources import conditions as conds
+from shadow_operator.engine.status import StatusPass
 from shadow_operator.resources import environment as res
 
 POLL_SECONDS = 3.0  # while Pods start: start-up failures must show quickly
@@ -90,7 +89,7 @@ OpenGitea = Callable[..., Gitea]
 
 
 @dataclass
-class Deps:
+class Ports:
     """What the steps are given: the engine's client and cache, events, settings, and the two API clients."""
 
     client: Children
@@ -140,7 +139,7 @@ def secret_data(secret: Body | None) -> dict[str, str]:
 
 
 # ------------------------------------------------------------------------------------------- the pass
-class Pass:
+class Pass(StatusPass[ShadowEnvironmentStatus]):
     """The status being built in one pass: the typed status of the environment, changed by the steps.
 
     Conditions are merged with the old ones (their transition times kept); every other field is replaced by
@@ -148,17 +147,12 @@ class Pass:
     """
 
     def __init__(self, env: ShadowEnvironment, now: Callable[[], datetime] | None = None) -> None:
-        self.env = env
         self.now = now or (lambda: datetime.now(UTC))
-        old = env.status or ShadowEnvironmentStatus()
-        self.status = old.model_copy(deep=True)
+        super().__init__(env, ShadowEnvironmentStatus, now=self.now)
+        self.env = env
         self.generation = env.metadata.generation
-        self.conditions: list[dict[str, Any]] = [
-            x.model_dump(by_alias=True, mode="json", exclude_none=True) for x in old.conditions or ()
-        ]
         self.failure: Failure | None = None
         self.stopped_at: str | None = None  # reason of the step that could not complete in this pass
-        self.written: dict[str, Any] | None = None  # the status this pass already wrote (a partial one)
 
     # ---------------------------------------------------------------------------------------- instance
     @property
@@ -176,15 +170,13 @@ class Pass:
 
     # ------------------------------------------------------------------------------------- conditions
     def set(self, type_: str, status: bool, reason: str, message: str) -> None:
-        self.conditions = conds.merge(
-            self.conditions, [conds.make_condition(type_, status, reason, message, self.generation)]
-        )
+        self.conditions.set(type_, status, reason, message)
 
     def remove(self, type_: str) -> None:
-        self.conditions = [x for x in self.conditions if x["type"] != type_]
+        self.conditions.remove(type_)
 
     def is_true(self, type_: str) -> bool:
-        return conds.is_true(self.conditions, type_)
+        return self.conditions.is_true(type_)
 
     def fail(self, failed: StepFailed) -> None:
         if failed.code is not None:
@@ -223,27 +215,9 @@ class Pass:
             self.mark("ready")
         elif self.stopped_at is None:
             self.set(c.COND_READY, False, "Progressing", f"waiting for {self.waiting_for()}")
-        self.status.conditions = [Condition.model_validate(x) for x in self.conditions]
         self.status.observed_generation = self.generation
         self.status.failure = self.failure
-        return self.status
-
-
-def to_patch(status: ShadowEnvironmentStatus) -> dict[str, Any]:
-    """The status as a merge patch: every field the old status or a step set; None clears a field."""
-    patch = status.model_dump(by_alias=True, mode="json", exclude_unset=True)
-    patch.setdefault("failure", None)
-    return {k: _no_nulls_in_lists(v) for k, v in patch.items()}
-
-
-def _no_nulls_in_lists(value: Any, in_list: bool = False) -> Any:
-    """A null in an object deletes the field (merge patch); in a list's item it would be stored as null,
-    which the schema refuses: list items carry only the fields that have a value."""
-    if isinstance(value, list):
-        return [_no_nulls_in_lists(v, True) for v in value]
-    if isinstance(value, dict):
-        return {k: _no_nulls_in_lists(v, in_list) for k, v in value.items() if not (in_list and v is None)}
-    return value
+        return super().finish()
 
 
 def plans(state: Pass) -> list[SourcePlan]:

@@ -10,7 +10,7 @@ from shadow_operator.api import constants as c
 from shadow_operator.api.environment import SourceStatus, Verdict
 from shadow_operator.clients.gitea import Gitea, GiteaError
 from shadow_operator.clients.runtime import ExecResult, Runtime, RuntimeAnswerTooLarge, RuntimeUnavailable
-from shadow_operator.controllers.environment.state import Deps, Pass, StepFailed
+from shadow_operator.controllers.environment.state import Pass, Ports, StepFailed
 from shadow_operator.resources import copyin
 from shadow_operator.resources.verdict import (
     CODE_EXECUTION,
@@ -22,7 +22,7 @@ from shadow_operator.resources.verdict import (
 
 
 class VerifyStep:
-    def __init__(self, deps: Deps) -> None:
+    def __init__(self, deps: Ports) -> None:
         self.deps = deps
 
     async def verify(self, state: Pass) -> None:

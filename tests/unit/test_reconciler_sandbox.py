@@ -1,0 +1,136 @@
+"""The Sandbox reconciler over the engine's client and cache, the API server in memory (tests/support/fakes.py):
+which children one pass writes, the status it writes once, and the events it tells once."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from shadow_operator.api import constants as c
+from shadow_operator.api import naming
+from shadow_operator.api.kinds import POD, SANDBOX, SECRET, SERVICE
+from shadow_operator.controllers.sandbox import SandboxReconciler
+
+from tests.support.fakes import NAMESPACE, Harness
+
+pytestmark = pytest.mark.unit
+
+
+def sandbox(name: str = "box", labels: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+    container = {"name": "main", "image": "runtime", "ports": [{"name": "runtime", "containerPort": 8888}]}
+    return {
+        "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels or {}},
+        "spec": {"podTemplate": {"spec": {"containers": [container]}}, **spec},
+    }
+
+
+def conditions(harness: Harness, name: str = "box") -> dict[str, dict[str, Any]]:
+    status = harness.get(SANDBOX, NAMESPACE, name).get("status") or {}
+    return {x["type"]: x for x in status.get("conditions") or ()}
+
+
+def start_pod(harness: Harness, name: str = "box", ip: str = "10.0.0.7") -> None:
+    """What the kubelet would do: the Pod scheduled, Running and Ready, with an IP."""
+    pod = harness.get(POD, NAMESPACE, name)
+    pod["spec"]["nodeName"] = "node-1"
+    pod["status"] = {
+        "phase": "Running",
+        "podIP": ip,
+        "podIPs": [{"ip": ip}],
+        "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}],
+    }
+    harness.api.put(POD, pod)
+
+
+async def test_a_new_sandbox_gets_its_children_and_one_status_write() -> None:
+    harness = Harness(SandboxReconciler)
+    harness.put(SANDBOX, sandbox(service=True))
+    assert await harness.run(SANDBOX, NAMESPACE, "box") is None
+    written = harness.writes()
+    assert sorted(w.split()[0] + " " + w.rsplit("/", 2)[-2] for w in written) == [
+        "create pods",
+        "create secrets",
+        "create services",
+        "status sandboxes",
+    ]
+    status = harness.get(SANDBOX, NAMESPACE, "box")["status"]
+    assert status["selector"] == f"{c.LABEL_SANDBOX_NAME_HASH}={naming.name_hash('box')}"
+    assert status["service"] == "box" and status["serviceFQDN"] == f"box.{NAMESPACE}.svc.cluster.local"
+    assert status["runtimeTokenSecret"] == naming.token_secret_name("box")
+    assert "podIPs" not in status and "nodeName" not in status and "previewURL" not in status
+    ready = conditions(harness)[c.COND_READY]
+    assert (ready["status"], ready["reason"]) == ("False", c.REASON_DEPENDENCIES_NOT_READY)
+    assert ready["observedGeneration"] == 1 and ready["lastTransitionTime"]
+    assert c.COND_POD_SCHEDULED in conditions(harness)
+    assert harness.recorder.reasons() == ["PodCreated"]
+
+    # Nothing changed: the next pass writes nothing at all.
+    await harness.run(SANDBOX, NAMESPACE, "box")
+    assert harness.writes() == []
+
+
+async def test_ready_is_told_once_and_its_transition_time_kept() -> None:
+    harness = Harness(SandboxReconciler)
+    harness.put(SANDBOX, sandbox())
+    await harness.run(SANDBOX, NAMESPACE, "box")
+    start_pod(harness)
+    harness.writes()
+    await harness.run(SANDBOX, NAMESPACE, "box")
+    assert harness.writes("status") == [SANDBOX.path(NAMESPACE, "box")]
+    status = harness.get(SANDBOX, NAMESPACE, "box")["status"]
+    assert status["podIPs"] == ["10.0.0.7"] and status["nodeName"] == "node-1"
+    assert status["runtimeURL"] == "http://10.0.0.7:8888"  # no Service: the Pod's IP
+    ready = conditions(harness)[c.COND_READY]
+    assert (ready["status"], ready["reason"]) == ("True", c.REASON_DEPENDENCIES_READY)
+    assert harness.recorder.reasons() == ["PodCreated", c.REASON_DEPENDENCIES_READY]
+
+    await harness.run(SANDBOX, NAMESPACE, "box")
+    assert harness.writes() == [] and conditions(harness)[c.COND_READY] == ready
+    assert harness.recorder.reasons() == ["PodCreated", c.REASON_DEPENDENCIES_READY]
+
+
+async def test_a_warm_pool_member_posts_no_normal_events() -> None:
+    harness = Harness(SandboxReconciler)
+    harness.put(SANDBOX, sandbox(labels={c.LABEL_WARM_POOL: "hash"}))
+    await harness.run(SANDBOX, NAMESPACE, "box")
+    start_pod(harness)
+    await harness.run(SANDBOX, NAMESPACE, "box")
+    assert conditions(harness)[c.COND_READY]["status"] == "True"
+    assert harness.recorder.events == []
+
+
+async def test_an_expired_sandbox_loses_its_pod_and_says_so_once() -> None:
+    harness = Harness(SandboxReconciler)
+    harness.put(SANDBOX, sandbox())
+    await harness.run(SANDBOX, NAMESPACE, "box")
+    start_pod(harness)
+    await harness.run(SANDBOX, NAMESPACE, "box")
+    body = harness.get(SANDBOX, NAMESPACE, "box")
+    past = (datetime.now(UTC) - timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    body["spec"].update(shutdownTime=past, shutdownPolicy="Retain")
+    harness.api.put(SANDBOX, body)
+    harness.writes()
+    assert await harness.run(SANDBOX, NAMESPACE, "box") is None
+    assert harness.api.body(POD, NAMESPACE, "box") is None
+    status = harness.get(SANDBOX, NAMESPACE, "box")["status"]
+    assert "runtimeURL" not in status and "podIPs" not in status
+    assert conditions(harness)[c.COND_READY]["reason"] == c.REASON_SANDBOX_EXPIRED
+    await harness.run(SANDBOX, NAMESPACE, "box")
+    assert harness.recorder.reasons().count(c.REASON_SANDBOX_EXPIRED) == 1
+    assert harness.api.body(SECRET, NAMESPACE, naming.token_secret_name("box")) is not None
+
+
+async def test_two_pods_of_one_sandbox_are_refused_with_one_warning() -> None:
+    harness = Harness(SandboxReconciler)
+    harness.put(SANDBOX, sandbox())
+    await harness.run(SANDBOX, NAMESPACE, "box")
+    twin = harness.get(POD, NAMESPACE, "box")
+    twin["metadata"] = {**twin["metadata"], "name": "box-twin", "uid": "uid-twin"}
+    harness.api.put(POD, twin)
+    for _ in range(2):
+        await harness.run(SANDBOX, NAMESPACE, "box")
+    ready = conditions(harness)[c.COND_READY]
+    assert ready["reason"] == c.REASON_MULTIPLE_PODS and "multiple Pods (2)" in ready["message"]
+    assert harness.recorder.reasons().count(c.REASON_MULTIPLE_PODS) == 1
+    assert harness.api.body(SERVICE, NAMESPACE, "box") is None
