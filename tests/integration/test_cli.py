@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,15 +11,9 @@ import pytest
 import yaml
 
 from tests.support.sandbox_operator import ENVIRONMENT, Objects
+from tests.support.shadowctl import run
 
 pytestmark = pytest.mark.integration
-
-SHADOWCTL = str(Path(sys.executable).parent / "shadowctl")
-
-
-def run(kubeconfig: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "KUBECONFIG": kubeconfig, "COLUMNS": "200"}
-    return subprocess.run([SHADOWCTL, *args], env=env, capture_output=True, text=True, timeout=60)
 
 
 def test_create_list_status_destroy(objs: Objects, kubeconfig: str) -> None:

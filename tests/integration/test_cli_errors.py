@@ -6,24 +6,16 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from kubernetes import client
 
 from tests.support.sandbox_operator import CLAIM, ENVIRONMENT, SANDBOX, Objects, install_crds
+from tests.support.shadowctl import run
 
 pytestmark = pytest.mark.integration
-
-SHADOWCTL = str(Path(sys.executable).parent / "shadowctl")
-
-
-def run(kubeconfig: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "KUBECONFIG": kubeconfig, "COLUMNS": "200"}
-    return subprocess.run([SHADOWCTL, *args], env=env, capture_output=True, text=True, timeout=120)
 
 
 def one_error(result: subprocess.CompletedProcess[str], *needles: str) -> str:

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import stat
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -23,10 +21,10 @@ from kubernetes import client
 
 from tests.support.pki import CertificateAuthority
 from tests.support.sandbox_operator import CLAIM, ENVIRONMENT, Objects, install_crds
+from tests.support.shadowctl import run, write_kubeconfig
 
 pytestmark = pytest.mark.integration
 
-SHADOWCTL = str(Path(sys.executable).parent / "shadowctl")
 
 # Prints an ExecCredential (the apiVersion the client asked for in KUBERNETES_EXEC_INFO) holding a token of
 # the ServiceAccount $SA in $SA_NAMESPACE, got from the TokenRequest API as `kubectl create token` does.
@@ -46,47 +44,12 @@ print(json.dumps({{"apiVersion": info["apiVersion"], "kind": "ExecCredential", "
 """
 
 
-def run(
-    *args: str, kubeconfig: str | None = None, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    environ = {**os.environ, "COLUMNS": "200", **(env or {})}
-    environ.pop("SHADOW_NAMESPACE", None)
-    if kubeconfig is not None:
-        environ["KUBECONFIG"] = kubeconfig
-    return subprocess.run([SHADOWCTL, *args], env=environ, capture_output=True, text=True, timeout=120)
-
-
 def names(result: subprocess.CompletedProcess[str]) -> list[tuple[str, str]]:
     """(namespace, name) of each object of the List `-o json` prints."""
     assert result.returncode == 0, result.stderr
     listed = json.loads(result.stdout)
     assert listed["kind"] == "List"
     return sorted((o["metadata"]["namespace"], o["metadata"]["name"]) for o in listed["items"])
-
-
-def write_kubeconfig(
-    path: Path, admin_kubeconfig: str, users: dict[str, dict[str, Any]], contexts: dict[str, tuple[str, str]]
-) -> str:
-    """A kubeconfig with the admin's cluster, these users and contexts (name -> (user, namespace)); the first
-    context is the current one."""
-    admin = yaml.safe_load(Path(admin_kubeconfig).read_text())
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": admin["clusters"],
-        "users": [{"name": name, "user": user} for name, user in users.items()],
-        "contexts": [
-            {
-                "name": name,
-                "context": {"cluster": admin["clusters"][0]["name"], "user": user, "namespace": ns},
-            }
-            for name, (user, ns) in contexts.items()
-        ],
-        "current-context": next(iter(contexts)),
-    }
-    path.write_text(yaml.safe_dump(config))
-    path.chmod(0o600)
-    return str(path)
 
 
 def reader_role(api: client.ApiClient, namespace: str, subject: client.RbacV1Subject) -> None:
@@ -195,10 +158,10 @@ def test_exec_credential_plugin(
     config = write_kubeconfig(tmp_path / "config", kubeconfig, {"sa": user}, {"tenant": ("sa", ns)})
 
     # No -n: the context's namespace.
-    assert names(run("list", "-o", "json", kubeconfig=config)) == [(ns, "alpha")]
+    assert names(run(config, "list", "-o", "json")) == [(ns, "alpha")]
     assert calls.read_text().split() == [version]
     # The token is the ServiceAccount's: the other namespace is refused, in one line.
-    refused = run("list", "-n", other, kubeconfig=config)
+    refused = run(config, "list", "-n", other)
     assert refused.returncode == 1 and "Traceback" not in refused.stderr
     assert refused.stderr.startswith("error: ") and "forbidden" in refused.stderr.lower(), refused.stderr
     assert f"system:serviceaccount:{ns}:{service_account}" in refused.stderr
@@ -218,7 +181,7 @@ def test_a_failing_exec_plugin_is_one_line(
         }
     }
     config = write_kubeconfig(tmp_path / "config", kubeconfig, {"u": user}, {"c": ("u", namespaces[0])})
-    result = run("list", kubeconfig=config)
+    result = run(config, "list")
     assert result.returncode == 1 and "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 2 and lines[0].startswith("error: ") and lines[1].startswith("hint: "), result.stderr
@@ -239,8 +202,8 @@ def test_token_file(
     config = write_kubeconfig(
         tmp_path / "config", kubeconfig, {"sa": {"tokenFile": str(token)}}, {"c": ("sa", ns)}
     )
-    assert names(run("sandbox", "list", "-o", "json", kubeconfig=config)) == [(ns, "first")]
-    assert run("sandbox", "list", "-n", other, kubeconfig=config).returncode == 1
+    assert names(run(config, "sandbox", "list", "-o", "json")) == [(ns, "first")]
+    assert run(config, "sandbox", "list", "-n", other).returncode == 1
 
 
 def test_client_certificate(
@@ -258,8 +221,8 @@ def test_client_certificate(
         "client-key-data": base64.b64encode(pair.key.read_bytes()).decode(),
     }
     config = write_kubeconfig(tmp_path / "config", kubeconfig, {"carol": user}, {"c": ("carol", ns)})
-    assert names(run("list", "-o", "json", kubeconfig=config)) == [(ns, "alpha")]
-    refused = run("list", "-n", other, kubeconfig=config)
+    assert names(run(config, "list", "-o", "json")) == [(ns, "alpha")]
+    refused = run(config, "list", "-n", other)
     assert refused.returncode == 1 and "carol" in refused.stderr
 
 
@@ -284,20 +247,20 @@ def test_global_options_anywhere(kubeconfig: str, namespaces: tuple[str, str], t
         (["list", "-n", ns, "--context", "second", "--kubeconfig", config], alpha),
         ([f"-n{other}", "--kubeconfig", config, "list"], beta),
     ):
-        assert names(run(*args, "-o", "json", kubeconfig=nowhere)) == expected, args
+        assert names(run(nowhere, *args, "-o", "json")) == expected, args
     # -A on list verbs, before or after the verb.
     both = [(ns, "alpha"), (other, "beta")]
 
     def ours(rows: list[tuple[str, str]]) -> list[tuple[str, str]]:
         return [row for row in rows if row[0] in (ns, other)]  # other tests' namespaces may still be going
 
-    assert ours(names(run("--kubeconfig", config, "list", "-A", "-o", "json", kubeconfig=nowhere))) == both
-    assert ours(names(run("-A", "--kubeconfig", config, "list", "-o", "json", kubeconfig=nowhere))) == both
-    table = run("list", "--all-namespaces", kubeconfig=config)
+    assert ours(names(run(nowhere, "--kubeconfig", config, "list", "-A", "-o", "json"))) == both
+    assert ours(names(run(nowhere, "-A", "--kubeconfig", config, "list", "-o", "json"))) == both
+    table = run(config, "list", "--all-namespaces")
     assert table.returncode == 0 and table.stdout.split()[:2] == ["NAMESPACE", "NAME"], table.stdout
-    assert ours(names(run("sandbox", "list", "-A", "-o", "json", kubeconfig=config))) == [(ns, "first")]
+    assert ours(names(run(config, "sandbox", "list", "-A", "-o", "json"))) == [(ns, "first")]
     # An unknown context: one line.
-    missing = run("--context", "nope", "list", kubeconfig=config)
+    missing = run(config, "--context", "nope", "list")
     assert missing.returncode == 1 and missing.stderr.startswith("error: ") and "nope" in missing.stderr
 
 

@@ -24,12 +24,12 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from shadow_operator.api import constants as c
 
-from tests.integration.test_environment import bind_volumes, secret_data, wait_bound
 from tests.runtime.conftest import Server, start_server
 from tests.support.controlplane import free_port, wait_for
 from tests.support.gitea import GiteaServer
 from tests.support.router import outside_address
 from tests.support.sandbox_operator import ENVIRONMENT, TEMPLATE, Objects, gitea_operator, template_body
+from tests.support.volumes import bind_volumes, wait_bound
 
 pytestmark = pytest.mark.integration
 V = "v1alpha1"
@@ -82,7 +82,7 @@ def test_publish_from_the_cli(objs: Objects, runtime: Server, kubeconfig: str, t
         objs.create(ENVIRONMENT, {"metadata": {"name": "pub"}, "spec": spec}, version=V)
         wait_for(lambda: objs.secret_exists("pub-gitea-admin"), timeout=30, what="Gitea admin Secret")
         wait_bound(objs, ["workspace-pub"], timeout=120)
-        creds = secret_data(objs, "pub-gitea-admin")
+        creds = objs.secret_data("pub-gitea-admin")
         login = {"admin_username": creds["username"], "admin_password": creds["password"], "port": GITEA_PORT}
         with GiteaServer(tmp_path / "gitea", **login) as gitea:
             objs.wait_condition(

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,15 +19,9 @@ from tests.runtime.conftest import Server
 from tests.support.controlplane import wait_for
 from tests.support.proxied_workspace import proxied_environment
 from tests.support.sandbox_operator import install_crds
+from tests.support.shadowctl import SHADOWCTL, run
 
 pytestmark = pytest.mark.integration
-
-SHADOWCTL = str(Path(sys.executable).parent / "shadowctl")
-
-
-def run(kubeconfig: str, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "KUBECONFIG": kubeconfig, "COLUMNS": "200"}
-    return subprocess.run([SHADOWCTL, *args], env=env, capture_output=True, text=True, timeout=60, cwd=cwd)
 
 
 @pytest.fixture

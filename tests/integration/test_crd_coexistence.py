@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from tests.integration.test_pod_security_admission import CHART, helm
+from tests.support.router import CHART, helm_binary
 from tests.support.sandbox_operator import install_crds
 
 pytestmark = pytest.mark.integration
@@ -22,7 +22,7 @@ CRD = "sandboxes.agents.x-k8s.io"
 
 def dry_run_install(kubeconfig: str, *values: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [helm(), "template", "shadow", str(CHART), "--namespace", "shadow-system", "--dry-run=server",
+        [helm_binary(), "template", "shadow", str(CHART), "--namespace", "shadow-system", "--dry-run=server",
          "--kubeconfig", kubeconfig, *values],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip

@@ -7,7 +7,6 @@ Gitea with the credentials the operator generated into the environment's Secret,
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 from collections.abc import Iterator
@@ -21,16 +20,18 @@ from kubernetes.client.exceptions import ApiException
 from shadow_operator.api import constants as c
 from shadow_operator.resources.verdict import SOURCE_VERIFICATION, CheckResult, score_verdict
 
-from tests.support.controlplane import free_port, volume_report, wait_for
+from tests.support.controlplane import free_port, wait_for
 from tests.support.gitea import GiteaServer
 from tests.support.sandbox_operator import (
     ENVIRONMENT,
     SANDBOX,
     TEMPLATE,
     Objects,
+    condition,
     gitea_operator,
     template_body,
 )
+from tests.support.volumes import bind_volumes, wait_bound
 
 pytestmark = pytest.mark.integration
 V = "v1alpha1"
@@ -58,56 +59,6 @@ def env_body(name: str, **spec: Any) -> dict[str, Any]:
     }
 
 
-def bind_volumes(objs: Objects, claims: list[str], tmp_path: Path) -> list[str]:
-    """Static PersistentVolumes pre-bound to the environment's claims (the control plane has no
-    provisioner), so that the scheduler places its Pods."""
-    names = []
-    for claim in claims:
-        name = f"{objs.namespace}-{claim}"[:63]
-        pv = {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": name},
-            "spec": {
-                "capacity": {"storage": "10Gi"},
-                "accessModes": ["ReadWriteOnce"],
-                "storageClassName": "",
-                "hostPath": {"path": str(tmp_path / claim)},
-                "claimRef": {"namespace": objs.namespace, "name": claim},
-                "persistentVolumeReclaimPolicy": "Delete",
-            },
-        }
-        objs.core.create_persistent_volume(pv)
-        names.append(name)
-    return names
-
-
-def wait_bound(objs: Objects, claims: list[str], timeout: float) -> None:
-    """Wait until the claims are Bound to the volumes made for them; else fail with the PV controller's view
-    (claims, volumes, events, its log), which is what a Pod that is never scheduled comes down to here."""
-
-    def bound() -> bool:
-        phases = {
-            pvc.metadata.name: pvc.status.phase
-            for pvc in objs.core.list_namespaced_persistent_volume_claim(objs.namespace).items
-        }
-        return all(phases.get(claim) == "Bound" for claim in claims)
-
-    try:
-        wait_for(bound, timeout=timeout, what=f"claims {', '.join(claims)} to be Bound", interval=0.25)
-    except TimeoutError as exc:
-        pytest.fail(f"{exc}\n{volume_report(objs.core, objs.namespace)}", pytrace=False)
-
-
-def secret_data(objs: Objects, name: str) -> dict[str, str]:
-    secret = objs.core.read_namespaced_secret(name, objs.namespace)
-    return {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
-
-
-def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
-    return next((x for x in (obj.get("status") or {}).get("conditions") or () if x["type"] == type_), {})
-
-
 def events_text(objs: Objects) -> str:
     return json.dumps(
         [e.to_dict() for e in objs.core.list_namespaced_event(objs.namespace).items], default=str
@@ -128,7 +79,7 @@ def test_children_gitea_bootstrap_and_no_secret_leaks(objs: Objects, tmp_path: P
         uid = env["metadata"]["uid"]
         wait_for(lambda: objs.secret_exists("env1-gitea-admin"), timeout=30, what="Gitea admin Secret")
         wait_bound(objs, ["workspace-env1"], timeout=120)
-        creds = secret_data(objs, "env1-gitea-admin")
+        creds = objs.secret_data("env1-gitea-admin")
         with GiteaServer(
             tmp_path / "gitea",
             admin_username=creds["username"],
@@ -178,7 +129,7 @@ def test_children_gitea_bootstrap_and_no_secret_leaks(objs: Objects, tmp_path: P
             assert env["status"]["giteaURL"] == gitea_url
 
             # Bootstrap: one organization per owner, one repository per source, the token kept.
-            token = secret_data(objs, "env1-gitea-admin")["token"]
+            token = objs.secret_data("env1-gitea-admin")["token"]
             orgs = sorted(o["username"] for o in gitea.api("GET", "admin/orgs"))
             assert orgs == ["microsoft", "shadow"]
             assert [r["name"] for r in gitea.api("GET", "orgs/microsoft/repos")] == ["amplifier-core"]
@@ -214,7 +165,7 @@ def test_children_gitea_bootstrap_and_no_secret_leaks(objs: Objects, tmp_path: P
             assert len(gitea.api("GET", "orgs/microsoft/repos")) == 1
             tokens = gitea.api("GET", f"users/{creds['username']}/tokens")
             assert [t["name"] for t in tokens] == ["shadow-operator"]
-            assert secret_data(objs, "env1-gitea-admin")["token"] == token
+            assert objs.secret_data("env1-gitea-admin")["token"] == token
 
             # No credential in status or events.
             text = json.dumps(objs.get(ENVIRONMENT, "env1", V)) + events_text(objs)

@@ -30,11 +30,13 @@ from tests.support.sandbox_operator import (
     TEMPLATE,
     Objects,
     apply_crds,
+    condition,
     in_process_operator,
     install_crds,
     template_body,
 )
 from tests.support.snapshots import crd_dir, missing, require, snapshot_crds
+from tests.support.volumes import bind_volumes
 
 pytestmark = pytest.mark.integration
 V = "v1alpha1"
@@ -81,25 +83,6 @@ def operator(k8s_api: client.ApiClient, runtime: Server) -> Iterator[Any]:
         yield runner
 
 
-def bind(objs: Objects, claim: str, storage_class: str, tmp_path: Path) -> None:
-    """A PersistentVolume pre-bound to `claim` (the control plane has no provisioner)."""
-    objs.core.create_persistent_volume(
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": f"{objs.namespace}-{claim}"[:63]},
-            "spec": {
-                "capacity": {"storage": "10Gi"},
-                "accessModes": ["ReadWriteOnce"],
-                "storageClassName": storage_class,
-                "hostPath": {"path": str(tmp_path / claim)},
-                "claimRef": {"namespace": objs.namespace, "name": claim},
-                "persistentVolumeReclaimPolicy": "Delete",
-            },
-        }
-    )
-
-
 def env_body(name: str, **spec: Any) -> dict[str, Any]:
     return {
         "metadata": {"name": name},
@@ -116,7 +99,7 @@ def source_env(
     objs: Objects, runtime: Server, name: str, storage_class: str, tmp_path: Path
 ) -> dict[str, Any]:
     """An environment with one uploaded source, its sources in (copy-in ran git in the loopback runtime)."""
-    bind(objs, f"workspace-{name}", storage_class, tmp_path)
+    bind_volumes(objs, [f"workspace-{name}"], tmp_path, storage_class=storage_class)
     objs.create(
         ENVIRONMENT,
         env_body(
@@ -153,10 +136,6 @@ def failure(objs: Objects, name: str, code: str, timeout: float = 60) -> dict[st
         what=f"{name} to fail with {code}",
         version=V,
     )
-
-
-def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
-    return next((x for x in (obj.get("status") or {}).get("conditions") or () if x["type"] == type_), {})
 
 
 def test_fork_by_snapshot_owns_its_snapshot_and_times_out(
@@ -245,7 +224,7 @@ def test_fork_volume_is_claimed_while_the_snapshot_is_cut(
     rv = objs.custom.get_namespaced_custom_object(
         "shadow.dev", V, objs.namespace, "shadowenvironments", "f4"
     )["metadata"]["resourceVersion"]
-    bind(objs, "workspace-f4", "fork-csi", tmp_path)
+    bind_volumes(objs, ["workspace-f4"], tmp_path, storage_class="fork-csi")
     seen: list[tuple[str | None, str | None]] = []
     # Every change from the bind on, in order: the watch is re-opened from the last version it saw should the
     # API server end it early. Seconds on a quiet machine; generous for a loaded one (CI builds beside the tests).
@@ -299,7 +278,7 @@ def test_fork_copies_where_no_snapshot_class_serves_the_volume(
 ) -> None:
     objs.create(TEMPLATE, template_body("workspace"))
     source_env(objs, runtime, "src", "fork-plain", tmp_path)
-    bind(objs, "workspace-f2", "fork-plain", tmp_path)
+    bind_volumes(objs, ["workspace-f2"], tmp_path, storage_class="fork-plain")
     objs.create(ENVIRONMENT, env_body("f2", workspace={"from": {"environment": "src"}}), version=V)
 
     env = objs.wait_condition(ENVIRONMENT, "f2", timeout=90, version=V)

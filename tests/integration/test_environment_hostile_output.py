@@ -33,6 +33,7 @@ from tests.support.sandbox_operator import (
     install_crds,
     template_body,
 )
+from tests.support.volumes import bind_volumes
 
 pytestmark = pytest.mark.integration
 V = "v1alpha1"
@@ -128,30 +129,11 @@ def operator(k8s_api: client.ApiClient, in_front: str) -> Iterator[Any]:
         yield runner
 
 
-def bind(objs: Objects, claim: str, tmp_path: Path) -> None:
-    """A PersistentVolume pre-bound to `claim` (the control plane has no provisioner)."""
-    objs.core.create_persistent_volume(
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": f"{objs.namespace}-{claim}"[:63]},
-            "spec": {
-                "capacity": {"storage": "10Gi"},
-                "accessModes": ["ReadWriteOnce"],
-                "storageClassName": STORAGE_CLASS,
-                "hostPath": {"path": str(tmp_path / claim)},
-                "claimRef": {"namespace": objs.namespace, "name": claim},
-                "persistentVolumeReclaimPolicy": "Delete",
-            },
-        }
-    )
-
-
 def test_a_flood_of_control_characters_gets_a_verdict_not_the_operator_oom(
     objs: Objects, runtime: Server, operator: Any, tmp_path: Path
 ) -> None:
     objs.create(TEMPLATE, template_body("workspace"))
-    bind(objs, "workspace-flood", tmp_path)
+    bind_volumes(objs, ["workspace-flood"], tmp_path, storage_class=STORAGE_CLASS)
     objs.create(
         ENVIRONMENT,
         {

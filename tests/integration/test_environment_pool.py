@@ -7,7 +7,6 @@ the real binary on loopback, started with the credentials of the instance an env
 
 from __future__ import annotations
 
-import base64
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +32,7 @@ from tests.support.sandbox_operator import (
     gitea_operator,
     template_body,
 )
+from tests.support.volumes import bind_volumes
 
 pytestmark = pytest.mark.integration
 V = "v1alpha1"
@@ -54,30 +54,17 @@ class Volumes:
 
     def __init__(self, objs: Objects, root: Path) -> None:
         self.objs, self.root, self.made = objs, root, set[str]()
+        self.prefix = f"pool-{naming.name_hash(objs.namespace)}"
 
     def pv_name(self, claim: str) -> str:
-        return f"pool-{naming.name_hash(self.objs.namespace)}-{claim}"[:63]
+        return f"{self.prefix}-{claim}"[:63]
 
     def bind_new(self) -> None:
         for pvc in self.objs.core.list_namespaced_persistent_volume_claim(self.objs.namespace).items:
             claim = pvc.metadata.name
             if claim in self.made or pvc.status.phase == "Bound":
                 continue
-            self.objs.core.create_persistent_volume(
-                {
-                    "apiVersion": "v1",
-                    "kind": "PersistentVolume",
-                    "metadata": {"name": self.pv_name(claim)},
-                    "spec": {
-                        "capacity": {"storage": "10Gi"},
-                        "accessModes": ["ReadWriteOnce"],
-                        "storageClassName": "",
-                        "hostPath": {"path": str(self.root / claim)},
-                        "claimRef": {"namespace": self.objs.namespace, "name": claim},
-                        "persistentVolumeReclaimPolicy": "Delete",
-                    },
-                }
-            )
+            bind_volumes(self.objs, [claim], self.root, prefix=self.prefix)
             self.made.add(claim)
 
     def remove(self) -> None:
@@ -192,12 +179,7 @@ def test_an_environment_takes_a_started_instance_and_the_pool_refills(objs: Obje
         assert pod.metadata.labels[c.LABEL_ENVIRONMENT] == name
 
         # An environment naming the pool takes the instance: Sandbox and Gitea become its children.
-        creds = {
-            k: base64.b64decode(v).decode()
-            for k, v in objs.core.read_namespaced_secret(
-                res.gitea_secret_name(name), objs.namespace
-            ).data.items()
-        }
+        creds = objs.secret_data(res.gitea_secret_name(name))
         with GiteaServer(
             tmp_path / "gitea",
             admin_username=creds["username"],

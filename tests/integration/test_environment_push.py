@@ -12,7 +12,6 @@ streams it, copies in with its large file.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import urllib.request
@@ -40,6 +39,7 @@ from tests.support.sandbox_operator import (
     gitea_operator,
     template_body,
 )
+from tests.support.volumes import bind_volumes
 
 pytestmark = pytest.mark.integration
 V = "v1alpha1"
@@ -53,46 +53,6 @@ def operator(k8s_api: client.ApiClient, runtime: Server) -> Iterator[Any]:
         yield runner
 
 
-def bind_volumes(objs: Objects, env: str, tmp_path: Path) -> list[str]:
-    """Static PersistentVolumes pre-bound to the environment's claims (the control plane has no provisioner)."""
-    names = []
-    for claim in (f"workspace-{env}",):  # Gitea's data is on an emptyDir
-        name = f"{objs.namespace}-{claim}"[:63]
-        objs.core.create_persistent_volume(
-            {
-                "apiVersion": "v1",
-                "kind": "PersistentVolume",
-                "metadata": {"name": name},
-                "spec": {
-                    "capacity": {"storage": "10Gi"},
-                    "accessModes": ["ReadWriteOnce"],
-                    "storageClassName": "",
-                    "hostPath": {"path": str(tmp_path / claim)},
-                    "claimRef": {"namespace": objs.namespace, "name": claim},
-                    "persistentVolumeReclaimPolicy": "Delete",
-                },
-            }
-        )
-        names.append(name)
-    return names
-
-
-def secret_data(objs: Objects, name: str) -> dict[str, str]:
-    secret = objs.core.read_namespaced_secret(name, objs.namespace)
-    return {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
-
-
-def annotate(objs: Objects, name: str, annotations: dict[str, str]) -> None:
-    objs.custom.patch_namespaced_custom_object(
-        "shadow.dev",
-        V,
-        objs.namespace,
-        "shadowenvironments",
-        name,
-        {"metadata": {"annotations": annotations}},
-    )
-
-
 def raw(path: str) -> bytes:
     """A file of a public repository, read anonymously from Gitea's web route."""
     with urllib.request.urlopen(f"{GITEA_URL}/{path}", timeout=30) as resp:
@@ -103,7 +63,7 @@ def test_pushes_never_hand_the_token_to_the_workspace_and_lfs_copies_in(
     objs: Objects, runtime: Server, tmp_path: Path
 ) -> None:
     objs.create(TEMPLATE, template_body("workspace"))
-    volumes = bind_volumes(objs, "hostile", tmp_path)
+    volumes = bind_volumes(objs, ["workspace-hostile"], tmp_path)
     canaries = tmp_path / "canaries"
     try:
         objs.create(
@@ -122,7 +82,7 @@ def test_pushes_never_hand_the_token_to_the_workspace_and_lfs_copies_in(
             version=V,
         )
         wait_for(lambda: objs.secret_exists("hostile-gitea-admin"), timeout=30, what="Gitea admin Secret")
-        creds = secret_data(objs, "hostile-gitea-admin")
+        creds = objs.secret_data("hostile-gitea-admin")
         with (
             GiteaServer(
                 tmp_path / "gitea",
@@ -141,7 +101,7 @@ def test_pushes_never_hand_the_token_to_the_workspace_and_lfs_copies_in(
                 timeout=120,
                 version=V,
             )
-            token = secret_data(objs, "hostile-gitea-admin")["token"]
+            token = objs.secret_data("hostile-gitea-admin")["token"]
 
             # The tenant's repository, planted in the workspace; an lfs repository uploaded as the CLI does.
             core = runtime.root / "core"
@@ -153,13 +113,14 @@ def test_pushes_never_hand_the_token_to_the_workspace_and_lfs_copies_in(
                 f"{runtime.url}/v1/archive/art", content=b"".join(stream_worktree(local)), timeout=120
             )
             assert resp.status_code < 300, resp.text
-            annotate(
-                objs,
+            objs.annotate(
+                ENVIRONMENT,
                 "hostile",
                 {
                     c.ANNOTATION_UPLOAD_PREFIX + "core": "sha256:a",
                     c.ANNOTATION_UPLOAD_PREFIX + "art": "sha256:b",
                 },
+                V,
             )
             env = objs.wait_condition(ENVIRONMENT, "hostile", type_="SourcesReady", timeout=120, version=V)
 
@@ -192,7 +153,7 @@ def test_pushes_never_hand_the_token_to_the_workspace_and_lfs_copies_in(
             published.mkdir(parents=True)
             (published / "setup.py").write_text("from setuptools import setup\nsetup(name='tool')\n")
             request = {"id": "pub1", "path": ".sandbox-runtime/publish/p1", "repo": "team/tool"}
-            annotate(objs, "hostile", {c.ANNOTATION_PUSH_REQUEST: json.dumps(request)})
+            objs.annotate(ENVIRONMENT, "hostile", {c.ANNOTATION_PUSH_REQUEST: json.dumps(request)}, V)
             env = objs.wait(
                 ENVIRONMENT,
                 "hostile",
@@ -210,7 +171,7 @@ def test_pushes_never_hand_the_token_to_the_workspace_and_lfs_copies_in(
 
             # A request the operator cannot carry out is answered, with the reason.
             bad = {"id": "bad1", "source": "core", "branch": "no..dots"}
-            annotate(objs, "hostile", {c.ANNOTATION_PUSH_REQUEST: json.dumps(bad)})
+            objs.annotate(ENVIRONMENT, "hostile", {c.ANNOTATION_PUSH_REQUEST: json.dumps(bad)}, V)
             env = objs.wait(
                 ENVIRONMENT,
                 "hostile",
@@ -240,7 +201,7 @@ def test_a_gitea_pod_that_lost_its_emptydir_gets_the_snapshots_again(
     operator sets the new Gitea up and pushes the copied-in snapshot again (the same commit: the workspace's
     files did not change), and says so in an event."""
     objs.create(TEMPLATE, template_body("workspace"))
-    volumes = bind_volumes(objs, "amnesia", tmp_path)
+    volumes = bind_volumes(objs, ["workspace-amnesia"], tmp_path)
     source = runtime.root / "amnesia"
     source.mkdir(parents=True)
     git(source, "init", "-q", "--initial-branch=main")
@@ -256,7 +217,7 @@ def test_a_gitea_pod_that_lost_its_emptydir_gets_the_snapshots_again(
         }
         objs.create(ENVIRONMENT, {"metadata": {"name": "amnesia"}, "spec": spec}, version=V)
         wait_for(lambda: objs.secret_exists("amnesia-gitea-admin"), timeout=30, what="Gitea admin Secret")
-        creds = secret_data(objs, "amnesia-gitea-admin")
+        creds = objs.secret_data("amnesia-gitea-admin")
         login = {"admin_username": creds["username"], "admin_password": creds["password"], "port": GITEA_PORT}
         with GiteaServer(tmp_path / "gitea-1", **login) as gitea:
             objs.wait_condition(
@@ -268,7 +229,7 @@ def test_a_gitea_pod_that_lost_its_emptydir_gets_the_snapshots_again(
                 timeout=120,
                 version=V,
             )
-            annotate(objs, "amnesia", {c.ANNOTATION_UPLOAD_PREFIX + "amnesia": "sha256:a"})
+            objs.annotate(ENVIRONMENT, "amnesia", {c.ANNOTATION_UPLOAD_PREFIX + "amnesia": "sha256:a"}, V)
             env = objs.wait_condition(ENVIRONMENT, "amnesia", timeout=120, version=V)
             [copied] = env["status"]["sources"]
             first_pod = env["status"]["giteaPodUID"]
@@ -298,7 +259,7 @@ def test_a_gitea_pod_that_lost_its_emptydir_gets_the_snapshots_again(
                 if e.reason == "GiteaDataLost" and e.involved_object.name == "amnesia"
             ]
             assert lost and "amnesia" in lost[0].message
-            assert secret_data(objs, "amnesia-gitea-admin")["token"]  # a token the new Gitea knows
+            assert objs.secret_data("amnesia-gitea-admin")["token"]  # a token the new Gitea knows
     finally:
         for name in volumes:
             with contextlib.suppress(ApiException):
@@ -311,7 +272,7 @@ def test_a_git_source_is_cloned_while_gitea_is_not_up_yet(
     """The workspace side of the copy-in does not wait for Gitea: the clone is in the workspace before any
     Gitea answers; the push follows once one does."""
     objs.create(TEMPLATE, template_body("workspace"))
-    volumes = bind_volumes(objs, "early", tmp_path)
+    volumes = bind_volumes(objs, ["workspace-early"], tmp_path)
     upstream = tmp_path / "upstream"
     upstream.mkdir()
     git(upstream, "init", "-q", "--initial-branch=main")
@@ -337,7 +298,7 @@ def test_a_git_source_is_cloned_while_gitea_is_not_up_yet(
         gitea_ready = next(x for x in env["status"]["conditions"] if x["type"] == "GiteaReady")
         assert gitea_ready["status"] == "False"
 
-        creds = secret_data(objs, "early-gitea-admin")
+        creds = objs.secret_data("early-gitea-admin")
         login = {"admin_username": creds["username"], "admin_password": creds["password"], "port": GITEA_PORT}
         with GiteaServer(tmp_path / "gitea", **login) as gitea:
             env = objs.wait_condition(ENVIRONMENT, "early", timeout=120, version=V)

@@ -4,9 +4,6 @@ Pod and keeps its volume; start brings the same volume back in a new Pod."""
 from __future__ import annotations
 
 import contextlib
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,17 +11,12 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 from shadow_operator.api import constants as c
 
-from tests.integration.test_environment import bind_volumes, condition, wait_bound
-from tests.support.sandbox_operator import ENVIRONMENT, SANDBOX, TEMPLATE, Objects, template_body
+from tests.support.sandbox_operator import ENVIRONMENT, SANDBOX, TEMPLATE, Objects, condition, template_body
+from tests.support.shadowctl import run
+from tests.support.volumes import bind_volumes, wait_bound
 
 pytestmark = pytest.mark.integration
 V = "v1alpha1"
-SHADOWCTL = str(Path(sys.executable).parent / "shadowctl")
-
-
-def run(kubeconfig: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "KUBECONFIG": kubeconfig, "COLUMNS": "200"}
-    return subprocess.run([SHADOWCTL, *args], env=env, capture_output=True, text=True, timeout=120)
 
 
 def workspace_ready(env: dict[str, Any]) -> bool:

@@ -19,16 +19,8 @@ from shadow_operator.api import constants as c
 from shadow_operator.api.environment import ShadowEnvironment
 from shadow_operator.sdk import environment as envops
 
-from tests.integration.test_environment_push import (
-    GITEA_PORT,
-    GITEA_URL,
-    V,
-    annotate,
-    bind_volumes,
-    secret_data,
-)
 from tests.runtime.conftest import Server
-from tests.support.controlplane import wait_for
+from tests.support.controlplane import free_port, wait_for
 from tests.support.gitea import GiteaServer
 from tests.support.hostile_repo import git
 from tests.support.sandbox_operator import (
@@ -38,8 +30,12 @@ from tests.support.sandbox_operator import (
     gitea_operator,
     template_body,
 )
+from tests.support.volumes import bind_volumes
 
 pytestmark = pytest.mark.integration
+V = "v1alpha1"
+GITEA_PORT = free_port()
+GITEA_URL = f"http://127.0.0.1:{GITEA_PORT}"
 PHASES = ["scheduled", "workspaceReady", "giteaReady", "uploaded", "copiedIn", "ready", "verified"]
 
 
@@ -58,7 +54,7 @@ def test_each_phase_is_timed_once_in_order_and_exported(
     objs: Objects, runtime: Server, tmp_path: Path
 ) -> None:
     objs.create(TEMPLATE, template_body("workspace"))
-    volumes = bind_volumes(objs, "timed", tmp_path)
+    volumes = bind_volumes(objs, ["workspace-timed"], tmp_path)
     try:
         objs.create(
             ENVIRONMENT,
@@ -74,7 +70,7 @@ def test_each_phase_is_timed_once_in_order_and_exported(
         )
         wait_for(lambda: objs.get(ENVIRONMENT, "timed", V) is not None, timeout=10, what="the environment")
         wait_for(lambda: objs.secret_exists("timed-gitea-admin"), timeout=30, what="Gitea admin Secret")
-        creds = secret_data(objs, "timed-gitea-admin")
+        creds = objs.secret_data("timed-gitea-admin")
         with GiteaServer(
             tmp_path / "gitea",
             admin_username=creds["username"],
@@ -100,7 +96,7 @@ def test_each_phase_is_timed_once_in_order_and_exported(
             git(app, "init", "-q", "-b", "main")
             git(app, "add", "-A")
             git(app, "commit", "-q", "-m", "init")
-            annotate(objs, "timed", {c.ANNOTATION_UPLOAD_PREFIX + "app": "sha256:a"})
+            objs.annotate(ENVIRONMENT, "timed", {c.ANNOTATION_UPLOAD_PREFIX + "app": "sha256:a"}, V)
             env = objs.wait_condition(ENVIRONMENT, "timed", type_="Verified", timeout=120, version=V)
 
         model = ShadowEnvironment.from_body(env)

@@ -29,11 +29,11 @@ from mcp.types import CallToolResult
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
 
-from tests.integration.test_environment_push import bind_volumes, secret_data
 from tests.runtime.conftest import Server, start_server
 from tests.support.controlplane import FAKE_NODE_ANNOTATION, free_port, wait_for
 from tests.support.gitea import GiteaServer
 from tests.support.sandbox_operator import ENVIRONMENT, TEMPLATE, Objects, gitea_operator, template_body
+from tests.support.volumes import bind_volumes
 
 pytestmark = pytest.mark.integration
 V = "v1alpha1"
@@ -220,7 +220,7 @@ def test_an_agent_creates_changes_verifies_and_promotes_over_stdio(
             await asyncio.to_thread(
                 wait_for, lambda: objs.secret_exists("seed-gitea-admin"), timeout=60, what="Gitea Secret"
             )
-            creds = secret_data(objs, "seed-gitea-admin")
+            creds = objs.secret_data("seed-gitea-admin")
             gitea = GiteaServer(
                 tmp_path / "gitea",
                 admin_username=creds["username"],
@@ -290,7 +290,7 @@ def test_an_agent_creates_changes_verifies_and_promotes_over_stdio(
     with contextlib.ExitStack() as stack:
         node = stack.enter_context(node_at_this_machine(objs.core))
         objs.create(TEMPLATE, workspace_template(runtime, node))
-        for volume in bind_volumes(objs, "seed", tmp_path):
+        for volume in bind_volumes(objs, ["workspace-seed"], tmp_path):
             stack.callback(delete_volume, objs.core, volume)
         token_secret(objs, "seed")
         token_secret(objs, "mcp-box")

@@ -23,11 +23,11 @@ from shadow_operator.resources.previewkeys import link_keys_secret
 from shadow_operator.sdk import kube, preview_link
 from shadow_operator.sdk.preview import PreviewKeysUnavailable
 
-from tests.integration.test_cli_logins import run, write_kubeconfig
-from tests.integration.test_pod_security_admission import CHART, helm
 from tests.support.controlplane import wait_for
 from tests.support.pki import CertificateAuthority
+from tests.support.router import CHART, helm_binary
 from tests.support.sandbox_operator import SANDBOX, Objects, install_crds
+from tests.support.shadowctl import run, write_kubeconfig
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +36,7 @@ KEY = b"k" * 32
 
 def render(release: str, namespace: str, tenants: list[str], *values: str) -> list[dict[str, Any]]:
     out = subprocess.run(
-        [helm(), "template", release, str(CHART), "--namespace", namespace,
+        [helm_binary(), "template", release, str(CHART), "--namespace", namespace,
          f"--set=tenants.namespaces={{{','.join(tenants)}}}", *(f"--set={v}" for v in values),
          "--show-only=templates/discovery.yaml", "--show-only=templates/tenant-rbac.yaml",
          "--show-only=templates/serviceaccount.yaml", "--show-only=templates/deployment.yaml"],
@@ -69,7 +69,7 @@ class Release:
             leases.patch_namespaced_lease(self.fullname, self.namespace, {"spec": body["spec"]})
 
     def doctor(self) -> dict[str, Any]:
-        result = run("doctor", "-o", "json", kubeconfig=self.config)
+        result = run(self.config, "doctor", "-o", "json")
         checks = {c["check"]: c for c in json.loads(result.stdout)}
         return dict(checks["operator"])
 

@@ -10,11 +10,8 @@ from the operator: Ready=False/PodSecurityRefused.
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -37,22 +34,14 @@ from tests.support.pod_security_cases import (
     pod_spec,
     probe_template,
 )
+from tests.support.router import CHART, helm_binary
 from tests.support.sandbox_operator import SANDBOX, TEMPLATE, Objects, install_crds
 
 pytestmark = pytest.mark.integration
 
-CHART = Path(__file__).resolve().parents[2] / "charts" / "shadow-operator"
 VALUES = ("allowPrivileged", "allowHostNamespaces", "allowHostPath", "allowServiceAccount")
 # The allow* values loosen what the product refuses beyond the level: they mean something at level privileged.
 PRIVILEGED = "level=privileged"
-
-
-def helm() -> str:
-    cache = Path(os.environ.get("SHADOW_CACHE", Path.home() / ".cache" / "shadow-operator"))
-    for candidate in (os.environ.get("HELM", ""), str(cache / "bin" / "helm"), shutil.which("helm") or ""):
-        if candidate and os.access(candidate, os.X_OK):
-            return candidate
-    pytest.fail("helm not found: build it with `hack/build-tools.sh helm` (or set HELM)")
 
 
 def rendered_policy(namespace: str, *settings: str) -> list[dict[str, Any]]:
@@ -60,7 +49,7 @@ def rendered_policy(namespace: str, *settings: str) -> list[dict[str, Any]]:
     (`allowHostPath` for podSecurity.allowHostPath=true, `level=baseline` for podSecurity.level=baseline)."""
     values = [f"--set=podSecurity.{s if '=' in s else s + '=true'}" for s in settings]
     out = subprocess.run(
-        [helm(), "template", "shadow", str(CHART), "--namespace", "shadow-system",
+        [helm_binary(), "template", "shadow", str(CHART), "--namespace", "shadow-system",
          f"--set=operator.watchNamespaces={{{namespace}}}", *values,
          "--show-only", "templates/pod-security-policy.yaml"],
         capture_output=True, text=True, check=True, timeout=120,

@@ -14,6 +14,7 @@ from shadow_operator.api import naming
 
 from tests.support.controlplane import wait_for
 from tests.support.sandbox_operator import SANDBOX, Objects, sandbox_body
+from tests.support.volumes import persistent_volume
 
 pytestmark = pytest.mark.integration
 
@@ -172,17 +173,7 @@ def test_suspend_and_resume_keep_the_volumes(objs: Objects, k8s_api: client.ApiC
     storage_class = f"manual-{uuid.uuid4().hex[:6]}"
     pv_name = f"pv-{objs.namespace}"[:63]
     objs.core.create_persistent_volume(
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": pv_name},
-            "spec": {
-                "capacity": {"storage": "1Gi"},
-                "accessModes": ["ReadWriteOnce"],
-                "storageClassName": storage_class,
-                "hostPath": {"path": "/tmp/shadow-pv"},
-            },
-        }
+        persistent_volume(pv_name, "/tmp/shadow-pv", storage_class=storage_class, capacity="1Gi")
     )
     try:
         vct = [

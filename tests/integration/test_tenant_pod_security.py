@@ -25,10 +25,9 @@ from shadow_operator.resources import environment as env_res
 from shadow_operator.resources import sandbox as res
 from shadow_operator.resources.blueprint import sandbox_spec_from_template
 
-from tests.integration.test_cli_errors import run
-from tests.integration.test_pod_security_admission import CHART, helm
 from tests.support.controlplane import wait_for
 from tests.support.rbac import configuration, render_rbac, token_kubeconfig
+from tests.support.router import CHART, helm_binary
 from tests.support.sandbox_operator import (
     SANDBOX,
     TEMPLATE,
@@ -39,6 +38,7 @@ from tests.support.sandbox_operator import (
     sandbox_body,
     template_body,
 )
+from tests.support.shadowctl import run
 from tests.support.tenant_pods import every_escape_is_refused
 
 pytestmark = pytest.mark.integration
@@ -155,7 +155,7 @@ def product_pods(namespace: str) -> dict[str, dict[str, Any]]:
     """The pods the product creates in a tenant namespace, as the operator builds them: a sandbox of the
     chart's default template, an environment's workspace and its Gitea."""
     out = subprocess.run(
-        [helm(), "template", "shadow", str(CHART), "--namespace", namespace,
+        [helm_binary(), "template", "shadow", str(CHART), "--namespace", namespace,
          "--show-only", "templates/sandboxtemplate.yaml"],
         capture_output=True, text=True, check=True, timeout=120,
     ).stdout  # fmt: skip

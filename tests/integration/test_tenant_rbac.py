@@ -19,8 +19,8 @@ import yaml
 from kubernetes import client, utils
 from kubernetes.client.exceptions import ApiException
 
-from tests.integration.test_pod_security_admission import CHART, helm
 from tests.support.controlplane import wait_for
+from tests.support.router import CHART, helm_binary
 from tests.support.sandbox_operator import install_crds
 
 pytestmark = pytest.mark.integration
@@ -71,7 +71,7 @@ VIEW_READS = [c for c in TENANT_CALLS if c[0] in ("get", "list", "watch") and c[
 
 def render(release: str, tenants: list[str], *show: str) -> list[dict[str, Any]]:
     out = subprocess.run(
-        [helm(), "template", release, str(CHART), "--namespace", f"{release}-system",
+        [helm_binary(), "template", release, str(CHART), "--namespace", f"{release}-system",
          f"--set=tenants.namespaces={{{','.join(tenants)}}}", *(f"--show-only={s}" for s in show)],
         capture_output=True, text=True, check=True, timeout=120,
     ).stdout  # fmt: skip

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from shadow_operator.api.environment import ShadowEnvironment
+from shadow_operator.api.environment import ShadowEnvironment, ShadowEnvironmentStatus
 from shadow_operator.api.kinds import ResourceKind
 from shadow_operator.clients.gitea import Gitea, GiteaError
 from shadow_operator.clients.gitpush import PushSettings
@@ -291,6 +291,24 @@ class World:
         return cast(Runtime, runtime)
 
 
+def to_patch(status: ShadowEnvironmentStatus) -> dict[str, Any]:
+    """The status as the environment wrote it before engine/status.py (every field the old status or a step
+    set; None clears a field): what a test reads a pass's status as, and builds the next pass's from."""
+    patch = status.model_dump(by_alias=True, mode="json", exclude_unset=True)
+    patch.setdefault("failure", None)
+    return {k: _no_nulls_in_lists(v) for k, v in patch.items()}
+
+
+def _no_nulls_in_lists(value: Any, in_list: bool = False) -> Any:
+    """A null in an object deletes the field (merge patch); in a list's item it would be stored as null,
+    which the schema refuses: list items carry only the fields that have a value."""
+    if isinstance(value, list):
+        return [_no_nulls_in_lists(v, True) for v in value]
+    if isinstance(value, dict):
+        return {k: _no_nulls_in_lists(v, in_list) for k, v in value.items() if not (in_list and v is None)}
+    return value
+
+
 FIXED_NOW = datetime(2026, 1, 1, 0, 0, 10, tzinfo=UTC)
 
 
@@ -312,6 +330,15 @@ def merge(target: Any, patch: Any) -> Any:
     return result
 
 
+def _created(body: Body) -> Body:
+    """What the API server adds to an object it creates (the resourceVersion: on every write)."""
+    meta = body["metadata"]
+    meta.setdefault("uid", f"uid-{meta['name']}")
+    meta.setdefault("creationTimestamp", "2026-01-01T00:00:00Z")
+    meta.setdefault("generation", 1)
+    return body
+
+
 class FakeApiServer:
     """Objects by REST path, with what the reconcilers rely on: uid and resourceVersion stamped on create,
     AlreadyExists, a merge patch naming a resourceVersion applied only to that version (409), delete
@@ -331,12 +358,7 @@ class FakeApiServer:
         stored = copy.deepcopy(body)
         stored.setdefault("apiVersion", kind.api_version)
         stored.setdefault("kind", kind.kind)
-        stored["metadata"].setdefault("uid", f"uid-{meta['name']}")
-        stored["metadata"].setdefault("creationTimestamp", "2026-01-01T00:00:00Z")
-        stored["metadata"].setdefault("generation", 1)
-        stored["metadata"]["resourceVersion"] = str(next(self._versions))
-        self.objects[kind.path(meta.get("namespace"), meta["name"])] = stored
-        return copy.deepcopy(stored)
+        return self._bump(kind.path(meta.get("namespace"), meta["name"]), _created(stored))
 
     def body(self, kind: ResourceKind, namespace: str, name: str) -> Body | None:
         return self.objects.get(kind.path(namespace, name))
@@ -378,10 +400,7 @@ class FakeApiServer:
         self._write("create", f"{path}/{name}")
         if f"{path}/{name}" in self.objects:
             raise ApiError(409, "AlreadyExists", f"{name} already exists")
-        stored["metadata"].setdefault("uid", f"uid-{name}")
-        stored["metadata"].setdefault("creationTimestamp", "2026-01-01T00:00:00Z")
-        stored["metadata"].setdefault("generation", 1)
-        return self._bump(f"{path}/{name}", stored)
+        return self._bump(f"{path}/{name}", _created(stored))
 
     async def merge_patch(self, path: str, patch: Mapping[str, Any]) -> Body:
         subresource = path.endswith("/status")

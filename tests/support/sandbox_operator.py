@@ -6,6 +6,7 @@ real subprocess when a test needs to kill it.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import signal
@@ -195,12 +196,19 @@ class Objects:
         items: list[dict[str, Any]] = result["items"]
         return items
 
-    def patch(self, kind: tuple[str, str], name: str, body: dict[str, Any]) -> dict[str, Any]:
+    def patch(
+        self, kind: tuple[str, str], name: str, body: dict[str, Any], version: str = "v1beta1"
+    ) -> dict[str, Any]:
         group, plural = kind
         result: dict[str, Any] = self.custom.patch_namespaced_custom_object(
-            group, "v1beta1", self.namespace, plural, name, body
+            group, version, self.namespace, plural, name, body
         )
         return result
+
+    def annotate(
+        self, kind: tuple[str, str], name: str, annotations: dict[str, str], version: str = "v1beta1"
+    ) -> dict[str, Any]:
+        return self.patch(kind, name, {"metadata": {"annotations": annotations}}, version)
 
     def delete(self, kind: tuple[str, str], name: str) -> None:
         group, plural = kind
@@ -273,6 +281,11 @@ class Objects:
             raise
         return True
 
+    def secret_data(self, name: str) -> dict[str, str]:
+        """The Secret's data, decoded."""
+        secret = self.core.read_namespaced_secret(name, self.namespace)
+        return {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
+
 
 def template_body(name: str, *, image: str = "sandbox-runtime:dev", **spec: Any) -> dict[str, Any]:
     """A template like Amicable's: runtime on 8888 named `runtime`, preview on 3000 named `preview`."""
@@ -304,6 +317,11 @@ def template_body(name: str, *, image: str = "sandbox-runtime:dev", **spec: Any)
 def sandbox_body(name: str, **spec: Any) -> dict[str, Any]:
     body = template_body(name)
     return {"metadata": {"name": name}, "spec": {**body["spec"], **spec}}
+
+
+def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
+    """The object's condition of that type, or {}."""
+    return next((x for x in (obj.get("status") or {}).get("conditions") or () if x["type"] == type_), {})
 
 
 def ready(obj: dict[str, Any]) -> bool:

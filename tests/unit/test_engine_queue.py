@@ -189,3 +189,73 @@ async def test_a_409_conflict_is_retried_at_once_without_backoff() -> None:
     await asyncio.sleep(0.3)
     await queue.stop()
     assert len(attempts) == 3, "conflicts do not wait for the 5 s backoff"
+
+
+async def test_namespaces_are_served_in_turn_so_a_busy_tenant_never_goes_first_by_volume() -> None:
+    order: list[Key] = []
+
+    async def reconcile(key: Key) -> None:
+        order.append(key)
+
+    queue = WorkQueue("Test", reconcile, workers=1)
+    for i in range(500):
+        queue.add(("tenant-a", f"env-{i}"))
+    queue.add(("tenant-b", "only"))
+    queue.add(("tenant-c", "only"))
+    queue.start()
+    queue.start_processing()
+    await settle(queue)
+    await queue.stop()
+    assert len(order) == 502
+    assert order.index(("tenant-b", "only")) == 1, "tenant-b's one key waited behind tenant-a's 500"
+    assert order.index(("tenant-c", "only")) == 2
+    assert [key for key in order if key[0] == "tenant-a"] == [("tenant-a", f"env-{i}") for i in range(500)]
+
+
+async def test_a_tenant_whose_reconciles_hang_never_holds_every_worker() -> None:
+    hung = asyncio.Event()  # never set while the other tenant is served
+    served = asyncio.Event()
+    held: Counter[str] = Counter()
+
+    async def reconcile(key: Key) -> None:
+        if key[0] == "attacker":
+            held["attacker"] += 1
+            await hung.wait()
+        else:
+            served.set()
+
+    queue = WorkQueue("Test", reconcile, workers=4)
+    queue.start()
+    queue.start_processing()
+    for i in range(20):
+        queue.add(("attacker", f"sleep-{i}"))
+    await asyncio.sleep(0.05)
+    queue.add(("victim", "env"))
+    await asyncio.wait_for(served.wait(), timeout=5)
+    assert held["attacker"] == 3, "the attacker holds all but one worker"
+    hung.set()
+    await settle(queue)
+    await queue.stop()
+    assert held["attacker"] == 20, "the attacker's keys still all run once workers free up"
+
+
+async def test_one_namespace_alone_uses_its_share_and_the_rest_waits_its_turn() -> None:
+    running = 0
+    most = 0
+
+    async def reconcile(key: Key) -> None:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        await asyncio.sleep(0.01)
+        running -= 1
+
+    queue = WorkQueue("Test", reconcile, workers=4, namespace_share=2)
+    for i in range(12):
+        queue.add(("solo", str(i)))
+    queue.start()
+    queue.start_processing()
+    await settle(queue, 0.2)
+    await queue.stop()
+    assert most == 2
+    assert len(queue) == 0

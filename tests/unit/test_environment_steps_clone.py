@@ -22,10 +22,9 @@ from shadow_operator.controllers.environment.state import (
     SNAPSHOT_EARLY_POLL_SECONDS,
     SNAPSHOT_POLL_SECONDS,
     StepFailed,
-    to_patch,
 )
 
-from tests.support.fakes import FIXED_NOW, NAMESPACE, World, environment, new_pass
+from tests.support.fakes import FIXED_NOW, NAMESPACE, World, environment, new_pass, to_patch
 
 pytestmark = pytest.mark.unit
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 from shadow_operator.api import constants as c
 from shadow_operator.controllers.environment.idle import IdleStep
-from shadow_operator.controllers.environment.state import to_patch
 
-from tests.support.fakes import World, environment, new_pass
+from tests.support.fakes import World, environment, new_pass, to_patch
 
 pytestmark = pytest.mark.unit
 

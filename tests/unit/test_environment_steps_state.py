@@ -8,9 +8,10 @@ import pytest
 from prometheus_client import REGISTRY
 from shadow_operator.api import constants as c
 from shadow_operator.controllers.environment.reconciler import _observe_timings
-from shadow_operator.controllers.environment.state import StepFailed, to_patch
+from shadow_operator.controllers.environment.state import StepFailed
+from shadow_operator.engine.status import dump
 
-from tests.support.fakes import NAMESPACE, environment, new_pass
+from tests.support.fakes import NAMESPACE, environment, new_pass, to_patch
 
 pytestmark = pytest.mark.unit
 
@@ -21,9 +22,9 @@ def test_ready_marks_its_time_once_and_the_patch_carries_it() -> None:
     state = new_pass(environment(spec=SPEC))
     state.set(c.COND_WORKSPACE_READY, True, "WorkspaceReady", "")
     state.set(c.COND_SOURCES_READY, True, "SourcesCopied", "")
-    patch = to_patch(state.finish())
+    patch = state.changes()  # what the pass writes
     assert patch["timings"] == {"ready": "2026-01-01T00:00:10Z"}
-    assert patch["failure"] is None and patch["observedGeneration"] == 1
+    assert patch.get("failure") is None and patch["observedGeneration"] == 1
     ready = [x for x in patch["conditions"] if x["type"] == c.COND_READY]
     assert ready[0]["status"] == "True" and ready[0]["reason"] == "EnvironmentReady"
 
@@ -47,9 +48,9 @@ def test_a_failure_is_written_and_the_fields_of_list_items_are_never_null() -> N
     }
     state = new_pass(environment(spec=SPEC, status=status))
     state.fail(StepFailed("TemplateNotFound", "TemplateNotFound", "no template"))
-    patch = to_patch(state.finish())
+    patch = state.changes()  # what the pass writes
     assert patch["failure"] == {"code": "TemplateNotFound", "message": "no template"}
-    assert "publicURL" not in patch["sources"][0]
+    assert "publicURL" not in dump(state.status)["sources"][0]  # the status as stored
     assert "timings" not in patch  # nothing finished: the field is not written at all
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from shadow_operator.api import constants as c
 from shadow_operator.clients.runtime import ExecResult
-from shadow_operator.controllers.environment.state import StepFailed, to_patch
+from shadow_operator.controllers.environment.state import StepFailed
 from shadow_operator.controllers.environment.verify import VerifyStep
 from shadow_operator.resources import copyin
 
-from tests.support.fakes import World, environment, new_pass
+from tests.support.fakes import World, environment, new_pass, to_patch
 
 pytestmark = pytest.mark.unit
 

@@ -31,6 +31,24 @@ READY_COLUMNS: tuple[dict[str, Any], ...] = (
     },
 )
 AGE_COLUMN: dict[str, Any] = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+# Kinds with `spec.replicas` (pools): their columns and scale subresource (`kubectl scale`, HPA).
+REPLICA_COLUMNS: tuple[dict[str, Any], ...] = (
+    {"name": "Desired", "type": "integer", "jsonPath": ".spec.replicas"},
+    {"name": "Current", "type": "integer", "jsonPath": ".status.replicas"},
+    {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
+)
+REPLICAS_SCALE: dict[str, str] = {
+    "specReplicasPath": ".spec.replicas",
+    "statusReplicasPath": ".status.replicas",
+    "labelSelectorPath": ".status.selector",
+}
+# shadow.dev kinds: one version, not deprecated, in the `shadow` category.
+SHADOW_CRD: dict[str, Any] = {
+    "versions": (c.SHADOW_VERSION,),
+    "storage_version": c.SHADOW_VERSION,
+    "deprecated_versions": (),
+    "categories": ("shadow",),
+}
 
 
 def resource_path(
@@ -151,17 +169,11 @@ SANDBOX_WARM_POOL = ResourceKind(
     CrdSpec(
         ("swp", "sandboxwarmpool"),
         (
-            {"name": "Desired", "type": "integer", "jsonPath": ".spec.replicas"},
-            {"name": "Current", "type": "integer", "jsonPath": ".status.replicas"},
-            {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
+            *REPLICA_COLUMNS,
             {"name": "Template", "type": "string", "jsonPath": ".spec.sandboxTemplateRef.name"},
             AGE_COLUMN,
         ),
-        scale={
-            "specReplicasPath": ".spec.replicas",
-            "statusReplicasPath": ".status.replicas",
-            "labelSelectorPath": ".status.selector",
-        },
+        scale=REPLICAS_SCALE,
     ),
 )
 
@@ -199,10 +211,7 @@ SHADOW_ENVIRONMENT = ResourceKind(
             },
             AGE_COLUMN,
         ),
-        versions=(c.SHADOW_VERSION,),
-        storage_version=c.SHADOW_VERSION,
-        deprecated_versions=(),
-        categories=("shadow",),
+        **SHADOW_CRD,
     ),
 )
 
@@ -215,21 +224,12 @@ SHADOW_ENVIRONMENT_POOL = ResourceKind(
     CrdSpec(
         ("shpool", "shadowpool"),
         (
-            {"name": "Desired", "type": "integer", "jsonPath": ".spec.replicas"},
-            {"name": "Current", "type": "integer", "jsonPath": ".status.replicas"},
-            {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
+            *REPLICA_COLUMNS,
             {"name": "Template", "type": "string", "jsonPath": ".spec.template", "priority": 1},
             AGE_COLUMN,
         ),
-        versions=(c.SHADOW_VERSION,),
-        storage_version=c.SHADOW_VERSION,
-        deprecated_versions=(),
-        categories=("shadow",),
-        scale={
-            "specReplicasPath": ".spec.replicas",
-            "statusReplicasPath": ".status.replicas",
-            "labelSelectorPath": ".status.selector",
-        },
+        **SHADOW_CRD,
+        scale=REPLICAS_SCALE,
     ),
 )
 

@@ -159,6 +159,11 @@ class ObjectMeta(ApiModel):
     annotations: dict[str, str] = Field(default_factory=dict)
     owner_references: list[OwnerReference] = Field(default_factory=list)
 
+    @property
+    def controller(self) -> OwnerReference | None:
+        """The controller owner reference, if any."""
+        return next((ref for ref in self.owner_references if ref.controller), None)
+
 
 class Resource(ApiModel):
     """Base of every top-level kind: validated once at the boundary, with the raw body kept beside it.
@@ -194,6 +199,18 @@ class Resource(ApiModel):
     @property
     def deleting(self) -> bool:
         return self.metadata.deletion_timestamp is not None
+
+
+class StatefulSetStatus(ApiModel):
+    """The part of apps/v1 StatefulSetStatus the operator reads."""
+
+    ready_replicas: int = 0
+
+
+class StatefulSet(Resource):
+    """An apps/v1 StatefulSet as the operator reads it (Gitea's): its metadata and ready replicas."""
+
+    status: StatefulSetStatus = Field(default_factory=StatefulSetStatus)
 
 
 CONDITIONS_FIELD: Any = Field(

@@ -27,7 +27,7 @@ from shadow_operator.cli.common import (
     out,
     split_remote,
 )
-from shadow_operator.cli.fallback import FallbackOpt, with_fallback
+from shadow_operator.cli.fallback import FallbackLocalOpt, FallbackOpt, FallbackVerifyOpt, with_fallback
 from shadow_operator.sdk import confine, kube
 
 if TYPE_CHECKING:  # the models load with the verbs that use them: `list` and `exec` need none
@@ -735,17 +735,8 @@ def verify(
     namespace: NamespaceOpt = "",
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the verdict.")] = 600.0,
     fallback: FallbackOpt = None,
-    local: Annotated[
-        list[str] | None,
-        typer.Option("--local", help="With --fallback: the local directories (default: as recorded)."),
-    ] = None,
-    verify_command: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--verify",
-            help="With --fallback: a command to run on this machine (the cluster's are never run here).",
-        ),
-    ] = None,
+    local: FallbackLocalOpt = None,
+    verify_command: FallbackVerifyOpt = None,
     output: OutputOpt = "text",
 ) -> None:
     """Run the smoke checks again; exit 1 on FAIL. With --fallback host-only, an environment that cannot be

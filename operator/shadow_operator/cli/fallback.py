@@ -29,6 +29,17 @@ FallbackOpt = Annotated[
         "the verification on this machine in a temporary copy of the sources (scored out of 50, labelled).",
     ),
 ]
+FallbackLocalOpt = Annotated[
+    list[str] | None,
+    typer.Option("--local", help="With --fallback: the local directories to check (default: as recorded)."),
+]
+FallbackVerifyOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--verify",
+        help="With --fallback: a command to run on this machine (the cluster's are never run here).",
+    ),
+]
 
 
 def local_sources(specs: Sequence[str]) -> list[LocalSource]:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
 
 from shadow_operator.cli.common import NameArg, NamespaceOpt, OutputOpt, connect, emit
-from shadow_operator.cli.fallback import FallbackOpt, local_sources, warn
+from shadow_operator.cli.fallback import FallbackLocalOpt, FallbackOpt, FallbackVerifyOpt, local_sources, warn
 from shadow_operator.sdk.environment import EnvironmentSpec
 from shadow_operator.sdk.gateway import ShadowGateway
 
@@ -16,19 +14,8 @@ def manifest(
     name: NameArg,
     namespace: NamespaceOpt = "",
     fallback: FallbackOpt = None,
-    local: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--local", help="With --fallback: the local directories to check (default: as recorded)."
-        ),
-    ] = None,
-    verify_command: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--verify",
-            help="With --fallback: a command to run on this machine (the cluster's are never run here).",
-        ),
-    ] = None,
+    local: FallbackLocalOpt = None,
+    verify_command: FallbackVerifyOpt = None,
     output: OutputOpt = "yaml",
 ) -> None:
     """Print the handoff manifest (shadow_id, shadow_available, local_sources, test_context, fallback_mode,

@@ -19,6 +19,7 @@ from shadow_operator.api.models import (
     ClaimLifecycle,
     ClaimSandboxStatus,
     Condition,
+    Resource,
     Sandbox,
     SandboxClaim,
     SandboxClaimStatus,
@@ -321,7 +322,7 @@ class ClaimReconciler(Reconciler[SandboxClaim]):
             await self.client.delete(SANDBOX_CLAIM, namespace, name, propagation=propagation, uid=uid)
             return None
         sandbox = self._bound_sandbox(claim)
-        if sandbox is not None and not sandbox["metadata"].get("deletionTimestamp"):
+        if sandbox is not None and not Resource.model_validate(sandbox).deleting:
             await self.client.delete(
                 SANDBOX, namespace, sandbox["metadata"]["name"], uid=sandbox["metadata"]["uid"]
             )

@@ -23,6 +23,7 @@ from shadow_operator.api.kinds import (
     SHADOW_ENVIRONMENT_POOL,
     STATEFUL_SET,
 )
+from shadow_operator.api.models import ObjectMeta
 from shadow_operator.api.pool import ShadowEnvironmentPool, ShadowEnvironmentPoolStatus
 from shadow_operator.controllers import metrics
 from shadow_operator.engine import Cache, Index, NotOwned, Reconciler, Watch, gather_bounded
@@ -64,7 +65,7 @@ class EnvironmentPoolReconciler(Reconciler[ShadowEnvironmentPool]):
         members = [
             s
             for s in self.cache.store(SANDBOX).by_index(ix.BY_CONTROLLER, pool.metadata.uid or "")
-            if not s["metadata"].get("deletionTimestamp")
+            if not ObjectMeta.model_validate(s["metadata"]).deletion_timestamp
         ]
         if template is None:
             message = f"SandboxTemplate {template_name!r} does not exist in namespace {pool.namespace}"
@@ -105,7 +106,9 @@ class EnvironmentPoolReconciler(Reconciler[ShadowEnvironmentPool]):
             )
         elif len(members) > desired:
             # Not Ready first, then the youngest (two stable sorts).
-            members.sort(key=lambda s: str(s["metadata"].get("creationTimestamp")), reverse=True)
+            members.sort(
+                key=lambda s: str(ObjectMeta.model_validate(s["metadata"]).creation_timestamp), reverse=True
+            )
             members.sort(key=lambda s: self._ready(pool, s))
             extra = len(members) - desired
             await asyncio.gather(*(self._delete(pool, s) for s in members[:extra]))
@@ -158,8 +161,9 @@ class EnvironmentPoolReconciler(Reconciler[ShadowEnvironmentPool]):
             return False
         if not pool.spec.gitea.enabled:
             return True
-        sts = self.cache.store(STATEFUL_SET).get(pool.namespace, res.gitea_name(sandbox["metadata"]["name"]))
-        return bool(sts) and ((sts or {}).get("status") or {}).get("readyReplicas", 0) >= 1
+        return res.gitea_ready(
+            self.cache.store(STATEFUL_SET).get(pool.namespace, res.gitea_name(sandbox["metadata"]["name"]))
+        )
 
     # ------------------------------------------------------------------------------------------ status
     async def _report(
@@ -189,4 +193,4 @@ class EnvironmentPoolReconciler(Reconciler[ShadowEnvironmentPool]):
 
 
 def _made_of(sandbox: Body) -> str | None:
-    return (sandbox["metadata"].get("annotations") or {}).get(c.ANNOTATION_POOL_HASH)
+    return ObjectMeta.model_validate(sandbox["metadata"]).annotations.get(c.ANNOTATION_POOL_HASH)

@@ -5,14 +5,14 @@ from __future__ import annotations
 import asyncio
 import secrets
 from datetime import UTC, datetime
-from typing import Any
 
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
 from shadow_operator.api.kinds import POD, PVC, SANDBOX, SANDBOX_TEMPLATE, SECRET, SERVICE, ResourceKind
-from shadow_operator.api.models import Condition, Sandbox, SandboxStatus
+from shadow_operator.api.models import Condition, ObjectMeta, Resource, Sandbox, SandboxStatus
 from shadow_operator.clients.kube import ApiError
 from shadow_operator.engine import Cached, Index, NotOwned, Reconciler
+from shadow_operator.engine.cache import Body
 from shadow_operator.engine.status import StatusPass
 from shadow_operator.resources import conditions as conds
 from shadow_operator.resources import indexes, podsecurity, runtime_auth
@@ -97,7 +97,7 @@ class SandboxReconciler(Reconciler[Sandbox]):
         assert service is None or isinstance(service, dict)
         return res.Observed(pod=pod_seen.pod, pod_owned=pod_seen.pod_owned, service=service)
 
-    async def _ensure_pvc(self, manifest: dict[str, Any], owner: dict[str, Any]) -> None:
+    async def _ensure_pvc(self, manifest: Body, owner: Body) -> None:
         """PVC specs are immutable once bound: create missing ones, leave existing ones (even foreign) as they are."""
         meta = manifest["metadata"]
         if self.cache.store(PVC).get(meta["namespace"], meta["name"]) is not None:
@@ -129,13 +129,13 @@ class SandboxReconciler(Reconciler[Sandbox]):
                 )
 
         if res.is_suspended(body["spec"]):
-            if pod is not None and not pod["metadata"].get("deletionTimestamp"):
+            if pod is not None and not Resource.model_validate(pod).deleting:
                 await self.client.delete(POD, namespace, name, uid=pod["metadata"]["uid"])
                 self.recorder.info(
                     body, reason="PodDeleted", message="Sandbox suspended: Pod deleted, volumes kept"
                 )
         elif pod is None:
-            manifest = res.build_pod(body, token_secret=self._token_secret(body))
+            manifest = res.build_pod(body, token_secret=self._token_secret(sandbox))
             refused = podsecurity.violations(
                 manifest["spec"], self.config.pod_security, manifest["metadata"].get("annotations")
             )
@@ -159,7 +159,7 @@ class SandboxReconciler(Reconciler[Sandbox]):
             else:
                 if not _pool_member(sandbox):
                     self.recorder.info(body, reason="PodCreated", message=f"Created Pod {name}")
-        elif pod["metadata"].get("deletionTimestamp") is None:
+        elif not Resource.model_validate(pod).deleting:
             await self._sync_pod_metadata(body, pod)
         return res.Observed(pod=pod, pod_owned=pod_owned)
 
@@ -177,16 +177,16 @@ class SandboxReconciler(Reconciler[Sandbox]):
             self.recorder.warn(sandbox.body, reason="Invalid" + what, message=message)
         return res.Observed(pod=None, error=message)
 
-    def _token_secret(self, sandbox: dict[str, Any]) -> str | None:
+    def _token_secret(self, sandbox: Sandbox) -> str | None:
         """The runtime token Secret the Pod mounts, or None where the template serves clients without one."""
-        template_name = (sandbox["metadata"].get("annotations") or {}).get(c.ANNOTATION_TEMPLATE_REF)
+        template_name = sandbox.metadata.annotations.get(c.ANNOTATION_TEMPLATE_REF)
         template = None
         if template_name:
-            template = self.cache.store(SANDBOX_TEMPLATE).get(sandbox["metadata"]["namespace"], template_name)
-        required, kept_because = runtime_auth.token_required(sandbox, template)
+            template = self.cache.store(SANDBOX_TEMPLATE).get(sandbox.namespace, template_name)
+        required, kept_because = runtime_auth.token_required(sandbox.body, template)
         if kept_because:
-            self.recorder.warn(sandbox, reason=c.REASON_RUNTIME_TOKEN_KEPT, message=kept_because[:1000])
-        return naming.token_secret_name(sandbox["metadata"]["name"]) if required else None
+            self.recorder.warn(sandbox.body, reason=c.REASON_RUNTIME_TOKEN_KEPT, message=kept_because[:1000])
+        return naming.token_secret_name(sandbox.name) if required else None
 
     async def _ensure_token_secret(self, sandbox: Sandbox) -> None:
         name = naming.token_secret_name(sandbox.name)
@@ -200,28 +200,27 @@ class SandboxReconciler(Reconciler[Sandbox]):
             if not exc.already_exists:
                 raise
 
-    async def _adopt_if_allowed(
-        self, kind: ResourceKind, sandbox: dict[str, Any], obj: dict[str, Any]
-    ) -> dict[str, Any] | None:
+    async def _adopt_if_allowed(self, kind: ResourceKind, sandbox: Body, obj: Body) -> Body | None:
         """Adopt an unowned child only when it carries agents.x-k8s.io/adoptable=true (as upstream)."""
-        meta = obj["metadata"]
-        if res.controller_uid(obj) is not None or (meta.get("labels") or {}).get(c.LABEL_ADOPTABLE) != "true":
+        meta = ObjectMeta.model_validate(obj["metadata"])
+        if meta.controller is not None or meta.labels.get(c.LABEL_ADOPTABLE) != "true":
             return None
+        owners = [ref.model_dump(by_alias=True, exclude_none=True) for ref in meta.owner_references]
         patch = {
             "metadata": {
-                "resourceVersion": meta["resourceVersion"],
-                "ownerReferences": [*(meta.get("ownerReferences") or []), res.owner_reference(sandbox)],
+                "resourceVersion": meta.resource_version,
+                "ownerReferences": [*owners, res.owner_reference(sandbox)],
                 "labels": {
                     c.LABEL_SANDBOX_NAME_HASH: naming.name_hash(sandbox["metadata"]["name"]),
                     c.LABEL_MANAGED_BY: c.MANAGED_BY_VALUE,  # from now on in the cache of its kind
                 },
             }
         }
-        adopted = await self.client.patch(kind, meta["namespace"], meta["name"], patch)
-        self.recorder.info(sandbox, reason="Adopted", message=f"Adopted {kind.kind.lower()} {meta['name']}")
+        adopted = await self.client.patch(kind, meta.namespace, meta.name, patch)
+        self.recorder.info(sandbox, reason="Adopted", message=f"Adopted {kind.kind.lower()} {meta.name}")
         return adopted
 
-    async def _sync_pod_metadata(self, sandbox: dict[str, Any], pod: dict[str, Any]) -> None:
+    async def _sync_pod_metadata(self, sandbox: Body, pod: Body) -> None:
         """Add template labels/annotations the Pod lacks (e.g. merged in by a claim on adoption).
 
         User keys are never removed; of our own propagated labels, those that no longer apply (the warm-pool
@@ -230,8 +229,9 @@ class SandboxReconciler(Reconciler[Sandbox]):
         labels, annotations = res.build_pod_labels_and_annotations(sandbox)
         desired = {"labels": labels, "annotations": annotations}
         patch: dict[str, dict[str, str | None]] = {}
+        meta = ObjectMeta.model_validate(pod["metadata"])
         for kind in ("labels", "annotations"):
-            current = pod["metadata"].get(kind) or {}
+            current = meta.labels if kind == "labels" else meta.annotations
             changes: dict[str, str | None] = {k: v for k, v in desired[kind].items() if current.get(k) != v}
             if kind == "labels":
                 changes.update(
@@ -240,10 +240,9 @@ class SandboxReconciler(Reconciler[Sandbox]):
             if changes:
                 patch[kind] = changes
         if patch:
-            meta = pod["metadata"]
-            await self.client.patch(POD, meta["namespace"], meta["name"], {"metadata": patch})
+            await self.client.patch(POD, meta.namespace, meta.name, {"metadata": patch})
 
-    async def _reconcile_service(self, sandbox: Sandbox) -> dict[str, Any] | None:
+    async def _reconcile_service(self, sandbox: Sandbox) -> Body | None:
         body = sandbox.body
         namespace, name = sandbox.namespace, sandbox.name
         wanted = sandbox.spec.service
@@ -277,17 +276,13 @@ class SandboxReconciler(Reconciler[Sandbox]):
         selector = service["spec"].get("selector")
         if (wanted and current_ports != desired["spec"]["ports"]) or selector != desired["spec"]["selector"]:
             # A JSON patch replaces the selector map whole (foreign keys in it must go); apply would merge it.
-            ops: list[dict[str, Any]] = [
-                {"op": "add", "path": "/spec/selector", "value": desired["spec"]["selector"]}
-            ]
+            ops: list[Body] = [{"op": "add", "path": "/spec/selector", "value": desired["spec"]["selector"]}]
             if wanted:
                 ops.append({"op": "add", "path": "/spec/ports", "value": desired["spec"]["ports"]})
             service = await self.client.json_patch(SERVICE, namespace, name, ops)
         return service
 
-    async def _foreign_service(
-        self, sandbox: dict[str, Any], service: dict[str, Any], wanted: bool | None
-    ) -> dict[str, Any] | None:
+    async def _foreign_service(self, sandbox: Body, service: Body, wanted: bool | None) -> Body | None:
         if not wanted:
             return None
         adopted = await self._adopt_if_allowed(SERVICE, sandbox, service)

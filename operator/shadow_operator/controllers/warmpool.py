@@ -15,7 +15,7 @@ from typing import Any
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
 from shadow_operator.api.kinds import SANDBOX, SANDBOX_TEMPLATE, SANDBOX_WARM_POOL
-from shadow_operator.api.models import SandboxWarmPool, SandboxWarmPoolStatus
+from shadow_operator.api.models import ObjectMeta, SandboxWarmPool, SandboxWarmPoolStatus
 from shadow_operator.controllers import metrics
 from shadow_operator.engine import Cache, Index, Reconciler, Watch, gather_bounded
 from shadow_operator.engine.status import StatusPass
@@ -55,7 +55,7 @@ class WarmPoolReconciler(Reconciler[SandboxWarmPool]):
         members = [
             s
             for s in self.cache.store(SANDBOX).by_index(ix.BY_CONTROLLER, pool.metadata.uid)
-            if not s["metadata"].get("deletionTimestamp")
+            if not ObjectMeta.model_validate(s["metadata"]).deletion_timestamp
         ]
         template_name = pool.spec.sandbox_template_ref.name
         template = self.cache.store(SANDBOX_TEMPLATE).get(pool.namespace, template_name)
@@ -112,7 +112,7 @@ class WarmPoolReconciler(Reconciler[SandboxWarmPool]):
             members.sort(key=lambda s: str(s["metadata"]["creationTimestamp"]), reverse=True)
             members.sort(
                 key=lambda s: (
-                    (s["metadata"].get("labels") or {}).get(c.LABEL_TEMPLATE_HASH) == current,
+                    _template_hash(s) == current,
                     ix.is_ready(s),
                 )
             )
@@ -123,3 +123,7 @@ class WarmPoolReconciler(Reconciler[SandboxWarmPool]):
     async def _delete(self, sandbox: Body) -> None:
         # Fails (409) if a claim adopted this sandbox since we cached it; the adoption wakes this pool again.
         await self.client.delete_as_seen(SANDBOX, sandbox)
+
+
+def _template_hash(sandbox: Body) -> str | None:
+    return ObjectMeta.model_validate(sandbox["metadata"]).labels.get(c.LABEL_TEMPLATE_HASH)

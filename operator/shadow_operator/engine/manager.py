@@ -204,7 +204,10 @@ class Manager:
             for index in rec_type.indexes:
                 self.cache.store(index.kind).add_index(index.name, index.func)
             queue = WorkQueue(
-                rec_type.name(), self._reconcile_func(running, rec_type), workers=rec_type.workers
+                rec_type.name(),
+                self._reconcile_func(running, rec_type),
+                workers=rec_type.workers,
+                namespace_share=rec_type.namespace_share,
             )
             deps = Deps(client=client, cache=self.cache, recorder=recorder, config=config, enqueue=queue.add)
             running.reconcilers[rec_type.name()] = rec_type(deps)

@@ -1,9 +1,14 @@
-"""A work queue of object keys: de-duplicated, one reconcile per key at a time, requeue with backoff.
+"""A work queue of object keys: de-duplicated, one reconcile per key at a time, requeue with backoff, fair.
 
 Watch events of several kinds map to the same key; the queue folds them into one level-based reconcile. A key
 added while it is being reconciled is marked dirty and runs once more afterwards (never concurrently). Failures
 are retried with a per-key exponential backoff that resets on success. Workers wait for `start_processing`
 (the caches are synced) before taking the first key. The queue lives on the event loop; not thread-safe.
+
+Fairness, in the spirit of the API server's priority and fairness: keys wait in one FIFO per namespace and the
+workers serve the namespaces in turn, so a tenant with 500 queued objects is served once per round like a
+tenant with one. No namespace holds more than `namespace_share` workers at once (default: all but one), so one
+tenant whose reconciles are slow can never occupy every worker while another tenant's key waits.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable
 
 from shadow_operator.clients.kube import ApiError
@@ -46,13 +52,25 @@ class WorkQueue:
     CONFLICT_DELAY = 0.02
 
     def __init__(
-        self, name: str, reconcile: ReconcileFunc, *, workers: int = 4, backoff: Backoff | None = None
+        self,
+        name: str,
+        reconcile: ReconcileFunc,
+        *,
+        workers: int = 4,
+        namespace_share: int | None = None,
+        backoff: Backoff | None = None,
     ) -> None:
         self.name = name
         self._reconcile = reconcile
         self._workers = workers
+        # How many workers one namespace may hold at once: all but one unless said otherwise, never below one.
+        self.namespace_share = max(1, namespace_share if namespace_share is not None else workers - 1)
         self._backoff = backoff or Backoff()
-        self._ready: asyncio.Queue[Key] = asyncio.Queue()
+        # Queued keys, one FIFO per namespace; `_turns` holds the namespaces with queued keys in serving order.
+        self._pending: dict[str, deque[Key]] = {}
+        self._turns: deque[str] = deque()
+        self._running: Counter[str] = Counter()
+        self._waiters: deque[asyncio.Future[None]] = deque()
         self._queued: set[Key] = set()
         self._active: set[Key] = set()
         self._dirty: set[Key] = set()
@@ -81,7 +99,13 @@ class WorkQueue:
         elif key not in self._queued:
             self._queued.add(key)
             self._idle.clear()
-            self._ready.put_nowait(key)
+            namespace = key[0]
+            pending = self._pending.get(namespace)
+            if pending is None:
+                pending = self._pending[namespace] = deque()
+                self._turns.append(namespace)
+            pending.append(key)
+            self._wake_one()
 
     def _fire(self, key: Key) -> None:
         self._timers.pop(key, None)
@@ -113,16 +137,53 @@ class WorkQueue:
         await self._idle.wait()
 
     # ------------------------------------------------------------------------------------------ workers
+    def _wake_one(self) -> None:
+        """A key may have become takeable: wake one idle worker to look (it waits again if there is none)."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    def _take(self) -> Key | None:
+        """The next key in turn from a namespace below its share, or None when every queued key must wait."""
+        for _ in range(len(self._turns)):
+            namespace = self._turns.popleft()
+            if self._running[namespace] >= self.namespace_share:
+                self._turns.append(namespace)
+                continue
+            pending = self._pending[namespace]
+            key = pending.popleft()
+            if pending:
+                self._turns.append(namespace)
+            else:
+                del self._pending[namespace]
+            return key
+        return None
+
     async def _work(self) -> None:
         await self._processing.wait()
+        loop = asyncio.get_running_loop()
         while True:
-            key = await self._ready.get()
+            key = self._take()
+            if key is None:
+                waiter = loop.create_future()
+                self._waiters.append(waiter)
+                await waiter
+                continue
+            namespace = key[0]
             self._queued.discard(key)
             self._active.add(key)
+            self._running[namespace] += 1
             try:
                 await self._run(key)
             finally:
                 self._active.discard(key)
+                self._running[namespace] -= 1
+                if not self._running[namespace]:
+                    del self._running[namespace]
+                if namespace in self._pending:
+                    self._wake_one()  # this namespace may take a worker again
                 if key in self._dirty:
                     self._dirty.discard(key)
                     self.add(key)

@@ -96,6 +96,8 @@ class Reconciler(Generic[M]):
     # Extra kinds to cache (read but neither owned nor watched), and label selectors for cached kinds.
     cached: ClassVar[tuple[Cached, ...]] = ()
     workers: ClassVar[int] = 4
+    # The most workers one namespace may hold at once (None: all but one), so one tenant cannot stall the rest.
+    namespace_share: ClassVar[int | None] = None
     # Changes of owned objects wake the owner this much later, so a burst of them (a pool's members turning
     # Ready one by one) becomes one pass instead of one pass and one status write each.
     owns_delay: ClassVar[float] = 0.0

@@ -20,7 +20,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from shadow_operator.api.kinds import ResourceKind
 from shadow_operator.api.models import ApiModel, Condition, Resource
-from shadow_operator.resources.conditions import make_condition
+from shadow_operator.resources.conditions import is_true, make_condition
 
 S = TypeVar("S", bound=ApiModel)
 Json = dict[str, Any]
@@ -112,8 +112,10 @@ def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> Json:
     return patch
 
 
-def _same_conditions(old: Any, new: Any) -> bool:
-    def key(items: Any) -> list[Condition]:
+def _same_conditions(old: list[Json] | None, new: list[Json] | None) -> bool:
+    """Equal as conditions (a missing message is an empty one), ignoring their order."""
+
+    def key(items: list[Json] | None) -> list[Condition]:
         return sorted((Condition.model_validate(x) for x in items or ()), key=lambda x: x.type)
 
     return key(old) == key(new)
@@ -133,8 +135,7 @@ class StatusPass(Generic[S]):
 
     def became_true(self, type_: str) -> bool:
         """Whether the condition `type_` is True now and was not in the status as read."""
-        was = getattr(self.old, "conditions", None) or ()
-        return self.conditions.is_true(type_) and not any(x.type == type_ and x.status == "True" for x in was)
+        return self.conditions.is_true(type_) and not is_true(getattr(self.old, "conditions", None), type_)
 
     def finish(self) -> S:
         """The status to write: the conditions merged in (a status that never had any gets none)."""

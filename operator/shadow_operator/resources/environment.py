@@ -17,6 +17,7 @@ from typing import Any
 
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
+from shadow_operator.api.models import StatefulSet
 from shadow_operator.common.sources import SourcePlan
 from shadow_operator.resources.blueprint import preview_access, sandbox_spec_from_template
 from shadow_operator.resources.conditions import parse_time
@@ -32,6 +33,18 @@ SNAPSHOT_AUTHOR = ("shadow-operator", "shadow-operator@shadow.dev")
 
 
 # ------------------------------------------------------------------------------------------------ names
+def template_runtime_class(template: Body) -> str | None:
+    """The RuntimeClass a SandboxTemplate's Pods run with, if it names one."""
+    pod_spec = ((template.get("spec") or {}).get("podTemplate") or {}).get("spec") or {}
+    value = pod_spec.get("runtimeClassName")
+    return str(value) if value else None
+
+
+def gitea_ready(sts: Body | None) -> bool:
+    """Whether a Gitea StatefulSet (as cached) has its Pod Ready."""
+    return sts is not None and StatefulSet.model_validate(sts).status.ready_replicas >= 1
+
+
 def gitea_name(env: str) -> str:
     """StatefulSet and Service of the environment's Gitea (52 characters leave room for the Pod's suffix
     and the StatefulSet's revision label)."""

@@ -56,18 +56,27 @@ def operator_peer(operator_namespace: str) -> dict[str, Any]:
     }
 
 
-def build_gitea_network_policies(env: Body, operator_namespace: str) -> list[Manifest]:
-    meta = env["metadata"]
-    port = [{"protocol": "TCP", "port": c.GITEA_HTTP_PORT}]
-    gitea = {
+def _network_policy(env: Body, name: str, component: str, spec: dict[str, Any]) -> Manifest:
+    return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
         "metadata": {
-            "name": gitea_network_policy_name(meta["name"]),
-            "namespace": meta["namespace"],
-            "labels": environment_labels(env, c.COMPONENT_GITEA),
+            "name": name,
+            "namespace": env["metadata"]["namespace"],
+            "labels": environment_labels(env, component),
         },
-        "spec": {
+        "spec": spec,
+    }
+
+
+def build_gitea_network_policies(env: Body, operator_namespace: str) -> list[Manifest]:
+    name = env["metadata"]["name"]
+    port = [{"protocol": "TCP", "port": c.GITEA_HTTP_PORT}]
+    gitea = _network_policy(
+        env,
+        gitea_network_policy_name(name),
+        c.COMPONENT_GITEA,
+        {
             "podSelector": {"matchLabels": gitea_selector(env)},
             "policyTypes": ["Ingress", "Egress"],
             "ingress": [
@@ -81,21 +90,17 @@ def build_gitea_network_policies(env: Body, operator_namespace: str) -> list[Man
             ],
             # No egress rule under policyTypes Egress: nothing out (an empty list is not stored, so none).
         },
-    }
-    workspace = {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": {
-            "name": workspace_policy_name(meta["name"]),
-            "namespace": meta["namespace"],
-            "labels": environment_labels(env, c.COMPONENT_WORKSPACE),
-        },
-        "spec": {
+    )
+    workspace = _network_policy(
+        env,
+        workspace_policy_name(name),
+        c.COMPONENT_WORKSPACE,
+        {
             "podSelector": {"matchLabels": workspace_selector(env)},
             "policyTypes": ["Egress"],
             "egress": [{"to": [{"podSelector": {"matchLabels": gitea_selector(env)}}], "ports": port}],
         },
-    }
+    )
     return [gitea, workspace]
 
 

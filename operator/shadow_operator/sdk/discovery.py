@@ -112,6 +112,16 @@ def _fresh(lease: Body, now: dt.datetime) -> bool:
     return age <= 3 * int(spec.get("leaseDurationSeconds") or 15)
 
 
+def _read(where: OperatorLocation, path: str, what: str, absent: str) -> Op[Body | OperatorState]:
+    """The object at `path`, or what its absence (not running: `absent`) or a refusal (unknown) says."""
+    try:
+        return (yield from kube.get(path, f"read {what}"))
+    except NotFound:
+        return OperatorState(False, where, f"not running: {absent}")
+    except Forbidden:
+        return OperatorState(None, where, f"unknown: you may not read {what}")
+
+
 def operator_state(namespace: str | None) -> Op[OperatorState]:
     """Is the operator serving `namespace` running: its leader Lease renewed lately, or, with leader election
     off, its Deployment available."""
@@ -140,22 +150,18 @@ def operator_state(namespace: str | None) -> Op[OperatorState]:
         return OperatorState(alive, where, detail)
     if where.leader_election:
         what = f"Lease {where.namespace}/{where.lease}"
-        try:
-            lease = yield from kube.get(LEASE.path(where.namespace, where.lease), f"read {what}")
-        except NotFound:
-            return OperatorState(False, where, f"not running: {release} holds no {what}")
-        except Forbidden:
-            return OperatorState(None, where, f"unknown: you may not read {what}")
+        path = LEASE.path(where.namespace, where.lease)
+        lease = yield from _read(where, path, what, f"{release} holds no {what}")
+        if isinstance(lease, OperatorState):
+            return lease
         if _fresh(lease, now):
             return OperatorState(True, where, f"running ({release}, its {what} is fresh)")
         return OperatorState(False, where, f"not running: the {what} of {release} is stale")
     what = f"Deployment {where.namespace}/{where.deployment}"
-    try:
-        deployment = yield from kube.get(DEPLOYMENT.path(where.namespace, where.deployment), f"read {what}")
-    except NotFound:
-        return OperatorState(False, where, f"not running: {release} has no {what}")
-    except Forbidden:
-        return OperatorState(None, where, f"unknown: you may not read {what}")
+    path = DEPLOYMENT.path(where.namespace, where.deployment)
+    deployment = yield from _read(where, path, what, f"{release} has no {what}")
+    if isinstance(deployment, OperatorState):
+        return deployment
     available = int((deployment.get("status") or {}).get("availableReplicas") or 0)
     if available:
         return OperatorState(True, where, f"running ({release}, leader election off, {what} available)")

@@ -220,6 +220,17 @@ def affected_modules(files: Sequence[str], kinds: Mapping[str, ProjectType | Non
     return list(found)[:MAX_LISTED]
 
 
+def build_test_context(
+    changed: Sequence[str], kinds: Mapping[str, ProjectType | None], sources: Sequence[ManifestSource]
+) -> TestContext:
+    """What a smoke-test agent looks at first: the changed files, their modules, the first project type."""
+    return TestContext(
+        changed_files=list(changed[:MAX_LISTED]),
+        affected_modules=affected_modules(changed, kinds),
+        project_type=next((s.project_type for s in sources if s.project_type), None),
+    )
+
+
 def _module(rel: PurePosixPath, kind: ProjectType | None) -> str | None:
     parts = list(rel.parts)
     if not parts or parts[0].startswith("."):
@@ -278,11 +289,7 @@ def build_manifest(
         shadow_id=env.metadata.name,
         shadow_available=ready and failure is None,
         local_sources=sources,
-        test_context=TestContext(
-            changed_files=changed[:MAX_LISTED],
-            affected_modules=affected_modules(changed, kinds),
-            project_type=next((s.project_type for s in sources if s.project_type), None),
-        ),
+        test_context=build_test_context(changed, kinds, sources),
         fallback_mode=False,
         failure_reason=failure.code if failure else None,
         mode="shadow",
@@ -341,11 +348,7 @@ def fallback_manifest(
         shadow_id=shadow_id,
         shadow_available=False,
         local_sources=entries,
-        test_context=TestContext(
-            changed_files=changed[:MAX_LISTED],
-            affected_modules=affected_modules(changed, kinds),
-            project_type=next((e.project_type for e in entries if e.project_type), None),
-        ),
+        test_context=build_test_context(changed, kinds, entries),
         fallback_mode=True,
         failure_reason=failure_reason,
         mode="host-only",

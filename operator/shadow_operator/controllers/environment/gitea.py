@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 
 from shadow_operator.api import constants as c
 from shadow_operator.api.kinds import POD, SECRET, STATEFUL_SET
+from shadow_operator.api.models import ObjectMeta
 from shadow_operator.clients.gitea import GiteaError
 from shadow_operator.common.sources import SourcePlan
 from shadow_operator.controllers.environment.state import Pass, Ports, StepFailed, plans, secret_data
@@ -61,9 +62,9 @@ class GiteaStep:
         env = state.env
         key = (env.namespace, env.name)
         pod = self.deps.cache.store(POD).get(env.namespace, f"{sts['metadata']['name']}-0")
-        if pod is not None and controller_uid(pod) != sts["metadata"].get("uid"):
+        if pod is not None and controller_uid(pod) != ObjectMeta.model_validate(sts["metadata"]).uid:
             pod = None  # not the StatefulSet's: nothing to learn from it
-        if (sts.get("status") or {}).get("readyReplicas", 0) < 1:
+        if not res.gitea_ready(sts):
             failure = res.pod_failure(pod, "Gitea Pod", datetime.now(UTC))
             if failure:
                 raise StepFailed(failure[0], failure[0], failure[1])

@@ -15,6 +15,7 @@ from __future__ import annotations
 from shadow_operator.api import constants as c
 from shadow_operator.api.environment import PoolAdoption
 from shadow_operator.api.kinds import SANDBOX, SHADOW_ENVIRONMENT_POOL, STATEFUL_SET
+from shadow_operator.api.models import ObjectMeta
 from shadow_operator.clients.kube import ApiError
 from shadow_operator.controllers import metrics
 from shadow_operator.controllers.environment.state import Pass, Ports
@@ -87,18 +88,19 @@ class PoolStep:
         """The oldest Ready instance of the pool made from `made_of`, taken; None when there is none."""
         env, deps = state.env, self.deps
         gitea_on = env.spec.gitea.enabled
-        candidates = []
+        candidates: list[tuple[str, Body]] = []
         for sandbox in deps.cache.store(SANDBOX).by_index(ix.BY_CONTROLLER, pool["metadata"]["uid"]):
-            meta = sandbox["metadata"]
-            if meta.get("deletionTimestamp") or not ix.is_ready(sandbox):
+            meta = ObjectMeta.model_validate(sandbox["metadata"])
+            if meta.deletion_timestamp or not ix.is_ready(sandbox):
                 continue
-            if (meta.get("annotations") or {}).get(c.ANNOTATION_POOL_HASH) != made_of:
+            if meta.annotations.get(c.ANNOTATION_POOL_HASH) != made_of:
                 continue
-            if gitea_on and not _gitea_ready(deps, env.namespace, meta["name"]):
+            gitea = deps.cache.store(STATEFUL_SET).get(env.namespace, res.gitea_name(meta.name))
+            if gitea_on and not res.gitea_ready(gitea):
                 continue
-            candidates.append(sandbox)
-        candidates.sort(key=lambda s: str(s["metadata"].get("creationTimestamp")))
-        for sandbox in candidates:
+            candidates.append((str(meta.creation_timestamp), sandbox))
+        candidates.sort(key=lambda found: found[0])
+        for _, sandbox in candidates:
             if await self._take_sandbox(state, pool, sandbox):
                 return str(sandbox["metadata"]["name"])
         return None
@@ -111,24 +113,24 @@ class PoolStep:
         for _ in range(TAKE_ATTEMPTS):
             if sandbox is None or controller_uid(sandbox) != pool["metadata"]["uid"]:
                 return False
-            meta = sandbox["metadata"]
-            if meta.get("deletionTimestamp") or not ix.is_ready(sandbox):
+            meta = ObjectMeta.model_validate(sandbox["metadata"])
+            if meta.deletion_timestamp or not ix.is_ready(sandbox):
                 return False
             patch = {
                 "metadata": {
-                    "resourceVersion": meta["resourceVersion"],
+                    "resourceVersion": meta.resource_version,
                     "ownerReferences": [owner_reference(env.body)],
                     "labels": {c.LABEL_POOL: None},
                 }
             }
             try:
-                await client.patch(SANDBOX, env.namespace, meta["name"], patch)
+                await client.patch(SANDBOX, env.namespace, meta.name, patch)
             except ApiError as exc:
                 if exc.not_found:
                     return False
                 if not exc.conflict:
                     raise
-                sandbox = await client.get_live(SANDBOX, env.namespace, meta["name"])
+                sandbox = await client.get_live(SANDBOX, env.namespace, meta.name)
                 continue
             return True
         return False
@@ -147,14 +149,9 @@ class PoolStep:
 
 
 def _controlled_by_pool(obj: Body) -> bool:
-    return any(
-        ref.get("controller")
-        and ref.get("kind") == SHADOW_ENVIRONMENT_POOL.kind
-        and ref.get("apiVersion", "").startswith(f"{c.SHADOW_GROUP}/")
-        for ref in obj["metadata"].get("ownerReferences") or ()
+    ref = ObjectMeta.model_validate(obj["metadata"]).controller
+    return (
+        ref is not None
+        and ref.kind == SHADOW_ENVIRONMENT_POOL.kind
+        and ref.api_version.startswith(f"{c.SHADOW_GROUP}/")
     )
-
-
-def _gitea_ready(deps: Ports, namespace: str, instance: str) -> bool:
-    sts = deps.cache.store(STATEFUL_SET).get(namespace, res.gitea_name(instance))
-    return bool(sts) and ((sts or {}).get("status") or {}).get("readyReplicas", 0) >= 1

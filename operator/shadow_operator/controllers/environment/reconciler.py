@@ -48,7 +48,7 @@ from shadow_operator.api.kinds import (
     STORAGE_CLASS,
     ResourceKind,
 )
-from shadow_operator.api.models import Sandbox, SandboxStatus
+from shadow_operator.api.models import ObjectMeta, Sandbox, SandboxStatus
 from shadow_operator.clients import gitpush
 from shadow_operator.controllers import metrics
 from shadow_operator.controllers.environment.clone import CloneStep, Restore
@@ -89,22 +89,20 @@ def _env_of_pod(pod: Body, cache: Cache) -> Iterable[Key]:
     """A workspace Pod -> its Sandbox -> the environment controlling it; a Gitea Pod -> its StatefulSet ->
     the environment controlling that (children are named after the environment's instance, which is not
     always the environment's name: spec.pool)."""
-    meta = pod["metadata"]
-    namespace = meta.get("namespace", "")
-    labels = meta.get("labels") or {}
-    if labels.get(c.LABEL_COMPONENT) == c.COMPONENT_GITEA:
-        for ref in meta.get("ownerReferences") or ():
-            if ref.get("controller") and ref.get("kind") == STATEFUL_SET.kind:
-                yield from _controlling_env(cache.store(STATEFUL_SET).get(namespace, ref["name"]))
+    meta = ObjectMeta.model_validate(pod["metadata"])
+    if meta.labels.get(c.LABEL_COMPONENT) == c.COMPONENT_GITEA:
+        ref = meta.controller
+        if ref is not None and ref.kind == STATEFUL_SET.kind:
+            yield from _controlling_env(cache.store(STATEFUL_SET).get(meta.namespace, ref.name))
         return
-    yield from _controlling_env(cache.store(SANDBOX).get(namespace, meta["name"]))
+    yield from _controlling_env(cache.store(SANDBOX).get(meta.namespace, meta.name))
 
 
 def _controlling_env(obj: Body | None) -> Iterable[Key]:
-    meta = (obj or {}).get("metadata") or {}
-    for ref in meta.get("ownerReferences") or ():
-        if ref.get("controller") and ref.get("kind") == SHADOW_ENVIRONMENT.kind:
-            yield meta["namespace"], ref["name"]
+    meta = ObjectMeta.model_validate(obj["metadata"]) if obj is not None else None
+    ref = meta.controller if meta is not None else None
+    if meta is not None and ref is not None and ref.kind == SHADOW_ENVIRONMENT.kind:
+        yield meta.namespace, ref.name
 
 
 GITEA_PODS = f"{c.LABEL_COMPONENT}={c.COMPONENT_GITEA},{c.LABEL_ENVIRONMENT}"
@@ -320,9 +318,7 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
             )
         # The RuntimeClass the workspace Pod runs with (the environment's, else the template's): the API server
         # refuses a Pod naming one that does not exist, so it is checked (live) while the Pod is not there yet.
-        runtime_class = env.spec.runtime_class_name or (
-            ((template.get("spec") or {}).get("podTemplate") or {}).get("spec") or {}
-        ).get("runtimeClassName")
+        runtime_class = env.spec.runtime_class_name or res.template_runtime_class(template)
         if runtime_class and self.cache.store(POD).get(env.namespace, state.instance) is None:
             await self._require(
                 RUNTIME_CLASS,

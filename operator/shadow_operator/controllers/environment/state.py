@@ -220,23 +220,6 @@ class Pass(StatusPass[ShadowEnvironmentStatus]):
         return super().finish()
 
 
-def to_patch(status: ShadowEnvironmentStatus) -> dict[str, Any]:
-    """The status as a merge patch: every field the old status or a step set; None clears a field."""
-    patch = status.model_dump(by_alias=True, mode="json", exclude_unset=True)
-    patch.setdefault("failure", None)
-    return {k: _no_nulls_in_lists(v) for k, v in patch.items()}
-
-
-def _no_nulls_in_lists(value: Any, in_list: bool = False) -> Any:
-    """A null in an object deletes the field (merge patch); in a list's item it would be stored as null,
-    which the schema refuses: list items carry only the fields that have a value."""
-    if isinstance(value, list):
-        return [_no_nulls_in_lists(v, True) for v in value]
-    if isinstance(value, dict):
-        return {k: _no_nulls_in_lists(v, in_list) for k, v in value.items() if not (in_list and v is None)}
-    return value
-
-
 def plans(state: Pass) -> list[SourcePlan]:
     """Where each source goes; a fork's inherited sources (status.clone.sources) when spec.sources is unset."""
     clone = state.status.clone
