@@ -192,6 +192,25 @@ def test_recreate_strategy_keeps_warm_sandboxes_on_a_metadata_only_change(objs: 
     assert sorted(labels, key=str) == ["2", None, None]
 
 
+def test_recreate_strategy_rolls_warm_sandboxes_when_the_pool_switches_template(objs: Objects) -> None:
+    """Another template of the same shape is still another template: its sandboxes replace the pool's
+    (upstream's TestWarmPoolRolloutSwitchTemplate)."""
+    make_pool(objs, 1, updateStrategy={"type": "Recreate"})
+    [old] = warm(objs, "pool")
+    objs.create(TEMPLATE, template_body("other"))
+    objs.patch(POOL, "pool", {"spec": {"sandboxTemplateRef": {"name": "other"}}})
+
+    def switched() -> bool:
+        members = warm(objs, "pool")
+        return (
+            len(members) == 1
+            and members[0]["metadata"]["name"] != old["metadata"]["name"]
+            and members[0]["metadata"]["annotations"][c.ANNOTATION_TEMPLATE_REF] == "other"
+        )
+
+    wait_for(switched, timeout=90, what="the pool's sandbox made from the new template")
+
+
 def test_adopted_sandbox_names_its_pod_before_it_is_ready(objs: Objects) -> None:
     """agents.x-k8s.io/pod-name is set by the adoption itself, so no one sees the claim's Sandbox Ready without it
     (upstream's TestWarmPoolPodNameAnnotationBeforeReady); a cold-started one carries it from its creation."""

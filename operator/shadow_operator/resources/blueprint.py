@@ -33,10 +33,13 @@ def template_hash(template: Body) -> str:
 
 
 def is_stale(sandbox: Body, template: Body) -> bool:
-    """Whether a warm sandbox no longer matches its template: the hash it carries differs and so does what shapes
-    a sandbox (the pod spec, each volume claim template's name and spec, the service). A change of the pod
+    """Whether a warm sandbox no longer matches its template: it was made from another template, or the hash it
+    carries differs and so does what shapes a sandbox (the pod spec, each volume claim template's name and spec, the service). A change of the pod
     template's labels or annotations alone changes the hash but leaves the sandbox in place, as upstream does."""
-    if (sandbox["metadata"].get("labels") or {}).get(c.LABEL_TEMPLATE_HASH) == template_hash(template):
+    labels = sandbox["metadata"].get("labels") or {}
+    if labels.get(c.LABEL_TEMPLATE_REF_HASH) != naming.name_hash(template["metadata"]["name"]):
+        return True  # made from another template (the pool's templateRef changed)
+    if labels.get(c.LABEL_TEMPLATE_HASH) == template_hash(template):
         return False
     want, have = sandbox_spec_from_template(template), sandbox.get("spec") or {}
 
