@@ -84,8 +84,18 @@ async def test_a_warm_claim_adopts_a_ready_member_of_its_pool() -> None:
 
     harness = Harness(ClaimReconciler, api=pools.api)
     harness.put(SANDBOX_CLAIM, claim(warmPoolRef={"name": "warm"}))
+    pools.writes()
     before = startups(c.LAUNCH_WARM)
     await harness.run(SANDBOX_CLAIM, NAMESPACE, "job")
+    # The claim names its sandbox before its status says Ready (as upstream: a client that sees it Ready reads
+    # the annotation at once); the first-observed stamp goes beside the adoption.
+    claim_path = f"/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/{NAMESPACE}/sandboxclaims/job"
+    assert harness.writes() == [
+        f"patch /apis/agents.x-k8s.io/v1beta1/namespaces/{NAMESPACE}/sandboxes/{member}",  # the adoption
+        f"patch {claim_path}",  # the first-observed stamp
+        f"patch {claim_path}",  # agents.x-k8s.io/sandbox-name
+        f"status {claim_path}",
+    ]
     adopted = harness.get(SANDBOX, NAMESPACE, member)
     assert adopted["metadata"]["ownerReferences"][0]["uid"] == "uid-job"
     assert adopted["metadata"]["labels"][c.LABEL_LAUNCH_TYPE] == c.LAUNCH_WARM

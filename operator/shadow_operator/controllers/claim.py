@@ -1,8 +1,10 @@
 """SandboxClaim reconciler: adopt a ready warm sandbox or cold-start one, then mirror its readiness.
 
-The hot path of a warm claim is two writes and no reads: the pool's members come from the cache, the
-adoption is one conditional patch of the Sandbox (its resourceVersion guards against a racing claim), and
-the claim's status is written from the adopted Sandbox's Ready condition in the same pass.
+The hot path of a warm claim is three writes and no reads: the pool's members come from the cache, the
+adoption is one conditional patch of the Sandbox (its resourceVersion guards against a racing claim), the claim
+is annotated with the Sandbox's name, and its status is written from the adopted Sandbox's Ready condition in
+the same pass. The first time a claim is seen it is also stamped (controller-first-observed-at), beside the
+adoption.
 """
 
 from __future__ import annotations
@@ -121,11 +123,12 @@ class ClaimReconciler(Reconciler[SandboxClaim]):
             return await self._expire(claim, finished)
         # The sandbox's own label is authoritative: the claim may turn Ready passes after it adopted.
         launch = bound.metadata.labels.get(c.LABEL_LAUNCH_TYPE) or launch
+        if launch == c.LAUNCH_WARM:
+            # Before the status: a client that sees the claim Ready finds its sandbox named (as upstream).
+            await self._annotate(claim, bound.name)
         state = self._status(claim, bound, _mirror_ready(claim, bound))
         if await state.write(self.client, SANDBOX_CLAIM) and state.became_true(c.COND_READY):
             self._observe_startup(claim, launch)
-        if launch == c.LAUNCH_WARM:
-            await self._annotate(claim, bound.name)
         return _until(_expires_at(lifecycle, finished), now)
 
     def _stamp_first_observed(self, claim: SandboxClaim) -> asyncio.Future[None]:
@@ -280,7 +283,7 @@ class ClaimReconciler(Reconciler[SandboxClaim]):
         return state
 
     async def _annotate(self, claim: SandboxClaim, name: str) -> None:
-        """Name the bound sandbox on the claim (after its status: not on the path to Ready)."""
+        """Name the bound sandbox on the claim (agents.x-k8s.io/sandbox-name)."""
         if claim.metadata.annotations.get(c.ANNOTATION_ASSIGNED_SANDBOX) == name:
             return
         try:
