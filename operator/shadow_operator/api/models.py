@@ -213,6 +213,28 @@ class StatefulSet(Resource):
     status: StatefulSetStatus = Field(default_factory=StatefulSetStatus)
 
 
+class ServicePort(ApiModel):
+    """The part of a core/v1 ServicePort a Sandbox's Service sets (resources/sandbox.py service_ports)."""
+
+    name: str | None = None
+    port: int
+    protocol: str | None = None
+    target_port: int | str | None = None
+
+
+class ServiceSpec(ApiModel):
+    """The part of core/v1 ServiceSpec the operator keeps as it wants it."""
+
+    selector: dict[str, str] | None = None
+    ports: list[ServicePort] = Field(default_factory=list)
+
+
+class Service(Resource):
+    """A core/v1 Service as the operator reads it (a Sandbox's): its selector and ports."""
+
+    spec: ServiceSpec = Field(default_factory=ServiceSpec)
+
+
 CONDITIONS_FIELD: Any = Field(
     default=None,
     description="Observations of the object's state; `Ready` is the one to wait for.",

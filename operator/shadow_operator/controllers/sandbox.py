@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
 from shadow_operator.api.kinds import POD, PVC, SANDBOX, SANDBOX_TEMPLATE, SECRET, SERVICE, ResourceKind
-from shadow_operator.api.models import Condition, ObjectMeta, Resource, Sandbox, SandboxStatus
+from shadow_operator.api.models import Condition, ObjectMeta, Resource, Sandbox, SandboxStatus, Service
 from shadow_operator.clients.kube import ApiError
 from shadow_operator.engine import Cached, Index, NotOwned, Reconciler
 from shadow_operator.engine.cache import Body
@@ -259,12 +259,11 @@ class SandboxReconciler(Reconciler[Sandbox]):
                 if exc.invalid:
                     raise ChildConflict(f"Service rejected by the API server: {exc.message}") from None
                 raise
-        current_ports = [
-            {k: p.get(k) for k in ("name", "port", "protocol", "targetPort")}
-            for p in service["spec"].get("ports") or ()
-        ]
-        selector = service["spec"].get("selector")
-        if (wanted and current_ports != desired["spec"]["ports"]) or selector != desired["spec"]["selector"]:
+        current = Service.model_validate(service).spec
+        current_ports = [port.model_dump(by_alias=True) for port in current.ports]
+        if (wanted and current_ports != desired["spec"]["ports"]) or current.selector != desired["spec"][
+            "selector"
+        ]:
             # A JSON patch replaces the selector map whole (foreign keys in it must go); apply would merge it.
             ops: list[Body] = [{"op": "add", "path": "/spec/selector", "value": desired["spec"]["selector"]}]
             if wanted:
