@@ -8,6 +8,7 @@ Descriptions written here become `kubectl explain` text.
 
 from __future__ import annotations
 
+import base64
 from datetime import datetime
 from typing import Any, Literal, Self
 
@@ -233,6 +234,19 @@ class Service(Resource):
     """A core/v1 Service as the operator reads it (a Sandbox's): its selector and ports."""
 
     spec: ServiceSpec = Field(default_factory=ServiceSpec)
+
+
+class Secret(Resource):
+    """A core/v1 Secret as the operator reads it: `data` (base64) and `stringData` (as written, before the API
+    server folds it into data)."""
+
+    data: dict[str, str] | None = None
+    string_data: dict[str, str] | None = None
+
+    def values(self) -> dict[str, str]:
+        """Every key's value as text, stringData winning over data as the API server would have it."""
+        decoded = {key: base64.b64decode(value).decode() for key, value in (self.data or {}).items()}
+        return {**decoded, **(self.string_data or {})}
 
 
 CONDITIONS_FIELD: Any = Field(

@@ -71,7 +71,7 @@ class GiteaStep:
             state.set(c.COND_GITEA_READY, False, "GiteaStarting", "waiting for the Gitea Pod")
             return False
         # The Pod whose data the bootstrap saw (None while the cache has not seen it: nothing to compare).
-        pod_uid = (pod or {}).get("metadata", {}).get("uid")
+        pod_uid = (ObjectMeta.model_validate(pod["metadata"]).uid or None) if pod is not None else None
         done = state.conditions.find(c.COND_GITEA_READY)
         if (
             done
