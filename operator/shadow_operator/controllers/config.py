@@ -6,6 +6,7 @@ reads and checks them all in one go, and names the variable in any error. An emp
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Mapping
@@ -87,6 +88,9 @@ def _resources(value: object) -> object:
     return parsed
 
 
+# PodSecurity's loosenings, each a setting of the same name.
+_ALLOWANCES = {f.name for f in dataclasses.fields(PodSecurity)} - {"level"}
+
 Names = Annotated[tuple[str, ...], BeforeValidator(_names)]
 Level = Annotated[str, AfterValidator(_level)]
 Flag = Annotated[bool, BeforeValidator(_flag)]
@@ -162,13 +166,8 @@ class Config(BaseModel):
 
     @property
     def pod_security(self) -> PodSecurity:
-        return PodSecurity(
-            level=self.pod_security_level,
-            allow_privileged=self.allow_privileged,
-            allow_host_namespaces=self.allow_host_namespaces,
-            allow_host_path=self.allow_host_path,
-            allow_service_account=self.allow_service_account,
-        )
+        """What a sandbox's pod may ask of its node (the level and the allow_* settings above)."""
+        return PodSecurity(level=self.pod_security_level, **self.model_dump(include=_ALLOWANCES))
 
     @property
     def ingress_namespaces(self) -> tuple[str, ...]:
