@@ -23,6 +23,7 @@ from shadow_operator.api.models import (
     Condition,
     Resource,
     cel,
+    validations,
 )
 
 MAX_SOURCES = 32
@@ -84,14 +85,12 @@ class Source(ApiModel):
     """One repository copied into the workspace and mirrored into the environment's Gitea."""
 
     model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                cel(
-                    "has(self.git) != has(self.upload)",
-                    "a source needs exactly one of git: {url, ref} or upload: {}",
-                )
-            ]
-        }
+        json_schema_extra=validations(
+            cel(
+                "has(self.git) != has(self.upload)",
+                "a source needs exactly one of git: {url, ref} or upload: {}",
+            )
+        )
     )
 
     name: str = Field(
@@ -119,19 +118,17 @@ class WorkspaceFrom(ApiModel):
     """Start the workspace as a copy of another one (a fork) instead of copying the sources in."""
 
     model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                cel(
-                    "has(self.environment) != has(self.snapshot)",
-                    "workspace.from needs exactly one of environment (fork a running environment) or "
-                    "snapshot (a VolumeSnapshot)",
-                ),
-                cel(
-                    "!has(self.snapshot) || self.method != 'Copy'",
-                    "a VolumeSnapshot can only be restored: method Copy needs from.environment",
-                ),
-            ]
-        }
+        json_schema_extra=validations(
+            cel(
+                "has(self.environment) != has(self.snapshot)",
+                "workspace.from needs exactly one of environment (fork a running environment) or "
+                "snapshot (a VolumeSnapshot)",
+            ),
+            cel(
+                "!has(self.snapshot) || self.method != 'Copy'",
+                "a VolumeSnapshot can only be restored: method Copy needs from.environment",
+            ),
+        )
     )
 
     environment: str | None = Field(
@@ -200,21 +197,19 @@ class GiteaPersistence(ApiModel):
     """Where Gitea keeps its data: a volume of its own, or the Pod's emptyDir (the default)."""
 
     model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                cel(
-                    "!self.retain || self.enabled",
-                    "retain: true keeps Gitea's volume after the environment is deleted, but Gitea has no "
-                    "volume unless enabled: true; set spec.gitea.persistence.enabled: true too, or drop retain",
-                ),
-                cel(
-                    "self.enabled == oldSelf.enabled && self.size == oldSelf.size",
-                    "spec.gitea.persistence.enabled and size cannot change once the environment exists (Gitea "
-                    "keeps the storage it started with); create a new environment for other storage",
-                    reason="FieldValueForbidden",
-                ),
-            ]
-        }
+        json_schema_extra=validations(
+            cel(
+                "!self.retain || self.enabled",
+                "retain: true keeps Gitea's volume after the environment is deleted, but Gitea has no "
+                "volume unless enabled: true; set spec.gitea.persistence.enabled: true too, or drop retain",
+            ),
+            cel(
+                "self.enabled == oldSelf.enabled && self.size == oldSelf.size",
+                "spec.gitea.persistence.enabled and size cannot change once the environment exists (Gitea "
+                "keeps the storage it started with); create a new environment for other storage",
+                reason="FieldValueForbidden",
+            ),
+        )
     )
 
     enabled: bool = Field(
@@ -355,20 +350,18 @@ class ShadowEnvironmentSpec(WorkspaceShape):
     """Desired state of a ShadowEnvironment."""
 
     model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                cel(
-                    "has(self.sources) || has(self.workspace.from)",
-                    "spec.sources is required unless spec.workspace.from names an environment or a snapshot "
-                    "to start from",
-                ),
-                cel(
-                    "has(self.sources) == has(oldSelf.sources)",
-                    "spec.sources is immutable: create a new environment for other sources",
-                    reason="FieldValueForbidden",
-                ),
-            ]
-        }
+        json_schema_extra=validations(
+            cel(
+                "has(self.sources) || has(self.workspace.from)",
+                "spec.sources is required unless spec.workspace.from names an environment or a snapshot "
+                "to start from",
+            ),
+            cel(
+                "has(self.sources) == has(oldSelf.sources)",
+                "spec.sources is immutable: create a new environment for other sources",
+                reason="FieldValueForbidden",
+            ),
+        )
     )
 
     sources: list[Source] | None = Field(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 from datetime import datetime
-from typing import Any, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, PrivateAttr
 from pydantic.alias_generators import to_camel
@@ -24,6 +24,11 @@ MAX_ENV = 128
 
 def cel(rule: str, message: str, **extra: str) -> dict[str, JsonValue]:
     return {"rule": rule, "message": message, **extra}
+
+
+def validations(*rules: dict[str, JsonValue]) -> dict[str, JsonValue]:
+    """The CEL rules of a schema, for a model's or a field's `json_schema_extra`."""
+    return {"x-kubernetes-validations": list(rules)}
 
 
 class ApiModel(BaseModel):
@@ -122,6 +127,14 @@ VCT_NAMED = cel(
     "self.all(t, has(t.metadata.name) && t.metadata.name != '')",
     "every volumeClaimTemplate needs metadata.name",
 )
+# spec.volumeClaimTemplates of a Sandbox, a template and a claim: the same list, each with its own description.
+VolumeClaimTemplates = Annotated[
+    list[PersistentVolumeClaimTemplate] | None,
+    Field(
+        max_length=MAX_VOLUME_CLAIM_TEMPLATES,
+        json_schema_extra={"x-kubernetes-list-type": "atomic", **validations(VCT_NAMED)},
+    ),
+]
 
 
 class Condition(ApiModel):
@@ -261,25 +274,20 @@ class SandboxSpec(ApiModel):
     """Desired state of a Sandbox."""
 
     model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                cel(
-                    "has(self.volumeClaimTemplates) == has(oldSelf.volumeClaimTemplates) && "
-                    "(!has(self.volumeClaimTemplates) || self.volumeClaimTemplates == oldSelf.volumeClaimTemplates)",
-                    "spec.volumeClaimTemplates is immutable: create a new Sandbox to change volumes",
-                    fieldPath=".volumeClaimTemplates",
-                    reason="FieldValueForbidden",
-                )
-            ]
-        }
+        json_schema_extra=validations(
+            cel(
+                "has(self.volumeClaimTemplates) == has(oldSelf.volumeClaimTemplates) && "
+                "(!has(self.volumeClaimTemplates) || self.volumeClaimTemplates == oldSelf.volumeClaimTemplates)",
+                "spec.volumeClaimTemplates is immutable: create a new Sandbox to change volumes",
+                fieldPath=".volumeClaimTemplates",
+                reason="FieldValueForbidden",
+            )
+        )
     )
 
     pod_template: PodTemplate = Field(description="The Pod that runs the sandbox; one Pod per Sandbox, ever.")
-    volume_claim_templates: list[PersistentVolumeClaimTemplate] | None = Field(
-        default=None,
-        description=VCT_DESCRIPTION + " Immutable.",
-        max_length=MAX_VOLUME_CLAIM_TEMPLATES,
-        json_schema_extra={"x-kubernetes-list-type": "atomic", "x-kubernetes-validations": [VCT_NAMED]},
+    volume_claim_templates: VolumeClaimTemplates = Field(
+        default=None, description=VCT_DESCRIPTION + " Immutable."
     )
     service: bool | None = Field(
         default=None,
@@ -357,12 +365,7 @@ class SandboxTemplateSpec(ApiModel):
     """A reusable sandbox blueprint for claims and warm pools."""
 
     pod_template: PodTemplate = Field(description="The Pod sandboxes of this template run.")
-    volume_claim_templates: list[PersistentVolumeClaimTemplate] | None = Field(
-        default=None,
-        description=VCT_DESCRIPTION,
-        max_length=MAX_VOLUME_CLAIM_TEMPLATES,
-        json_schema_extra={"x-kubernetes-list-type": "atomic", "x-kubernetes-validations": [VCT_NAMED]},
-    )
+    volume_claim_templates: VolumeClaimTemplates = Field(default=None, description=VCT_DESCRIPTION)
     service: bool | None = Field(
         default=None,
         description="Create a headless Service named like each sandbox. Unset in v1beta1 means no Service; "
@@ -427,19 +430,17 @@ class SandboxClaimSpec(ApiModel):
     """What sandbox to hand out."""
 
     model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                cel(
-                    "has(self.warmPoolRef) != has(self.sandboxTemplateRef)",
-                    "set exactly one of spec.warmPoolRef.name (v1beta1) or spec.sandboxTemplateRef.name (v1alpha1)",
-                ),
-                cel(
-                    "!has(self.warmpool) || has(self.sandboxTemplateRef)",
-                    "spec.warmpool only applies together with spec.sandboxTemplateRef",
-                    fieldPath=".warmpool",
-                ),
-            ]
-        }
+        json_schema_extra=validations(
+            cel(
+                "has(self.warmPoolRef) != has(self.sandboxTemplateRef)",
+                "set exactly one of spec.warmPoolRef.name (v1beta1) or spec.sandboxTemplateRef.name (v1alpha1)",
+            ),
+            cel(
+                "!has(self.warmpool) || has(self.sandboxTemplateRef)",
+                "spec.warmpool only applies together with spec.sandboxTemplateRef",
+                fieldPath=".warmpool",
+            ),
+        )
     )
 
     warm_pool_ref: NameRef | None = Field(
@@ -477,11 +478,9 @@ class SandboxClaimSpec(ApiModel):
         description="Environment injected into the sandbox; forces a cold start.",
         json_schema_extra={"x-kubernetes-list-type": "atomic"},
     )
-    volume_claim_templates: list[PersistentVolumeClaimTemplate] | None = Field(
+    volume_claim_templates: VolumeClaimTemplates = Field(
         default=None,
-        max_length=MAX_VOLUME_CLAIM_TEMPLATES,
         description="Extra volume claim templates (per the template's policy); forces a cold start.",
-        json_schema_extra={"x-kubernetes-list-type": "atomic", "x-kubernetes-validations": [VCT_NAMED]},
     )
 
 
