@@ -10,7 +10,7 @@ something cannot work, and a verdict an automation can act on (the smoke-test ha
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
@@ -31,6 +31,8 @@ MAX_REWRITES = 32
 MAX_VERIFY_COMMANDS = 32
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+# The name of another object (a template, a StorageClass, a snapshot...); unset means a default.
+ObjectName = Annotated[str | None, Field(max_length=253)]
 # A Gitea owner (organization) and a repository name: letters, digits, `-`, `_`, `.`.
 GITEA_NAME = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}"
 # Paths as RE2 patterns (the API server's regex engine has no lookahead): segments that are not empty, `.`
@@ -131,16 +133,14 @@ class WorkspaceFrom(ApiModel):
         )
     )
 
-    environment: str | None = Field(
+    environment: ObjectName = Field(
         default=None,
-        max_length=253,
         pattern=DNS_LABEL,
         description="Fork this ShadowEnvironment (same namespace): its workspace is snapshotted after a "
         "filesystem flush (or copied, see method) and this one starts from it. The source keeps running.",
     )
-    snapshot: str | None = Field(
+    snapshot: ObjectName = Field(
         default=None,
-        max_length=253,
         description="Restore this VolumeSnapshot (same namespace), e.g. one taken by `shadowctl snapshot`.",
     )
     method: Literal["Auto", "Snapshot", "Copy"] = Field(
@@ -174,9 +174,8 @@ class WorkspaceVolume(ApiModel):
         "(path preservation), so absolute paths in configs and lockfiles keep working.",
     )
     size: str = Field(default="10Gi", pattern=QUANTITY, description="Size of the workspace volume.")
-    storage_class_name: str | None = Field(
+    storage_class_name: ObjectName = Field(
         default=None,
-        max_length=253,
         description="StorageClass of the volume; default: the cluster's default (for a fork: the class of "
         "the volume it starts from).",
     )
@@ -314,15 +313,13 @@ class WorkspaceShape(ApiModel):
         "environment's Gitea instead. Only these prefixes are redirected.",
         json_schema_extra={"x-kubernetes-list-type": "atomic"},
     )
-    template: str | None = Field(
+    template: ObjectName = Field(
         default=None,
-        max_length=253,
         description="SandboxTemplate (same namespace) the workspace starts from; default: the operator's "
         "default template.",
     )
-    runtime_class_name: str | None = Field(
+    runtime_class_name: ObjectName = Field(
         default=None,
-        max_length=253,
         pattern=DNS_SUBDOMAIN,
         description="RuntimeClass of the workspace Pod (replaces the template's), e.g. `gvisor` to run it "
         "under gVisor's user-space kernel; default: the template's (none: the node's default runtime). A "
