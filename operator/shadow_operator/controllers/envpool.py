@@ -57,9 +57,6 @@ class EnvironmentPoolReconciler(Reconciler[ShadowEnvironmentPool]):
     owns_delay = 0.2
 
     async def reconcile(self, pool: ShadowEnvironmentPool) -> float | None:
-        if pool.deleting:
-            await self.deleted((pool.namespace, pool.name))
-            return None
         template_name = pool.spec.template or self.config.default_template
         template = self.cache.store(SANDBOX_TEMPLATE).get(pool.namespace, template_name)
         members = [

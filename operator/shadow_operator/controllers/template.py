@@ -18,8 +18,6 @@ class TemplateReconciler(Reconciler[SandboxTemplate]):
     workers = 2
 
     async def reconcile(self, template: SandboxTemplate) -> float | None:
-        if template.deleting:
-            return None
         name = naming.network_policy_name(template.name)
         existing = self.cache.store(NETWORK_POLICY).get(template.namespace, name)
         if template.spec.network_policy_management == "Unmanaged":
