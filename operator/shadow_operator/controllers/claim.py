@@ -21,7 +21,7 @@ from shadow_operator.engine import Cache, Index, Reconciler, Watch
 from shadow_operator.resources import blueprint
 from shadow_operator.resources import conditions as conds
 from shadow_operator.resources import indexes as ix
-from shadow_operator.resources.sandbox import controller_uid
+from shadow_operator.resources.metadata import controller_uid
 
 Body = dict[str, Any]
 Key = tuple[str, str]

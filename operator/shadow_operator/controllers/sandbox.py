@@ -14,7 +14,7 @@ from shadow_operator.api.models import Sandbox
 from shadow_operator.clients.kube import ApiError
 from shadow_operator.engine import Cached, Index, NotOwned, Reconciler
 from shadow_operator.resources import conditions as conds
-from shadow_operator.resources import indexes, podsecurity, runtime_auth
+from shadow_operator.resources import indexes, metadata, podsecurity, runtime_auth
 from shadow_operator.resources import sandbox as res
 
 RESYNC_SECONDS = 300.0
@@ -106,7 +106,7 @@ class SandboxReconciler(Reconciler[Sandbox]):
         namespace, name = sandbox.namespace, sandbox.name
         pod = self.cache.store(POD).get(namespace, name)
         pod_owned = True
-        if pod is not None and res.controller_uid(pod) != sandbox.metadata.uid:
+        if pod is not None and metadata.controller_uid(pod) != sandbox.metadata.uid:
             pod = await self._adopt_if_allowed(POD, body, pod)
             pod_owned = pod is not None
             if pod is None:
@@ -191,12 +191,15 @@ class SandboxReconciler(Reconciler[Sandbox]):
     ) -> dict[str, Any] | None:
         """Adopt an unowned child only when it carries agents.x-k8s.io/adoptable=true (as upstream)."""
         meta = obj["metadata"]
-        if res.controller_uid(obj) is not None or (meta.get("labels") or {}).get(c.LABEL_ADOPTABLE) != "true":
+        if (
+            metadata.controller_uid(obj) is not None
+            or (meta.get("labels") or {}).get(c.LABEL_ADOPTABLE) != "true"
+        ):
             return None
         patch = {
             "metadata": {
                 "resourceVersion": meta["resourceVersion"],
-                "ownerReferences": [*(meta.get("ownerReferences") or []), res.owner_reference(sandbox)],
+                "ownerReferences": [*(meta.get("ownerReferences") or []), metadata.owner_reference(sandbox)],
                 "labels": {
                     c.LABEL_SANDBOX_NAME_HASH: naming.name_hash(sandbox["metadata"]["name"]),
                     c.LABEL_MANAGED_BY: c.MANAGED_BY_VALUE,  # from now on in the cache of its kind
@@ -234,7 +237,7 @@ class SandboxReconciler(Reconciler[Sandbox]):
         namespace, name = sandbox.namespace, sandbox.name
         wanted = sandbox.spec.service
         service = self.cache.store(SERVICE).get(namespace, name)
-        if service is not None and res.controller_uid(service) != sandbox.metadata.uid:
+        if service is not None and metadata.controller_uid(service) != sandbox.metadata.uid:
             service = await self._foreign_service(body, service, wanted)
             if service is None:
                 return None
@@ -289,7 +292,7 @@ class SandboxReconciler(Reconciler[Sandbox]):
         namespace, name, uid = sandbox.namespace, sandbox.name, sandbox.metadata.uid
         for kind in (POD, SERVICE):
             child = self.cache.store(kind).get(namespace, name)
-            if child is not None and res.controller_uid(child) == uid:
+            if child is not None and metadata.controller_uid(child) == uid:
                 await self.client.delete(kind, namespace, name, uid=child["metadata"]["uid"])
         if sandbox.spec.shutdown_policy == "Delete":
             self.recorder.info(
