@@ -16,9 +16,9 @@ from __future__ import annotations
 import contextlib
 import secrets
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -38,6 +38,8 @@ from shadow_operator.sdk.errors import (
 )
 from shadow_operator.sdk.kube import Body, Call, Op
 from shadow_operator.sdk.runtime import ExecutionResult, RuntimeEndpoint
+
+T = TypeVar("T")
 
 # Claim conditions that will not resolve by waiting: the claim names something that does not exist.
 BLOCKING_REASONS = {
@@ -222,7 +224,7 @@ class Filesystem:
         self._sandbox = sandbox
 
     def read(self, path: str) -> bytes:
-        return self._sandbox._run(lambda ep: runtime.read_file(ep, path))  # type: ignore[no-any-return]
+        return self._sandbox._run(lambda ep: runtime.read_file(ep, path))
 
     def write(self, path: str, content: bytes | str) -> None:
         data = content.encode() if isinstance(content, str) else content
@@ -258,7 +260,7 @@ class Sandbox:
             self._ep = kube.run(self._http, endpoint(self.ref))
         return self._ep
 
-    def _run(self, make: Any) -> Any:
+    def _run(self, make: Callable[[RuntimeEndpoint], Op[T]]) -> T:
         return kube.run(self._http, make(self.endpoint()))
 
     def run(self, command: str | list[str], timeout: float = 60.0) -> ExecutionResult:
@@ -363,7 +365,7 @@ class AsyncFilesystem:
         self._sandbox = sandbox
 
     async def read(self, path: str) -> bytes:
-        return await self._sandbox._run(lambda ep: runtime.read_file(ep, path))  # type: ignore[no-any-return]
+        return await self._sandbox._run(lambda ep: runtime.read_file(ep, path))
 
     async def write(self, path: str, content: bytes | str) -> None:
         data = content.encode() if isinstance(content, str) else content
@@ -394,7 +396,7 @@ class AsyncSandbox:
             self._ep = await kube.arun(self._http, endpoint(self.ref))
         return self._ep
 
-    async def _run(self, make: Any) -> Any:
+    async def _run(self, make: Callable[[RuntimeEndpoint], Op[T]]) -> T:
         return await kube.arun(self._http, make(await self.endpoint()))
 
     async def run(self, command: str | list[str], timeout: float = 60.0) -> ExecutionResult:
