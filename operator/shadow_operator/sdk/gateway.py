@@ -64,7 +64,7 @@ def _push_request(error: type[ShadowError], **fields: str) -> PushRequest:
 
 
 # ------------------------------------------------------------------------------- operations (shared)
-class _Ops:
+class GatewayOps:
     """Every gateway operation, written once; the twins drive them."""
 
     def __init__(
@@ -83,6 +83,10 @@ class _Ops:
         # The runtime's endpoint (pod proxy path and token) read once, not twice per call; dropped when the
         # runtime cannot be reached or refuses the token (the workspace was suspended or recreated).
         self._endpoint: runtime.RuntimeEndpoint | None = None
+
+    def sibling(self, name: str) -> GatewayOps:
+        """The operations of another environment of the same namespace (a fork of this one)."""
+        return GatewayOps(name, self.namespace, self.workspace_path, self.cluster)
 
     def spec(self, spec: EnvironmentSpec | None) -> EnvironmentSpec:
         if spec is not None:
@@ -347,7 +351,7 @@ class ShadowGateway(kube.ClientHolder):
         super().__init__(client)
         # As kubectl: the kubeconfig context's namespace unless one is named.
         namespace = namespace or kube.context_namespace()
-        self._ops = _Ops(name, namespace, workspace_path, str(self._http.base_url), pool)
+        self._ops = GatewayOps(name, namespace, workspace_path, str(self._http.base_url), pool)
 
     name = property(lambda self: self._ops.name, doc="The environment's name.")
     namespace = property(
@@ -555,7 +559,7 @@ class ShadowGateway(kube.ClientHolder):
         its fork, verify each, and rank them (sdk.race); options as `race.RaceOptions`: count, promote, to,
         to_branch, keep, prefix, method, timeout, command_timeout, verify_timeout, on_update."""
         cmds = [commands] if isinstance(commands, str) else list(commands)
-        return raceops.race_sync(self, self._http, cmds, raceops.RaceOptions(**options))
+        return raceops.run(self._http, raceops.race(self._ops, cmds, raceops.RaceOptions(**options)))
 
     def journal(self, since: int = 0, *, significant: bool = False) -> list[JournalEntry]:
         """The workspace's command journal after `since` (only the significant entries if asked)."""
@@ -620,7 +624,7 @@ class AsyncShadowGateway(kube.AsyncClientHolder):
         super().__init__(client)
         # As kubectl: the kubeconfig context's namespace unless one is named.
         namespace = namespace or kube.context_namespace()
-        self._ops = _Ops(name, namespace, workspace_path, str(self._http.base_url), pool)
+        self._ops = GatewayOps(name, namespace, workspace_path, str(self._http.base_url), pool)
 
     name = property(lambda self: self._ops.name)
     namespace = property(lambda self: self._ops.namespace)
@@ -802,7 +806,7 @@ class AsyncShadowGateway(kube.AsyncClientHolder):
 
     async def race(self, commands: str | Sequence[str], **options: Any) -> RaceResult:
         cmds = [commands] if isinstance(commands, str) else list(commands)
-        return await raceops.race_async(self, self._http, cmds, raceops.RaceOptions(**options))
+        return await raceops.arun(self._http, raceops.race(self._ops, cmds, raceops.RaceOptions(**options)))
 
     async def journal(self, since: int = 0, *, significant: bool = False) -> list[JournalEntry]:
         return await self._run(self._ops.journal(since, significant))
