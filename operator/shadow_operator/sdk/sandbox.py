@@ -25,17 +25,8 @@ import httpx
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
 from shadow_operator.api.kinds import SANDBOX, SANDBOX_CLAIM
-from shadow_operator.sdk import kube, runtime
-from shadow_operator.sdk.errors import (
-    NotFound,
-    SandboxClaimFailedError,
-    SandboxNotFoundError,
-    SandboxNotReadyError,
-    SandboxTemplateNotFoundError,
-    SandboxWarmPoolNotFoundError,
-    ShadowError,
-    WaitTimeout,
-)
+from shadow_operator.sdk import errors, kube, runtime
+from shadow_operator.sdk.errors import NotFound, ShadowError, WaitTimeout
 from shadow_operator.sdk.kube import Body, Call, Op
 from shadow_operator.sdk.runtime import ExecutionResult, RuntimeEndpoint
 
@@ -43,11 +34,11 @@ T = TypeVar("T")
 
 # Claim conditions that will not resolve by waiting: the claim names something that does not exist.
 BLOCKING_REASONS = {
-    c.REASON_TEMPLATE_NOT_FOUND: SandboxTemplateNotFoundError,
-    c.REASON_WARM_POOL_NOT_FOUND: SandboxWarmPoolNotFoundError,
-    c.REASON_ENV_INJECTION_REJECTED: SandboxClaimFailedError,
-    c.REASON_VOLUME_CLAIM_TEMPLATES_ERROR: SandboxClaimFailedError,
-    c.REASON_INVALID_METADATA: SandboxClaimFailedError,
+    c.REASON_TEMPLATE_NOT_FOUND: errors.SandboxTemplateNotFoundError,
+    c.REASON_WARM_POOL_NOT_FOUND: errors.SandboxWarmPoolNotFoundError,
+    c.REASON_ENV_INJECTION_REJECTED: errors.SandboxClaimFailedError,
+    c.REASON_VOLUME_CLAIM_TEMPLATES_ERROR: errors.SandboxClaimFailedError,
+    c.REASON_INVALID_METADATA: errors.SandboxClaimFailedError,
 }
 
 
@@ -141,7 +132,7 @@ def wait_claim(current: Body, timeout: float) -> Op[SandboxRef]:
             time.monotonic() + timeout,
             time.monotonic,
             timed_out,
-            lambda: SandboxNotFoundError(f"{what} was deleted while waiting"),
+            lambda: errors.SandboxNotFoundError(f"{what} was deleted while waiting"),
         )
     )
 
@@ -151,10 +142,10 @@ def get(claim_name: str, namespace: str) -> Op[SandboxRef]:
     try:
         body = yield from kube.get(SANDBOX_CLAIM.path(namespace, claim_name), what)
     except NotFound:
-        raise SandboxNotFoundError(f"{what} does not exist") from None
+        raise errors.SandboxNotFoundError(f"{what} does not exist") from None
     ref = claim_ready(body)
     if ref is None:
-        raise SandboxNotReadyError(
+        raise errors.SandboxNotReadyError(
             f"{what} is not ready", hint=f"kubectl -n {namespace} describe sandboxclaim {claim_name}"
         )
     return ref
@@ -172,7 +163,7 @@ def delete(claim_name: str, namespace: str) -> Op[None]:
     try:
         yield Call("DELETE", SANDBOX_CLAIM.path(namespace, claim_name), f"delete {what}")
     except NotFound:
-        raise SandboxNotFoundError(f"{what} does not exist") from None
+        raise errors.SandboxNotFoundError(f"{what} does not exist") from None
 
 
 def endpoint(ref: SandboxRef) -> Op[RuntimeEndpoint]:
@@ -321,7 +312,7 @@ class SandboxClient(kube.ClientHolder):
     def delete_all(self) -> None:
         """Delete every claim this client created."""
         for sandbox in self._created:
-            with contextlib.suppress(SandboxNotFoundError):
+            with contextlib.suppress(errors.SandboxNotFoundError):
                 sandbox.terminate()
         self._created.clear()
 
@@ -453,7 +444,7 @@ class AsyncSandboxClient(kube.AsyncClientHolder):
 
     async def delete_all(self) -> None:
         for sandbox in self._created:
-            with contextlib.suppress(SandboxNotFoundError):
+            with contextlib.suppress(errors.SandboxNotFoundError):
                 await sandbox.terminate()
         self._created.clear()
 
