@@ -3,7 +3,7 @@ how one is cut.
 
 Shared by the environment reconciler (forks) and the SDK (`shadowctl snapshot`, shared fork snapshots). Cutting
 one is written once here, without I/O (`choose`, `cut`): a generator that yields the reads and writes it needs
-(`Read`, `ListAll`, `Flush`, `Create`) and is sent their results; each side drives it with its own client
+(`ReadStorageClass`, `ListSnapshotClasses`, `Flush`, `Create`) and is sent their results; each side drives it with its own client
 (the operator: controllers/environment/clone/snapshot.py; the SDK: sdk/fork.py).
 """
 
@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from shadow_operator.api import constants as c
-from shadow_operator.api.kinds import STORAGE_CLASS, VOLUME_SNAPSHOT_CLASS, ResourceKind
 
 Body = Mapping[str, Any]
 Manifest = dict[str, Any]
@@ -144,19 +143,15 @@ def data_source(snapshot: str) -> dict[str, str]:
 
 # --------------------------------------------------------------------------------------- cutting one
 @dataclass(frozen=True)
-class Read:
-    """Read an object; the driver sends it back, or None when it does not exist."""
+class ReadStorageClass:
+    """Read the StorageClass `name`; the driver sends it back, or None when it does not exist."""
 
-    kind: ResourceKind
-    namespace: str
     name: str
 
 
 @dataclass(frozen=True)
-class ListAll:
-    """List a cluster-scoped kind; the driver sends the items back, or None when its API is not installed."""
-
-    kind: ResourceKind
+class ListSnapshotClasses:
+    """List the VolumeSnapshotClasses; the driver sends them back, or None when their API is not installed."""
 
 
 @dataclass(frozen=True)
@@ -171,7 +166,7 @@ class Create:
     manifest: Manifest
 
 
-Step = Read | ListAll | Flush | Create
+Step = ReadStorageClass | ListSnapshotClasses | Flush | Create
 T = TypeVar("T")
 Plan = Generator[Step, Any, T]
 
@@ -179,16 +174,16 @@ Plan = Generator[Step, Any, T]
 def choose(source_class: str | None, target_class: str | None = None) -> Plan[ClassChoice]:
     """The VolumeSnapshotClass for a volume of StorageClass `source_class`, restored into `target_class`
     (default: the same): none when the target's driver is another one, which could not restore it."""
-    storage_class = (yield Read(STORAGE_CLASS, "", source_class)) if source_class else None
+    storage_class = (yield ReadStorageClass(source_class)) if source_class else None
     driver = volume_driver(storage_class)
     target_class = target_class or source_class
     if target_class != source_class:
-        target = (yield Read(STORAGE_CLASS, "", target_class)) if target_class else None
+        target = (yield ReadStorageClass(target_class)) if target_class else None
         if volume_driver(target) != driver:
             return ClassChoice(
                 None, f"StorageClass {target_class} is served by another driver than the source volume"
             )
-    classes = yield ListAll(VOLUME_SNAPSHOT_CLASS)
+    classes = yield ListSnapshotClasses()
     if classes is None:
         return choose_class(driver, (), api_installed=False)
     return choose_class(driver, classes)

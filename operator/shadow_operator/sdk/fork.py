@@ -20,7 +20,9 @@ from shadow_operator.api.kinds import (
     PVC,
     SANDBOX,
     SHADOW_ENVIRONMENT,
+    STORAGE_CLASS,
     VOLUME_SNAPSHOT,
+    VOLUME_SNAPSHOT_CLASS,
 )
 from shadow_operator.common import snapshots
 from shadow_operator.sdk import environment as envops
@@ -329,18 +331,15 @@ def _on_cluster(
 
 
 def _answer(step: snapshots.Step, flush: RuntimeEndpoint | None, owner: dict[str, str] | None) -> Op[Any]:
-    if isinstance(step, snapshots.Read):
+    if isinstance(step, snapshots.ReadStorageClass):
         try:
-            return (
-                yield from kube.get(
-                    step.kind.path(step.namespace or None, step.name), f"{step.kind} {step.name}"
-                )
-            )
+            return (yield from kube.get(STORAGE_CLASS.path(None, step.name), f"StorageClass {step.name}"))
         except NotFound:
             return None
-    if isinstance(step, snapshots.ListAll):
+    if isinstance(step, snapshots.ListSnapshotClasses):
+        call = Call("GET", VOLUME_SNAPSHOT_CLASS.path(), "list VolumeSnapshotClasses")
         try:
-            listed = yield from kube.send(Call("GET", step.kind.path(), f"list {step.kind.plural}"))
+            listed = yield from kube.send(call)
         except (NotFound, ApiNotInstalled):
             return None
         return listed.get("items") or []

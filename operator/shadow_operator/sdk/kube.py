@@ -435,27 +435,28 @@ def _held(response: httpx.Response, content: bytes) -> httpx.Response:
     )
 
 
+def _feed(call: Call, response: httpx.Response, reader: runtimeapi.BoundedRead, piece: bytes) -> bool:
+    try:
+        return reader.feed(piece)
+    except runtimeapi.AnswerRefused as exc:
+        raise _refused(call, response, exc) from None
+
+
 def held(call: Call, response: httpx.Response, chunks: Iterator[bytes]) -> httpx.Response:
     """A streamed answer read within the call's limit, as a response held in memory."""
     reader = _reader(call, response)
-    try:
-        for piece in chunks:
-            if not reader.feed(piece):
-                break
-    except runtimeapi.AnswerRefused as exc:
-        raise _refused(call, response, exc) from None
+    for piece in chunks:
+        if not _feed(call, response, reader, piece):
+            break
     return _held(response, reader.content)
 
 
 async def aheld(call: Call, response: httpx.Response, chunks: AsyncIterator[bytes]) -> httpx.Response:
     """The async twin of held."""
     reader = _reader(call, response)
-    try:
-        async for piece in chunks:
-            if not reader.feed(piece):
-                break
-    except runtimeapi.AnswerRefused as exc:
-        raise _refused(call, response, exc) from None
+    async for piece in chunks:
+        if not _feed(call, response, reader, piece):
+            break
     return _held(response, reader.content)
 
 

@@ -421,6 +421,14 @@ def race(gw: GatewayOps, commands: Sequence[str], options: RaceOptions) -> Race:
     return _result(gw.name, gw.namespace, ranked, best, times, promoted, destroyed, judge, refused)
 
 
+def _resume(steps: Race, outcome: list[Any] | BaseException) -> Together | kube.Finished:
+    """Send a step's results into the race, or throw its failure in (the race's cleanup deletes its forks)."""
+    try:
+        return steps.throw(outcome) if isinstance(outcome, BaseException) else steps.send(outcome)
+    except StopIteration as done:
+        return kube.Finished(done.value)
+
+
 def run(http: httpx.Client, steps: Race) -> RaceResult:
     """Drive a race on a synchronous client, each step's operations in threads."""
 
@@ -430,29 +438,25 @@ def run(http: httpx.Client, steps: Race) -> RaceResult:
         with ThreadPoolExecutor(max(1, len(step.ops))) as pool:
             return list(pool.map(lambda op: kube.run(http, op), step.ops))
 
-    step = next(steps)
-    try:
-        while True:
-            try:
-                results = together(step)
-            except BaseException as exc:  # into the race, whose cleanup deletes its forks
-                step = steps.throw(exc)
-            else:
-                step = steps.send(results)
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
+    step: Together | kube.Finished = next(steps)
+    while isinstance(step, Together):
+        outcome: list[Any] | BaseException
+        try:
+            outcome = together(step)
+        except BaseException as exc:
+            outcome = exc
+        step = _resume(steps, outcome)
+    return step.value  # type: ignore[no-any-return]
 
 
 async def arun(http: httpx.AsyncClient, steps: Race) -> RaceResult:
     """Drive a race on an asynchronous client, each step's operations as tasks."""
-    step = next(steps)
-    try:
-        while True:
-            try:
-                results = list(await asyncio.gather(*(kube.arun(http, op) for op in step.ops)))
-            except BaseException as exc:  # into the race, whose cleanup deletes its forks
-                step = steps.throw(exc)
-            else:
-                step = steps.send(results)
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
+    step: Together | kube.Finished = next(steps)
+    while isinstance(step, Together):
+        outcome: list[Any] | BaseException
+        try:
+            outcome = list(await asyncio.gather(*(kube.arun(http, op) for op in step.ops)))
+        except BaseException as exc:
+            outcome = exc
+        step = _resume(steps, outcome)
+    return step.value  # type: ignore[no-any-return]

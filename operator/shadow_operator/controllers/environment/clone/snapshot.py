@@ -228,11 +228,11 @@ class SnapshotPart:
         self, step: snapshots.Step, env: ShadowEnvironment | None, source: Body | None, retain: bool
     ) -> Any:
         client = self.deps.client
-        if isinstance(step, snapshots.Read):
-            return await client.get_live(step.kind, step.namespace, step.name)
-        if isinstance(step, snapshots.ListAll):
+        if isinstance(step, snapshots.ReadStorageClass):
+            return await client.get_live(STORAGE_CLASS, "", step.name)
+        if isinstance(step, snapshots.ListSnapshotClasses):
             try:
-                return await client.list_live(step.kind)
+                return await client.list_live(VOLUME_SNAPSHOT_CLASS)
             except ApiError as exc:
                 if exc.not_found:
                     return None
