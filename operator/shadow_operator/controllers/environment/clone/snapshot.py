@@ -8,16 +8,8 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from shadow_operator.api import constants as c
-from shadow_operator.api import naming
+from shadow_operator.api import kinds, naming
 from shadow_operator.api.environment import CloneStatus, ShadowEnvironment, WorkspaceFrom
-from shadow_operator.api.kinds import (
-    PVC,
-    SANDBOX,
-    SHADOW_ENVIRONMENT,
-    STORAGE_CLASS,
-    VOLUME_SNAPSHOT,
-    VOLUME_SNAPSHOT_CLASS,
-)
 from shadow_operator.clients.kube import ApiError
 from shadow_operator.clients.runtime import RuntimeUnavailable
 from shadow_operator.common import snapshots
@@ -53,7 +45,7 @@ class SnapshotPart:
         if reason == "Restoring":  # the snapshot was ready in an earlier pass: it is not read again
             await self._check_claim(state, name, clone.restore_size or "0", wake=False)
             return replace(restore, min_size=size_or_none(clone.restore_size))
-        snapshot = await self.deps.client.get_live(VOLUME_SNAPSHOT, env.namespace, name)
+        snapshot = await self.deps.client.get_live(kinds.VOLUME_SNAPSHOT, env.namespace, name)
         if snapshot is None:
             if origin.snapshot:
                 raise StepFailed(
@@ -120,17 +112,17 @@ class SnapshotPart:
         """
         env, client = state.env, self.deps.client
         claim_name = naming.pvc_name(c.WORKSPACE_VOLUME, state.instance)
-        claim = self.deps.cache.store(PVC).get(env.namespace, claim_name)
+        claim = self.deps.cache.store(kinds.PVC).get(env.namespace, claim_name)
         if claim is None or (claim.get("status") or {}).get("phase") == "Bound":
             return
         meta = claim["metadata"]
         requested = ((claim["spec"].get("resources") or {}).get("requests") or {}).get("storage")
         if requested and size != "0" and parse_quantity(str(requested)) < parse_quantity(size):
-            await client.delete(PVC, env.namespace, claim_name, uid=meta.get("uid"))
+            await client.delete(kinds.PVC, env.namespace, claim_name, uid=meta.get("uid"))
             return
         if wake and (meta.get("annotations") or {}).get(c.ANNOTATION_SNAPSHOT_READY) != snapshot:
             await client.patch(
-                PVC,
+                kinds.PVC,
                 env.namespace,
                 claim_name,
                 {"metadata": {"annotations": {c.ANNOTATION_SNAPSHOT_READY: snapshot}}},
@@ -140,7 +132,7 @@ class SnapshotPart:
         """The size of the volume the snapshot was cut from (its capacity, or what it asked for if more)."""
         claim_name = ((snapshot.get("spec") or {}).get("source") or {}).get("persistentVolumeClaimName")
         namespace = snapshot["metadata"].get("namespace") or ""
-        claim = self.deps.cache.store(PVC).get(namespace, claim_name) if claim_name else None
+        claim = self.deps.cache.store(kinds.PVC).get(namespace, claim_name) if claim_name else None
         if claim is None:
             return None
         requested = ((claim["spec"].get("resources") or {}).get("requests") or {}).get("storage")
@@ -159,17 +151,21 @@ class SnapshotPart:
         meta = snapshot["metadata"]
         claim_name = ((snapshot.get("spec") or {}).get("source") or {}).get("persistentVolumeClaimName")
         claim = (
-            self.deps.cache.store(PVC).get(meta.get("namespace") or "", claim_name) if claim_name else None
+            self.deps.cache.store(kinds.PVC).get(meta.get("namespace") or "", claim_name)
+            if claim_name
+            else None
         )
         if claim is not None and claim["spec"].get("storageClassName"):
             return str(claim["spec"]["storageClassName"])
         class_name = (snapshot.get("spec") or {}).get("volumeSnapshotClassName")
         client = self.deps.client
-        klass = await client.get_live(VOLUME_SNAPSHOT_CLASS, "", class_name) if class_name else None
+        klass = await client.get_live(kinds.VOLUME_SNAPSHOT_CLASS, "", class_name) if class_name else None
         driver = (klass or {}).get("driver")
         if not driver:
             return None
-        candidates = [sc for sc in await client.list_live(STORAGE_CLASS) if sc.get("provisioner") == driver]
+        candidates = [
+            sc for sc in await client.list_live(kinds.STORAGE_CLASS) if sc.get("provisioner") == driver
+        ]
         candidates.sort(
             key=lambda sc: (
                 (sc["metadata"].get("annotations") or {}).get("storageclass.kubernetes.io/is-default-class")
@@ -184,9 +180,9 @@ class SnapshotPart:
         origin = env.spec.workspace.from_
         assert origin is not None and origin.environment and clone.snapshot and clone.snapshot_class_name
         source_name, ns, deps = origin.environment, env.namespace, self.deps
-        source = deps.cache.store(SHADOW_ENVIRONMENT).get(ns, source_name)
+        source = deps.cache.store(kinds.SHADOW_ENVIRONMENT).get(ns, source_name)
         named = instance(source) if source else source_name
-        sandbox = deps.cache.store(SANDBOX).get(ns, named)
+        sandbox = deps.cache.store(kinds.SANDBOX).get(ns, named)
         plan = snapshots.cut(
             # A suspended workspace has no Pod and nothing to flush; a running one must flush first.
             flush=conds.is_true(((sandbox or {}).get("status") or {}).get("conditions"), c.COND_READY),
@@ -229,10 +225,10 @@ class SnapshotPart:
     ) -> Any:
         client = self.deps.client
         if isinstance(step, snapshots.ReadStorageClass):
-            return await client.get_live(STORAGE_CLASS, "", step.name)
+            return await client.get_live(kinds.STORAGE_CLASS, "", step.name)
         if isinstance(step, snapshots.ListSnapshotClasses):
             try:
-                return await client.list_live(VOLUME_SNAPSHOT_CLASS)
+                return await client.list_live(kinds.VOLUME_SNAPSHOT_CLASS)
             except ApiError as exc:
                 if exc.not_found:
                     return None
@@ -252,11 +248,11 @@ class SnapshotPart:
             return None
         manifest = step.manifest
         if not retain:
-            return await self.deps.apply(VOLUME_SNAPSHOT, manifest, env)
+            return await self.deps.apply(kinds.VOLUME_SNAPSHOT, manifest, env)
         try:
-            return await client.create(VOLUME_SNAPSHOT, manifest)
+            return await client.create(kinds.VOLUME_SNAPSHOT, manifest)
         except ApiError as exc:
             if not exc.already_exists:
                 raise
         meta = manifest["metadata"]
-        return await client.get_live(VOLUME_SNAPSHOT, meta["namespace"], meta["name"]) or manifest
+        return await client.get_live(kinds.VOLUME_SNAPSHOT, meta["namespace"], meta["name"]) or manifest
