@@ -236,3 +236,28 @@ def test_the_sdk_refuses_compressed_answers(hostile: Callable[..., str]) -> None
     url = hostile("gzip", exec_answer("z" * MiB))
     with pytest.raises(errors.RuntimeRefused, match="Content-Encoding gzip"):
         sdk_exec(url, "async")
+
+
+def test_the_sdk_fails_a_stream_line_that_never_ends(hostile: Callable[..., str]) -> None:
+    # journal follow and exec/stream read NDJSON: one line without an end is held only up to the limit.
+    url = hostile("endless")
+    call = sdk_runtime.journal_follow_call(sdk_runtime.RuntimeEndpoint(url, {}))
+
+    def follow() -> list[dict[str, Any]]:
+        with httpx.Client(timeout=60) as http:
+            return list(sdk_runtime.stream_events(http, call))
+
+    error, peak = peak_of(follow)
+    assert isinstance(error, errors.RuntimeRefused), error
+    assert f"larger than {CLIENT_MAX_ANSWER_BYTES} bytes" in str(error)
+    assert peak < CLIENT_MAX_ANSWER_BYTES + 16 * MiB, f"client peak {peak / MiB:.1f} MiB"
+
+
+def test_stream_lines_are_whole_wherever_the_chunks_end() -> None:
+    from shadow_operator.common.runtimeapi import AnswerTooLarge, Lines
+
+    lines = Lines(limit=12)
+    got = [*lines.feed(b'{"a":'), *lines.feed(b'1}\n{"b"'), *lines.feed(b":2}\n\n"), *lines.feed(b'{"c":3}')]
+    assert [*got, *lines.end()] == [{"a": 1}, {"b": 2}, {"c": 3}]
+    with pytest.raises(AnswerTooLarge):
+        Lines(limit=12).feed(b'{"a":"' + b"x" * 20 + b'"}\n')

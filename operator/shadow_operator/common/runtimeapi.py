@@ -99,10 +99,16 @@ class Lines:
         self._pending = bytearray()
 
     def feed(self, chunk: bytes) -> list[Any]:
-        self._pending += chunk
-        *lines, rest = self._pending.split(b"\n")
-        if len(rest) > self.limit:
+        # Only the new chunk is searched: a long line costs its length once, not once per chunk.
+        if b"\n" not in chunk:
+            self._pending += chunk
+            if len(self._pending) > self.limit:
+                raise AnswerTooLarge(self.limit)
+            return []
+        head, *lines, rest = chunk.split(b"\n")
+        if len(self._pending) + len(head) > self.limit or len(rest) > self.limit:
             raise AnswerTooLarge(self.limit)
+        lines.insert(0, bytes(self._pending + head))
         self._pending = bytearray(rest)
         return [_json_line(line) for line in lines if line.strip()]
 
