@@ -375,10 +375,8 @@ def _send(client: httpx.Client, call: Call) -> httpx.Response | ShadowError:
                     return _checked(call, response)
                 for piece in response.iter_bytes():
                     call.sink(piece)
-    except httpx.TransportError as exc:
-        return _transport_error(call, exc)
-    except ShadowError as exc:
-        return exc
+    except (httpx.TransportError, ShadowError) as exc:
+        return _failed(call, exc)
     return _checked(call, response)
 
 
@@ -398,10 +396,8 @@ async def _asend(client: httpx.AsyncClient, call: Call) -> httpx.Response | Shad
                     return _checked(call, response)
                 async for piece in response.aiter_bytes():
                     call.sink(piece)
-    except httpx.TransportError as exc:
-        return _transport_error(call, exc)
-    except ShadowError as exc:
-        return exc
+    except (httpx.TransportError, ShadowError) as exc:
+        return _failed(call, exc)
     return _checked(call, response)
 
 
@@ -509,6 +505,11 @@ def _not_kubernetes(what: str, response: httpx.Response) -> ShadowError:
         f"{what}: {response.url.host} answered {response.status_code} {response.reason_phrase} with an HTML "
         "page, not the Kubernetes API"
     )
+
+
+def _failed(call: Call, exc: Exception) -> ShadowError:
+    """A call that got no usable answer: the connection failed, or the answer was refused unread."""
+    return exc if isinstance(exc, ShadowError) else _transport_error(call, exc)
 
 
 def _transport_error(call: Call, exc: Exception) -> ShadowError:
