@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import httpx
 
@@ -115,7 +115,7 @@ class Runtime:
                 answer = await self._send(request)
                 request = op.send(answer)
         except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+            return cast(T, done.value)
         except runtimeapi.AnswerRefused as exc:
             raise RuntimeRefused(
                 answer.status, f"runtime's answer to {request.method} {request.path} is {exc}", ""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
@@ -327,7 +327,7 @@ def _on_cluster(
         while True:
             step = plan.send((yield from _answer(step, flush, owner)))
     except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
+        return cast(T, done.value)
 
 
 def _answer(step: snapshots.Step, flush: RuntimeEndpoint | None, owner: dict[str, str] | None) -> Op[Any]:

@@ -31,7 +31,7 @@ from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import httpx
 import yaml
@@ -446,7 +446,7 @@ def run(http: httpx.Client, steps: Race) -> RaceResult:
         except BaseException as exc:
             outcome = exc
         step = _resume(steps, outcome)
-    return step.value  # type: ignore[no-any-return]
+    return cast(RaceResult, step.value)
 
 
 async def arun(http: httpx.AsyncClient, steps: Race) -> RaceResult:
@@ -459,4 +459,4 @@ async def arun(http: httpx.AsyncClient, steps: Race) -> RaceResult:
         except BaseException as exc:
             outcome = exc
         step = _resume(steps, outcome)
-    return step.value  # type: ignore[no-any-return]
+    return cast(RaceResult, step.value)

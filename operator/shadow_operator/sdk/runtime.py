@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 import httpx
 from pydantic import BaseModel, Field
@@ -139,7 +139,7 @@ class RuntimeEndpoint:
                 except runtimeapi.AnswerRefused as exc:
                     raise RuntimeRefused(answer.status, f"an answer {exc}", what=request.what) from None
         except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+            return cast(T, done.value)
 
 
 def endpoint(namespace: str, pod: str, port: int, token: str) -> RuntimeEndpoint:

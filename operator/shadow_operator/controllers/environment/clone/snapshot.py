@@ -5,7 +5,7 @@ workspace volume restored from it, claimed while it is cut."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from shadow_operator.api import constants as c
 from shadow_operator.api import kinds, naming
@@ -218,7 +218,7 @@ class SnapshotPart:
             while True:
                 step = plan.send(await self._answer(step, env, source, retain))
         except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+            return cast(T, done.value)
 
     async def _answer(
         self, step: snapshots.Step, env: ShadowEnvironment | None, source: Body | None, retain: bool
