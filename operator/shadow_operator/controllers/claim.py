@@ -30,7 +30,7 @@ from shadow_operator.engine.status import StatusPass
 from shadow_operator.resources import blueprint
 from shadow_operator.resources import conditions as conds
 from shadow_operator.resources import indexes as ix
-from shadow_operator.resources.sandbox import controller_uid
+from shadow_operator.resources.metadata import controller_uid
 
 Body = dict[str, Any]
 Key = tuple[str, str]
