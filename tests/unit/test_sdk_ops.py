@@ -227,11 +227,11 @@ def test_context_option_selects_another_context(tmp_path: Path, monkeypatch: pyt
 
 def test_a_gateway_naming_a_pool_starts_from_it(tmp_path: Path) -> None:
     """`ShadowGateway(name, path, pool=...)`: the spec `start()` creates names the pool (shadowctl's --pool)."""
-    from shadow_operator.sdk.gateway import _Ops
+    from shadow_operator.sdk.gateway import GatewayOps
 
-    spec = _Ops("e1", "ns", tmp_path, "https://cluster", pool="warm").spec(None)
+    spec = GatewayOps("e1", "ns", tmp_path, "https://cluster", pool="warm").spec(None)
     assert spec.pool == "warm" and [s.path for s in spec.local] == [tmp_path]
-    assert _Ops("e1", "ns", tmp_path, "https://cluster").spec(None).pool is None
+    assert GatewayOps("e1", "ns", tmp_path, "https://cluster").spec(None).pool is None
 
 
 def test_verify_and_push_return_the_status_that_answers_them() -> None:

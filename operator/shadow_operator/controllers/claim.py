@@ -31,7 +31,7 @@ from shadow_operator.resources import blueprint
 from shadow_operator.resources import conditions as conds
 from shadow_operator.resources import indexes as ix
 from shadow_operator.resources.blueprint import ClaimBlocked as Blocked
-from shadow_operator.resources.sandbox import controller_uid
+from shadow_operator.resources.metadata import controller_uid
 
 Body = dict[str, Any]
 Key = tuple[str, str]

@@ -33,7 +33,7 @@ from shadow_operator.resources import environment as res
 from shadow_operator.resources import gitea_policy
 from shadow_operator.resources import indexes as ix
 from shadow_operator.resources import pool as pools
-from shadow_operator.resources.sandbox import controller_uid
+from shadow_operator.resources.metadata import controller_uid
 
 # Instances started at once: each is six objects; a few in parallel hide the API round trips.
 CREATE_CONCURRENCY = 4

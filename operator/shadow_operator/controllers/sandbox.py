@@ -15,7 +15,7 @@ from shadow_operator.engine import Cached, Index, NotOwned, Reconciler
 from shadow_operator.engine.cache import Body
 from shadow_operator.engine.status import StatusPass
 from shadow_operator.resources import conditions as conds
-from shadow_operator.resources import indexes, podsecurity, runtime_auth
+from shadow_operator.resources import indexes, metadata, podsecurity, runtime_auth
 from shadow_operator.resources import sandbox as res
 
 RESYNC_SECONDS = 300.0
@@ -110,7 +110,7 @@ class SandboxReconciler(Reconciler[Sandbox]):
         namespace, name = sandbox.namespace, sandbox.name
         pod = self.cache.store(POD).get(namespace, name)
         pod_owned = True
-        if pod is not None and res.controller_uid(pod) != sandbox.metadata.uid:
+        if pod is not None and metadata.controller_uid(pod) != sandbox.metadata.uid:
             pod = await self._adopt_if_allowed(POD, body, pod)
             pod_owned = pod is not None
             if pod is None:
@@ -199,7 +199,7 @@ class SandboxReconciler(Reconciler[Sandbox]):
         patch = {
             "metadata": {
                 "resourceVersion": meta.resource_version,
-                "ownerReferences": [*owners, res.owner_reference(sandbox)],
+                "ownerReferences": [*owners, metadata.owner_reference(sandbox)],
                 "labels": {
                     c.LABEL_SANDBOX_NAME_HASH: naming.name_hash(sandbox["metadata"]["name"]),
                     c.LABEL_MANAGED_BY: c.MANAGED_BY_VALUE,  # from now on in the cache of its kind
@@ -237,7 +237,7 @@ class SandboxReconciler(Reconciler[Sandbox]):
         namespace, name = sandbox.namespace, sandbox.name
         wanted = sandbox.spec.service
         service = self.cache.store(SERVICE).get(namespace, name)
-        if service is not None and res.controller_uid(service) != sandbox.metadata.uid:
+        if service is not None and metadata.controller_uid(service) != sandbox.metadata.uid:
             service = await self._foreign_service(body, service, wanted)
             if service is None:
                 return None
@@ -287,7 +287,7 @@ class SandboxReconciler(Reconciler[Sandbox]):
         namespace, name, uid = sandbox.namespace, sandbox.name, sandbox.metadata.uid
         for kind in (POD, SERVICE):
             child = self.cache.store(kind).get(namespace, name)
-            if child is not None and res.controller_uid(child) == uid:
+            if child is not None and metadata.controller_uid(child) == uid:
                 await self.client.delete(kind, namespace, name, uid=child["metadata"]["uid"])
         if sandbox.spec.shutdown_policy == "Delete":
             self.recorder.info(

@@ -8,7 +8,7 @@ from shadow_operator.api.kinds import NETWORK_POLICY, SANDBOX_TEMPLATE
 from shadow_operator.api.models import SandboxTemplate
 from shadow_operator.engine import Cached, NotOwned, Reconciler
 from shadow_operator.resources import networkpolicy
-from shadow_operator.resources.sandbox import controller_uid
+from shadow_operator.resources.metadata import controller_uid
 
 
 class TemplateReconciler(Reconciler[SandboxTemplate]):

@@ -10,7 +10,7 @@ from typing import Any
 
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
-from shadow_operator.resources.sandbox import drop_reserved, owner_reference
+from shadow_operator.resources.metadata import drop_reserved, owner_reference
 
 Body = Mapping[str, Any]
 Manifest = dict[str, Any]

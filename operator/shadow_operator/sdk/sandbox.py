@@ -16,36 +16,29 @@ from __future__ import annotations
 import contextlib
 import secrets
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
 from shadow_operator.api.kinds import SANDBOX, SANDBOX_CLAIM
-from shadow_operator.sdk import kube, runtime
-from shadow_operator.sdk.errors import (
-    NotFound,
-    SandboxClaimFailedError,
-    SandboxNotFoundError,
-    SandboxNotReadyError,
-    SandboxTemplateNotFoundError,
-    SandboxWarmPoolNotFoundError,
-    ShadowError,
-    WaitTimeout,
-)
+from shadow_operator.sdk import errors, kube, runtime
+from shadow_operator.sdk.errors import NotFound, ShadowError, WaitTimeout
 from shadow_operator.sdk.kube import Body, Call, Op
 from shadow_operator.sdk.runtime import ExecutionResult, RuntimeEndpoint
 
+T = TypeVar("T")
+
 # Claim conditions that will not resolve by waiting: the claim names something that does not exist.
 BLOCKING_REASONS = {
-    c.REASON_TEMPLATE_NOT_FOUND: SandboxTemplateNotFoundError,
-    c.REASON_WARM_POOL_NOT_FOUND: SandboxWarmPoolNotFoundError,
-    c.REASON_ENV_INJECTION_REJECTED: SandboxClaimFailedError,
-    c.REASON_VOLUME_CLAIM_TEMPLATES_ERROR: SandboxClaimFailedError,
-    c.REASON_INVALID_METADATA: SandboxClaimFailedError,
+    c.REASON_TEMPLATE_NOT_FOUND: errors.SandboxTemplateNotFoundError,
+    c.REASON_WARM_POOL_NOT_FOUND: errors.SandboxWarmPoolNotFoundError,
+    c.REASON_ENV_INJECTION_REJECTED: errors.SandboxClaimFailedError,
+    c.REASON_VOLUME_CLAIM_TEMPLATES_ERROR: errors.SandboxClaimFailedError,
+    c.REASON_INVALID_METADATA: errors.SandboxClaimFailedError,
 }
 
 
@@ -139,7 +132,7 @@ def wait_claim(current: Body, timeout: float) -> Op[SandboxRef]:
             time.monotonic() + timeout,
             time.monotonic,
             timed_out,
-            lambda: SandboxNotFoundError(f"{what} was deleted while waiting"),
+            lambda: errors.SandboxNotFoundError(f"{what} was deleted while waiting"),
         )
     )
 
@@ -149,10 +142,10 @@ def get(claim_name: str, namespace: str) -> Op[SandboxRef]:
     try:
         body = yield from kube.get(SANDBOX_CLAIM.path(namespace, claim_name), what)
     except NotFound:
-        raise SandboxNotFoundError(f"{what} does not exist") from None
+        raise errors.SandboxNotFoundError(f"{what} does not exist") from None
     ref = claim_ready(body)
     if ref is None:
-        raise SandboxNotReadyError(
+        raise errors.SandboxNotReadyError(
             f"{what} is not ready", hint=f"kubectl -n {namespace} describe sandboxclaim {claim_name}"
         )
     return ref
@@ -170,7 +163,7 @@ def delete(claim_name: str, namespace: str) -> Op[None]:
     try:
         yield Call("DELETE", SANDBOX_CLAIM.path(namespace, claim_name), f"delete {what}")
     except NotFound:
-        raise SandboxNotFoundError(f"{what} does not exist") from None
+        raise errors.SandboxNotFoundError(f"{what} does not exist") from None
 
 
 def endpoint(ref: SandboxRef) -> Op[RuntimeEndpoint]:
@@ -222,7 +215,7 @@ class Filesystem:
         self._sandbox = sandbox
 
     def read(self, path: str) -> bytes:
-        return self._sandbox._run(lambda ep: runtime.read_file(ep, path))  # type: ignore[no-any-return]
+        return self._sandbox._run(lambda ep: runtime.read_file(ep, path))
 
     def write(self, path: str, content: bytes | str) -> None:
         data = content.encode() if isinstance(content, str) else content
@@ -258,7 +251,7 @@ class Sandbox:
             self._ep = kube.run(self._http, endpoint(self.ref))
         return self._ep
 
-    def _run(self, make: Any) -> Any:
+    def _run(self, make: Callable[[RuntimeEndpoint], Op[T]]) -> T:
         return kube.run(self._http, make(self.endpoint()))
 
     def run(self, command: str | list[str], timeout: float = 60.0) -> ExecutionResult:
@@ -319,7 +312,7 @@ class SandboxClient(kube.ClientHolder):
     def delete_all(self) -> None:
         """Delete every claim this client created."""
         for sandbox in self._created:
-            with contextlib.suppress(SandboxNotFoundError):
+            with contextlib.suppress(errors.SandboxNotFoundError):
                 sandbox.terminate()
         self._created.clear()
 
@@ -363,7 +356,7 @@ class AsyncFilesystem:
         self._sandbox = sandbox
 
     async def read(self, path: str) -> bytes:
-        return await self._sandbox._run(lambda ep: runtime.read_file(ep, path))  # type: ignore[no-any-return]
+        return await self._sandbox._run(lambda ep: runtime.read_file(ep, path))
 
     async def write(self, path: str, content: bytes | str) -> None:
         data = content.encode() if isinstance(content, str) else content
@@ -394,7 +387,7 @@ class AsyncSandbox:
             self._ep = await kube.arun(self._http, endpoint(self.ref))
         return self._ep
 
-    async def _run(self, make: Any) -> Any:
+    async def _run(self, make: Callable[[RuntimeEndpoint], Op[T]]) -> T:
         return await kube.arun(self._http, make(await self.endpoint()))
 
     async def run(self, command: str | list[str], timeout: float = 60.0) -> ExecutionResult:
@@ -451,7 +444,7 @@ class AsyncSandboxClient(kube.AsyncClientHolder):
 
     async def delete_all(self) -> None:
         for sandbox in self._created:
-            with contextlib.suppress(SandboxNotFoundError):
+            with contextlib.suppress(errors.SandboxNotFoundError):
                 await sandbox.terminate()
         self._created.clear()
 

@@ -20,7 +20,7 @@ from shadow_operator.controllers.environment.state import Pass, Ports, StepFaile
 from shadow_operator.engine.cache import Body, Key
 from shadow_operator.resources import copyin, gitea_policy
 from shadow_operator.resources import environment as res
-from shadow_operator.resources.sandbox import controller_uid
+from shadow_operator.resources.metadata import controller_uid
 
 RETRY_SECONDS = 30.0
 BOOTSTRAP_ATTEMPTS = 20  # consecutive failures of a ready Gitea before GiteaBootstrapFailed
