@@ -12,7 +12,7 @@ import base64
 from datetime import datetime
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, PrivateAttr
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, JsonValue, PrivateAttr
 from pydantic.alias_generators import to_camel
 
 PRESERVE: dict[str, Any] = {"x-kubernetes-preserve-unknown-fields": True}
@@ -260,6 +260,87 @@ class Secret(Resource):
         """Every key's value as text, stringData winning over data as the API server would have it."""
         decoded = {key: base64.b64decode(value).decode() for key, value in (self.data or {}).items()}
         return {**decoded, **(self.string_data or {})}
+
+
+# Quantities ("10Gi") as text; an API server sends them as strings, a hand-written body may hold a number.
+Quantity = Annotated[str, BeforeValidator(str)]
+
+
+class ResourceRequests(ApiModel):
+    """The part of core/v1 VolumeResourceRequirements the operator reads."""
+
+    requests: dict[str, Quantity] = Field(default_factory=dict)
+
+
+class PersistentVolumeClaimSpec(ApiModel):
+    """The part of core/v1 PersistentVolumeClaimSpec the operator reads."""
+
+    storage_class_name: str | None = None
+    resources: ResourceRequests = Field(default_factory=ResourceRequests)
+
+
+class PersistentVolumeClaimStatus(ApiModel):
+    """The part of core/v1 PersistentVolumeClaimStatus the operator reads."""
+
+    phase: str | None = None
+    capacity: dict[str, Quantity] = Field(default_factory=dict)
+
+
+class PersistentVolumeClaim(Resource):
+    """A core/v1 PersistentVolumeClaim as the operator reads it: its class, requested size, phase, capacity."""
+
+    spec: PersistentVolumeClaimSpec = Field(default_factory=PersistentVolumeClaimSpec)
+    status: PersistentVolumeClaimStatus = Field(default_factory=PersistentVolumeClaimStatus)
+
+    @property
+    def requested_storage(self) -> str | None:
+        return self.spec.resources.requests.get("storage")
+
+    @property
+    def capacity_storage(self) -> str | None:
+        return self.status.capacity.get("storage")
+
+
+class VolumeSnapshotSource(ApiModel):
+    """The part of snapshot.storage.k8s.io/v1 VolumeSnapshotSource the operator reads."""
+
+    persistent_volume_claim_name: str | None = None
+
+
+class VolumeSnapshotSpec(ApiModel):
+    """The part of snapshot.storage.k8s.io/v1 VolumeSnapshotSpec the operator reads."""
+
+    source: VolumeSnapshotSource = Field(default_factory=VolumeSnapshotSource)
+    volume_snapshot_class_name: str | None = None
+
+
+class VolumeSnapshotStatus(ApiModel):
+    """The part of snapshot.storage.k8s.io/v1 VolumeSnapshotStatus the operator reads."""
+
+    restore_size: Quantity | None = None
+
+
+class VolumeSnapshot(Resource):
+    """A VolumeSnapshot as the operator reads it: the claim it was cut from, its class and restore size."""
+
+    spec: VolumeSnapshotSpec = Field(default_factory=VolumeSnapshotSpec)
+    status: VolumeSnapshotStatus = Field(default_factory=VolumeSnapshotStatus)
+
+
+class VolumeSnapshotClass(Resource):
+    """A VolumeSnapshotClass as the operator reads it: its CSI driver."""
+
+    driver: str = ""
+
+
+class StorageClass(Resource):
+    """A storage.k8s.io/v1 StorageClass as the operator reads it: its provisioner."""
+
+    provisioner: str = ""
+
+    @property
+    def is_default(self) -> bool:
+        return self.metadata.annotations.get("storageclass.kubernetes.io/is-default-class") == "true"
 
 
 CONDITIONS_FIELD: Any = Field(

@@ -19,6 +19,7 @@ from shadow_operator.api.environment import (
     ShadowEnvironmentStatus,
 )
 from shadow_operator.api.kinds import PVC, SHADOW_ENVIRONMENT, VOLUME_SNAPSHOT
+from shadow_operator.api.models import PersistentVolumeClaim, VolumeSnapshot
 from shadow_operator.common import snapshots
 from shadow_operator.controllers.environment.clone.copy import CopyPart
 from shadow_operator.controllers.environment.clone.restore import BASELINE_DIR, Restore, instance
@@ -72,15 +73,17 @@ class CloneStep:
                     "`shadowctl snapshot ENV` or name an existing one (kubectl get volumesnapshot)",
                     retry=RETRY_SECONDS,
                 )
-            annotations = snapshot["metadata"].get("annotations") or {}
-            inherited = snapshots.parse_sources_annotation(annotations.get(c.ANNOTATION_SNAPSHOT_SOURCES))
+            cut = VolumeSnapshot.from_body(snapshot)
+            inherited = snapshots.parse_sources_annotation(
+                cut.metadata.annotations.get(c.ANNOTATION_SNAPSHOT_SOURCES)
+            )
             return CloneStatus(
                 method="Snapshot",
                 reason=f"restoring VolumeSnapshot {origin.snapshot}",
                 source=f"volumesnapshot/{origin.snapshot}",
                 snapshot=origin.snapshot,
                 storage_class_name=env.spec.workspace.storage_class_name
-                or await self.snapshot.class_for_snapshot(snapshot),
+                or await self.snapshot.class_for_snapshot(cut),
                 sources=None if inherited is None else [InheritedSource.model_validate(s) for s in inherited],
                 started_at=started,
             )
@@ -106,18 +109,18 @@ class CloneStep:
                 f"waiting for environment {name} to have its sources copied in",
                 retry=None,
             )
-        pvc = self.deps.cache.store(PVC).get(ns, naming.pvc_name(c.WORKSPACE_VOLUME, instance(source)))
-        if pvc is None:
+        body = self.deps.cache.store(PVC).get(ns, naming.pvc_name(c.WORKSPACE_VOLUME, instance(source)))
+        if body is None:
             raise StepFailed(None, "WaitingForSource", f"environment {name} has no workspace volume yet")
-        source_class = pvc["spec"].get("storageClassName")
+        pvc = PersistentVolumeClaim.from_body(body)
+        source_class = pvc.spec.storage_class_name
         target_class = env.spec.workspace.storage_class_name or source_class
         clone = CloneStatus(
             method="Copy",
             reason="spec.workspace.from.method is Copy",
             source=f"environment/{name}",
             storage_class_name=target_class,
-            restore_size=((pvc.get("status") or {}).get("capacity") or {}).get("storage")
-            or pvc["spec"]["resources"]["requests"]["storage"],
+            restore_size=pvc.capacity_storage or pvc.requested_storage,
             sources=[
                 InheritedSource(name=s.name, repo=s.repo, path=s.path) for s in src_status.sources or ()
             ],

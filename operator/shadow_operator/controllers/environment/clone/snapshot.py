@@ -10,6 +10,12 @@ from typing import Any, TypeVar, cast
 from shadow_operator.api import constants as c
 from shadow_operator.api import kinds, naming
 from shadow_operator.api.environment import CloneStatus, ShadowEnvironment, WorkspaceFrom
+from shadow_operator.api.models import (
+    PersistentVolumeClaim,
+    StorageClass,
+    VolumeSnapshot,
+    VolumeSnapshotClass,
+)
 from shadow_operator.clients.kube import ApiError
 from shadow_operator.clients.runtime import RuntimeUnavailable
 from shadow_operator.common import snapshots
@@ -61,7 +67,8 @@ class SnapshotPart:
             raise StepFailed(
                 "SnapshotFailed", "SnapshotFailed", f"VolumeSnapshot {name}: {detail}", retry=None
             )
-        size = (snapshot.get("status") or {}).get("restoreSize")
+        cut = VolumeSnapshot.from_body(snapshot)
+        size = cut.status.restore_size
         if phase == "Pending":
             timeout = origin.timeout_seconds
             elapsed = (state.now() - (clone.started_at or state.now())).total_seconds()
@@ -76,7 +83,7 @@ class SnapshotPart:
                 )
             message = f"VolumeSnapshot {name}: {detail}"
             poll = SNAPSHOT_EARLY_POLL_SECONDS if elapsed < SNAPSHOT_EARLY_SECONDS else SNAPSHOT_POLL_SECONDS
-            clone.restore_size = clone.restore_size or (str(size) if size else self._source_size(snapshot))
+            clone.restore_size = clone.restore_size or size or self._source_size(cut)
             if not clone.restore_size:
                 state.set(c.COND_CLONED, False, "Snapshotting", message)
                 raise StepFailed(None, "Snapshotting", message, retry=poll)
@@ -88,8 +95,8 @@ class SnapshotPart:
             )
             return replace(restore, min_size=clone.restore_size, poll=poll)
         planned = clone.restore_size
-        if size and (not planned or parse_quantity(str(size)) > parse_quantity(planned)):
-            clone.restore_size = str(size)  # the Sandbox asks for it from this pass on
+        if size and (not planned or parse_quantity(size) > parse_quantity(planned)):
+            clone.restore_size = size  # the Sandbox asks for it from this pass on
         clone.restore_size = clone.restore_size or "0"
         if planned is not None and clone.restore_size == planned:
             # The last pass saw it being cut: the claim may have been made, and refused, meanwhile.
@@ -113,15 +120,15 @@ class SnapshotPart:
         """
         env, client = state.env, self.deps.client
         claim_name = naming.pvc_name(c.WORKSPACE_VOLUME, state.instance)
-        claim = self.deps.cache.store(kinds.PVC).get(env.namespace, claim_name)
-        if claim is None or (claim.get("status") or {}).get("phase") == "Bound":
+        body = self.deps.cache.store(kinds.PVC).get(env.namespace, claim_name)
+        claim = PersistentVolumeClaim.from_body(body) if body is not None else None
+        if claim is None or claim.status.phase == "Bound":
             return
-        meta = claim["metadata"]
-        requested = ((claim["spec"].get("resources") or {}).get("requests") or {}).get("storage")
-        if requested and size != "0" and parse_quantity(str(requested)) < parse_quantity(size):
-            await client.delete(kinds.PVC, env.namespace, claim_name, uid=meta.get("uid"))
+        requested = claim.requested_storage
+        if requested and size != "0" and parse_quantity(requested) < parse_quantity(size):
+            await client.delete(kinds.PVC, env.namespace, claim_name, uid=claim.metadata.uid or None)
             return
-        if wake and (meta.get("annotations") or {}).get(c.ANNOTATION_SNAPSHOT_READY) != snapshot:
+        if wake and claim.metadata.annotations.get(c.ANNOTATION_SNAPSHOT_READY) != snapshot:
             await client.patch(
                 kinds.PVC,
                 env.namespace,
@@ -129,52 +136,42 @@ class SnapshotPart:
                 {"metadata": {"annotations": {c.ANNOTATION_SNAPSHOT_READY: snapshot}}},
             )
 
-    def _source_size(self, snapshot: Body) -> str | None:
+    def _source_claim(self, snapshot: VolumeSnapshot) -> PersistentVolumeClaim | None:
+        """The claim the snapshot was cut from, while it exists (from the cache)."""
+        claim_name = snapshot.spec.source.persistent_volume_claim_name
+        body = self.deps.cache.store(kinds.PVC).get(snapshot.namespace, claim_name) if claim_name else None
+        return PersistentVolumeClaim.from_body(body) if body is not None else None
+
+    def _source_size(self, snapshot: VolumeSnapshot) -> str | None:
         """The size of the volume the snapshot was cut from (its capacity, or what it asked for if more)."""
-        claim_name = ((snapshot.get("spec") or {}).get("source") or {}).get("persistentVolumeClaimName")
-        namespace = snapshot["metadata"].get("namespace") or ""
-        claim = self.deps.cache.store(kinds.PVC).get(namespace, claim_name) if claim_name else None
+        claim = self._source_claim(snapshot)
         if claim is None:
             return None
-        requested = ((claim["spec"].get("resources") or {}).get("requests") or {}).get("storage")
-        capacity = ((claim.get("status") or {}).get("capacity") or {}).get("storage")
-        sizes = [str(q) for q in (requested, capacity) if q]
+        sizes = [q for q in (claim.requested_storage, claim.capacity_storage) if q]
         return max(sizes, key=parse_quantity) if sizes else None
 
     async def choose(self, source_class: str | None, target_class: str | None) -> snapshots.ClassChoice:
         """The VolumeSnapshotClass for the source's volume, restored into `target_class`."""
         return await self._drive(snapshots.choose(source_class, target_class))
 
-    async def class_for_snapshot(self, snapshot: Body) -> str | None:
+    async def class_for_snapshot(self, snapshot: VolumeSnapshot) -> str | None:
         """The StorageClass to restore a snapshot into: the class of the volume it was cut from while that
         claim exists (its driver holds the snapshot; the SDK's shared fork snapshots rely on this), else a
         class of the snapshot's driver (the default one if it is)."""
-        meta = snapshot["metadata"]
-        claim_name = ((snapshot.get("spec") or {}).get("source") or {}).get("persistentVolumeClaimName")
-        claim = (
-            self.deps.cache.store(kinds.PVC).get(meta.get("namespace") or "", claim_name)
-            if claim_name
-            else None
-        )
-        if claim is not None and claim["spec"].get("storageClassName"):
-            return str(claim["spec"]["storageClassName"])
-        class_name = (snapshot.get("spec") or {}).get("volumeSnapshotClassName")
+        claim = self._source_claim(snapshot)
+        if claim is not None and claim.spec.storage_class_name:
+            return claim.spec.storage_class_name
+        class_name = snapshot.spec.volume_snapshot_class_name
         client = self.deps.client
         klass = await client.get_live(kinds.VOLUME_SNAPSHOT_CLASS, "", class_name) if class_name else None
-        driver = (klass or {}).get("driver")
+        driver = VolumeSnapshotClass.from_body(klass).driver if klass is not None else ""
         if not driver:
             return None
-        candidates = [
-            sc for sc in await client.list_live(kinds.STORAGE_CLASS) if sc.get("provisioner") == driver
-        ]
-        candidates.sort(
-            key=lambda sc: (
-                (sc["metadata"].get("annotations") or {}).get("storageclass.kubernetes.io/is-default-class")
-                != "true",
-                sc["metadata"]["name"],
-            )
+        classes = [StorageClass.from_body(sc) for sc in await client.list_live(kinds.STORAGE_CLASS)]
+        candidates = sorted(
+            (sc for sc in classes if sc.provisioner == driver), key=lambda sc: (not sc.is_default, sc.name)
         )
-        return str(candidates[0]["metadata"]["name"]) if candidates else None
+        return candidates[0].name if candidates else None
 
     async def _take(self, env: ShadowEnvironment, clone: CloneStatus) -> Body:
         """Flush the source workspace's writes to its volume, then snapshot the volume."""
