@@ -18,7 +18,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import httpx
 from pydantic import ValidationError
@@ -43,7 +43,7 @@ from shadow_operator.sdk.kube import Body, Op
 from shadow_operator.sdk.manifest import HandoffManifest
 from shadow_operator.sdk.promote import PromotePlan
 from shadow_operator.sdk.race import RaceResult
-from shadow_operator.sdk.runtime import Diff, ExecutionResult, ImportResult, JournalEntry
+from shadow_operator.sdk.runtime import Diff, ExecOptions, ExecutionResult, ImportResult, JournalEntry
 from shadow_operator.sdk.upload import check_source, stream_worktree
 
 T = TypeVar("T")
@@ -428,15 +428,11 @@ class ShadowGateway(kube.ClientHolder):
 
     # work in the workspace
     def exec(
-        self,
-        command: str | Sequence[str],
-        timeout: float = 300.0,
-        *,
-        cwd: str = "",
-        env: dict[str, str] | None = None,
+        self, command: str | Sequence[str], timeout: float = 300.0, **options: Unpack[ExecOptions]
     ) -> ExecutionResult:
-        """Run a command in the workspace (a string under `sh -c`, a list without a shell)."""
-        return self._run(self._ops.exec(command, cwd=cwd, env=env, timeout=timeout))
+        """Run a command in the workspace (a string under `sh -c`, a list without a shell); `cwd` and `env`
+        as `runtime.ExecOptions`."""
+        return self._run(self._ops.exec(command, timeout=timeout, **options))
 
     def exec_stream(
         self, command: str | Sequence[str], timeout: float = 300.0, *, cwd: str = ""
@@ -691,14 +687,9 @@ class AsyncShadowGateway(kube.AsyncClientHolder):
         return await self._run(self._ops.wait_ready(timeout, on_change))
 
     async def exec(
-        self,
-        command: str | Sequence[str],
-        timeout: float = 300.0,
-        *,
-        cwd: str = "",
-        env: dict[str, str] | None = None,
+        self, command: str | Sequence[str], timeout: float = 300.0, **options: Unpack[ExecOptions]
     ) -> ExecutionResult:
-        return await self._run(self._ops.exec(command, cwd=cwd, env=env, timeout=timeout))
+        return await self._run(self._ops.exec(command, timeout=timeout, **options))
 
     async def exec_stream(
         self, command: str | Sequence[str], timeout: float = 300.0, *, cwd: str = ""

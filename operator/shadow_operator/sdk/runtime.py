@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, Literal, TypedDict, TypeVar, cast
 
 import httpx
 from pydantic import BaseModel, Field
@@ -156,6 +156,13 @@ def read_token(namespace: str, secret: str) -> Op[str]:
             hint="the operator writes it; is it running? shadowctl doctor",
         )
     return base64.b64decode(encoded).decode().strip()
+
+
+class ExecOptions(TypedDict, total=False):
+    """Where a command runs, for the SDK's `exec` and `commands.run` (sync and async alike)."""
+
+    cwd: str  # the directory, relative to the workspace ("": the workspace)
+    env: dict[str, str] | None  # variables added to the command's environment
 
 
 def exec_body(

@@ -18,7 +18,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import httpx
 
@@ -28,7 +28,7 @@ from shadow_operator.api.kinds import SANDBOX, SANDBOX_CLAIM
 from shadow_operator.sdk import errors, kube, runtime
 from shadow_operator.sdk.errors import NotFound, ShadowError, WaitTimeout
 from shadow_operator.sdk.kube import Body, Call, Op
-from shadow_operator.sdk.runtime import ExecutionResult, RuntimeEndpoint
+from shadow_operator.sdk.runtime import ExecOptions, ExecutionResult, RuntimeEndpoint
 
 T = TypeVar("T")
 
@@ -189,16 +189,12 @@ class CommandExecutor:
         self._sandbox = sandbox
 
     def run(
-        self,
-        command: str | list[str],
-        timeout: float = 60.0,
-        *,
-        cwd: str = "",
-        env: dict[str, str] | None = None,
+        self, command: str | list[str], timeout: float = 60.0, **options: Unpack[ExecOptions]
     ) -> ExecutionResult:
-        """Run a command (a string under `sh -c`, a list without a shell)."""
+        """Run a command (a string under `sh -c`, a list without a shell); `cwd` and `env` as
+        `runtime.ExecOptions`."""
         result: ExecutionResult = self._sandbox._run(
-            lambda ep: runtime.run_command(ep, command, cwd=cwd, env=env, timeout=timeout)
+            lambda ep: runtime.run_command(ep, command, timeout=timeout, **options)
         )
         return result
 
@@ -329,15 +325,10 @@ class AsyncCommandExecutor:
         self._sandbox = sandbox
 
     async def run(
-        self,
-        command: str | list[str],
-        timeout: float = 60.0,
-        *,
-        cwd: str = "",
-        env: dict[str, str] | None = None,
+        self, command: str | list[str], timeout: float = 60.0, **options: Unpack[ExecOptions]
     ) -> ExecutionResult:
         result: ExecutionResult = await self._sandbox._run(
-            lambda ep: runtime.run_command(ep, command, cwd=cwd, env=env, timeout=timeout)
+            lambda ep: runtime.run_command(ep, command, timeout=timeout, **options)
         )
         return result
 
