@@ -105,6 +105,21 @@ class GatewayOps:
         localdirs.record(self.cluster, self.namespace, self.name, {s.source_name: s.path for s in spec.local})
         return env
 
+    def start(
+        self,
+        spec: EnvironmentSpec | None,
+        wait: bool,
+        timeout: float,
+        progress: Callable[[str, int, int], None] | None,
+    ) -> Op[ShadowEnvironment]:
+        """Create the environment, upload its local sources, and wait for Ready and a verdict if asked."""
+        spec = self.spec(spec)
+        env = yield from self.create(spec)
+        for source in spec.local:
+            report = (lambda d, t, s=source.source_name: progress(s, d, t)) if progress else None
+            yield from self.upload(source, timeout, report)
+        return (yield from self.wait_ready(timeout)) if wait else env
+
     def upload(self, source: LocalSource, timeout: float, progress: Progress | None) -> Op[ImportResult]:
         # What the upload carries, stamped before it is read: the first `sync` sends what changed since.
         sent = syncops.SyncPlan(source.source_name, source.path, "", stamps=syncops.stamps(source.path))
@@ -335,9 +350,9 @@ class GatewayOps:
         return list(names)
 
 
-# --------------------------------------------------------------------------------------------- sync
-class ShadowGateway(kube.ClientHolder):
-    """One ShadowEnvironment, from code. Methods block; see AsyncShadowGateway for the async twin."""
+# ------------------------------------------------------------------------------------------- twins
+class GatewayHolder(kube.Holder[kube.C]):
+    """What both twins are made of: one environment's operations (GatewayOps) on one httpx client."""
 
     def __init__(
         self,
@@ -346,7 +361,7 @@ class ShadowGateway(kube.ClientHolder):
         *,
         namespace: str | None = None,
         pool: str | None = None,
-        client: httpx.Client | None = None,
+        client: kube.C | None = None,
     ) -> None:
         super().__init__(client)
         # As kubectl: the kubeconfig context's namespace unless one is named.
@@ -358,6 +373,16 @@ class ShadowGateway(kube.ClientHolder):
         lambda self: self._ops.namespace,
         doc="The environment's namespace (the kubeconfig context's unless one was named).",
     )
+
+    @property
+    def client(self) -> kube.C:
+        """The httpx client on the API server (for calls the gateway does not wrap)."""
+        return self._http
+
+
+# --------------------------------------------------------------------------------------------- sync
+class ShadowGateway(GatewayHolder[httpx.Client], kube.ClientHolder):
+    """One ShadowEnvironment, from code. Methods block; see AsyncShadowGateway for the async twin."""
 
     def _run(self, op: Op[T]) -> T:
         return kube.run(self._http, op)
@@ -372,21 +397,11 @@ class ShadowGateway(kube.ClientHolder):
         progress: Callable[[str, int, int], None] | None = None,
     ) -> ShadowEnvironment:
         """Create the environment, upload its local sources, and (by default) wait for Ready and a verdict."""
-        spec = self._ops.spec(spec)
-        env = self.create(spec)
-        for source in spec.local:
-            report = (lambda d, t, s=source.source_name: progress(s, d, t)) if progress else None
-            self._run(self._ops.upload(source, timeout, report))
-        return self.wait_ready(timeout) if wait else env
+        return self._run(self._ops.start(spec, wait, timeout, progress))
 
     def create(self, spec: EnvironmentSpec) -> ShadowEnvironment:
         """Only create the object (start() also uploads and waits)."""
         return self._run(self._ops.create(spec))
-
-    @property
-    def client(self) -> httpx.Client:
-        """The httpx client on the API server (for calls the gateway does not wrap)."""
-        return self._http
 
     def runtime_endpoint(self) -> runtime.RuntimeEndpoint:
         """The workspace runtime through the API server's pod proxy (base path and token header)."""
@@ -605,25 +620,8 @@ class ShadowGateway(kube.ClientHolder):
 
 # -------------------------------------------------------------------------------------------- async
 @kube.documented_as(ShadowGateway)
-class AsyncShadowGateway(kube.AsyncClientHolder):
+class AsyncShadowGateway(GatewayHolder[httpx.AsyncClient], kube.AsyncClientHolder):
     """The async twin of ShadowGateway: the same operations, awaited."""
-
-    def __init__(
-        self,
-        name: str,
-        workspace_path: str | Path | None = None,
-        *,
-        namespace: str | None = None,
-        pool: str | None = None,
-        client: httpx.AsyncClient | None = None,
-    ) -> None:
-        super().__init__(client)
-        # As kubectl: the kubeconfig context's namespace unless one is named.
-        namespace = namespace or kube.context_namespace()
-        self._ops = GatewayOps(name, namespace, workspace_path, str(self._http.base_url), pool)
-
-    name = property(lambda self: self._ops.name)
-    namespace = property(lambda self: self._ops.namespace)
 
     async def _run(self, op: Op[T]) -> T:
         return await kube.arun(self._http, op)
@@ -636,35 +634,20 @@ class AsyncShadowGateway(kube.AsyncClientHolder):
         timeout: float = 600.0,
         progress: Callable[[str, int, int], None] | None = None,
     ) -> ShadowEnvironment:
-        """Create the environment, upload its local sources, and (by default) wait for Ready and a verdict."""
-        spec = self._ops.spec(spec)
-        env: ShadowEnvironment = await self._run(self._ops.create(spec))
-        for source in spec.local:
-            report = (lambda d, t, s=source.source_name: progress(s, d, t)) if progress else None
-            await self._run(self._ops.upload(source, timeout, report))
-        return await self.wait_ready(timeout) if wait else env
+        return await self._run(self._ops.start(spec, wait, timeout, progress))
 
     async def create(self, spec: EnvironmentSpec) -> ShadowEnvironment:
-        """Only create the object (start() also uploads and waits)."""
         return await self._run(self._ops.create(spec))
 
-    @property
-    def client(self) -> httpx.AsyncClient:
-        """The httpx client on the API server (for calls the gateway does not wrap)."""
-        return self._http
-
     async def runtime_endpoint(self) -> runtime.RuntimeEndpoint:
-        """The workspace runtime through the API server's pod proxy (base path and token header)."""
         return await self._run(self._ops.endpoint())
 
     async def upload(
         self, source: LocalSource, *, timeout: float = 300.0, progress: Progress | None = None
     ) -> ImportResult:
-        """Upload one local source's working tree into the workspace and tell the operator to snapshot it."""
         return await self._run(self._ops.upload(source, timeout, progress))
 
     async def stop(self, *, wait: bool = True, timeout: float = 120.0) -> None:
-        """Delete the environment (workspace, Gitea, volumes); by default wait until it is gone."""
         self._ops.forget_endpoint()
         await self._run(envops.delete(self.namespace, self.name, wait=wait, timeout=timeout))
         self._ops.forget()
@@ -683,7 +666,6 @@ class AsyncShadowGateway(kube.AsyncClientHolder):
     async def wait_ready(
         self, timeout: float = 600.0, *, on_change: Callable[[ShadowEnvironment], None] | None = None
     ) -> ShadowEnvironment:
-        """Wait (watching) for Ready and a verdict; a failure in status raises EnvironmentFailed."""
         return await self._run(self._ops.wait_ready(timeout, on_change))
 
     async def exec(
@@ -740,8 +722,6 @@ class AsyncShadowGateway(kube.AsyncClientHolder):
     async def publish_module(
         self, module_path: str | Path, repo: str | None = None, *, progress: Progress | None = None
     ) -> dict[str, str]:
-        """Push a local repository into the environment's Gitea (created if missing), so the workspace can
-        install it from its rewritten URL."""
         path = Path(module_path).expanduser().resolve()
         return await self._run(self._ops.publish(path, repo, progress))
 
@@ -805,14 +785,12 @@ class AsyncShadowGateway(kube.AsyncClientHolder):
     async def follow_journal(
         self, since: int = 0, *, significant: bool = False
     ) -> AsyncIterator[JournalEntry]:
-        """Journal entries after `since` as they are recorded (an endless stream; stop iterating to end it)."""
         ep = await self.runtime_endpoint()
         call = runtime.journal_follow_call(ep, since=since, significant=significant)
         async for entry in runtime.astream_events(self._http, call):
             yield JournalEntry.model_validate(entry)
 
     async def handoff(self) -> str | None:
-        """The workspace's HANDOFF.md (None when the runtime keeps none)."""
         return await self._run(self._ops.handoff())
 
     async def decide(self, text: str, *, author: str | None = None) -> JournalEntry:

@@ -20,7 +20,7 @@ import os
 import ssl
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Self, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
 import httpx
 
@@ -44,6 +44,7 @@ from shadow_operator.sdk.errors import (
 
 Body = dict[str, Any]
 T = TypeVar("T")
+C = TypeVar("C", bound=httpx.Client | httpx.AsyncClient)
 USER_AGENT = f"shadow-operator-sdk/{__version__}"
 MERGE_PATCH = "application/merge-patch+json"
 WATCH_SECONDS = 60  # one watch request; waits re-watch until their deadline
@@ -212,13 +213,25 @@ def connect_async(
     return httpx.AsyncClient(**_client_options(timeout, context, kubeconfig))
 
 
-class ClientHolder:
+class Holder(Generic[C]):
+    """An SDK object that talks through one httpx client (`C`: sync or async): the caller's, or its own, made
+    by `_connect` and closed with it. The twins below add closing; a class written for both derives from this
+    with a type variable and is paired with one of them."""
+
+    def __init__(self, client: C | None) -> None:
+        self._own_client = client is None
+        self._http: C = client or self._connect()
+
+    def _connect(self) -> C:
+        raise NotImplementedError
+
+
+class ClientHolder(Holder[httpx.Client]):
     """An SDK object that talks through one `httpx.Client`: the caller's, or its own, closed with it (`close()`
     or the end of a `with` block)."""
 
-    def __init__(self, client: httpx.Client | None) -> None:
-        self._own_client = client is None
-        self._http = client or connect()
+    def _connect(self) -> httpx.Client:
+        return connect()
 
     def close(self) -> None:
         """Close the httpx client if this object made it (not one the caller passed)."""
@@ -232,12 +245,11 @@ class ClientHolder:
         self.close()
 
 
-class AsyncClientHolder:
+class AsyncClientHolder(Holder[httpx.AsyncClient]):
     """The async twin of ClientHolder (`aclose()`, `async with`)."""
 
-    def __init__(self, client: httpx.AsyncClient | None) -> None:
-        self._own_client = client is None
-        self._http = client or connect_async()
+    def _connect(self) -> httpx.AsyncClient:
+        return connect_async()
 
     async def aclose(self) -> None:
         """Close the httpx client if this object made it (not one the caller passed)."""
