@@ -18,7 +18,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar, Unpack
+from typing import Any, Generic, TypeVar, Unpack
 
 import httpx
 
@@ -31,6 +31,7 @@ from shadow_operator.sdk.kube import Body, Call, Op
 from shadow_operator.sdk.runtime import ExecOptions, ExecutionResult, RuntimeEndpoint
 
 T = TypeVar("T")
+S = TypeVar("S")
 
 # Claim conditions that will not resolve by waiting: the claim names something that does not exist.
 BLOCKING_REASONS = {
@@ -259,14 +260,36 @@ class Sandbox:
         kube.run(self._http, delete(self.claim_name, self.namespace))
 
 
-class SandboxClient(kube.ClientHolder):
-    """Claims sandboxes; as a context manager it deletes, on exit, the ones it created."""
+class ClaimsHolder(kube.Holder[kube.C], Generic[kube.C, S]):
+    """What both SandboxClient twins are made of: a namespace, an httpx client, the sandboxes (`S`) created."""
 
-    def __init__(self, *, namespace: str | None = None, client: httpx.Client | None = None) -> None:
+    def __init__(self, *, namespace: str | None = None, client: kube.C | None = None) -> None:
         super().__init__(client)
         # As kubectl: the kubeconfig context's namespace unless one is named.
         self.namespace = namespace or kube.context_namespace()
-        self._created: list[Sandbox] = []
+        self._created: list[S] = []
+
+    def _claim(
+        self,
+        template: str | None,
+        warmpool: str | None,
+        namespace: str | None,
+        claim_name: str | None,
+        labels: dict[str, str] | None,
+        env: dict[str, str] | None,
+    ) -> Body:
+        return build_claim(
+            claim_name or claim_name_for(),
+            namespace or self.namespace,
+            template=template,
+            warmpool=warmpool,
+            labels=labels,
+            env=env,
+        )
+
+
+class SandboxClient(ClaimsHolder[httpx.Client, "Sandbox"], kube.ClientHolder):
+    """Claims sandboxes; as a context manager it deletes, on exit, the ones it created."""
 
     def create_sandbox(
         self,
@@ -280,14 +303,7 @@ class SandboxClient(kube.ClientHolder):
         env: dict[str, str] | None = None,
     ) -> Sandbox:
         """Claim a sandbox from a template (cold start) or a warm pool, and wait (watching) until Ready."""
-        body = build_claim(
-            claim_name or claim_name_for(),
-            namespace or self.namespace,
-            template=template,
-            warmpool=warmpool,
-            labels=labels,
-            env=env,
-        )
+        body = self._claim(template, warmpool, namespace, claim_name, labels, env)
         ref = kube.run(self._http, create(body, sandbox_ready_timeout))
         sandbox = Sandbox(self._http, ref)
         self._created.append(sandbox)
@@ -389,14 +405,8 @@ class AsyncSandbox:
 
 
 @kube.documented_as(SandboxClient)
-class AsyncSandboxClient(kube.AsyncClientHolder):
+class AsyncSandboxClient(ClaimsHolder[httpx.AsyncClient, "AsyncSandbox"], kube.AsyncClientHolder):
     """The async twin of SandboxClient."""
-
-    def __init__(self, *, namespace: str | None = None, client: httpx.AsyncClient | None = None) -> None:
-        super().__init__(client)
-        # As kubectl: the kubeconfig context's namespace unless one is named.
-        self.namespace = namespace or kube.context_namespace()
-        self._created: list[AsyncSandbox] = []
 
     async def create_sandbox(
         self,
@@ -409,14 +419,7 @@ class AsyncSandboxClient(kube.AsyncClientHolder):
         labels: dict[str, str] | None = None,
         env: dict[str, str] | None = None,
     ) -> AsyncSandbox:
-        body = build_claim(
-            claim_name or claim_name_for(),
-            namespace or self.namespace,
-            template=template,
-            warmpool=warmpool,
-            labels=labels,
-            env=env,
-        )
+        body = self._claim(template, warmpool, namespace, claim_name, labels, env)
         ref = await kube.arun(self._http, create(body, sandbox_ready_timeout))
         sandbox = AsyncSandbox(self._http, ref)
         self._created.append(sandbox)
