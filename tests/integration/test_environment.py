@@ -18,7 +18,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from shadow_operator.api import constants as c
-from shadow_operator.resources.verdict import SOURCE_VERIFICATION, CheckResult, score_verdict
+from shadow_operator.common.verdict import SOURCE_VERIFICATION, CheckResult, score_verdict
 
 from tests.support.controlplane import free_port, wait_for
 from tests.support.gitea import GiteaServer

@@ -1,4 +1,5 @@
-"""The operator's runtime client (shadow_operator.clients.runtime) against runtimes that answer too much.
+"""The runtime client (common.runtimeapi) as the operator drives it (clients.runtime) and as the SDK does
+(sdk.runtime), against runtimes that answer too much.
 
 A runtime is the tenant's: the real one is asked to cap command output, and a hostile one (whatever the
 workspace code starts in its place; here a real HTTP server on loopback answering what an attacker would)
@@ -17,6 +18,7 @@ from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import httpx
 import pytest
 from shadow_operator.clients.runtime import (
     ExecResult,
@@ -24,6 +26,9 @@ from shadow_operator.clients.runtime import (
     RuntimeAnswerTooLarge,
     RuntimeRefused,
 )
+from shadow_operator.common.runtimeapi import CLIENT_MAX_ANSWER_BYTES
+from shadow_operator.sdk import errors, kube
+from shadow_operator.sdk import runtime as sdk_runtime
 
 from tests.runtime.conftest import Server
 
@@ -94,6 +99,17 @@ class Hostile(BaseHTTPRequestHandler):
             except (BrokenPipeError, ConnectionResetError):
                 return
             return
+        if kind == "chunked":
+            self.send_header("transfer-encoding", "chunked")
+            self.end_headers()
+            try:
+                for start in range(0, len(payload), 1 << 20):
+                    piece = payload[start : start + (1 << 20)]
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                self.wfile.write(b"0\r\n\r\n")
+            except (BrokenPipeError, ConnectionResetError):
+                return
+            return
         if kind == "gzip":
             self.send_header("content-encoding", "gzip")
             payload = gzip.compress(payload)
@@ -103,6 +119,8 @@ class Hostile(BaseHTTPRequestHandler):
             self.wfile.write(payload)
         except (BrokenPipeError, ConnectionResetError):
             return
+
+    do_GET = do_POST
 
     def log_message(self, *_: Any) -> None:
         return
@@ -181,3 +199,65 @@ def test_malformed_answers_are_refused(hostile: Callable[..., str], payload: byt
     error, peak = peak_of(lambda: asyncio.run(_sh(url, None, "true")))
     assert isinstance(error, RuntimeRefused) and not isinstance(error, RuntimeAnswerTooLarge), error
     assert peak < 24 * MiB, f"client peak {peak / MiB:.1f} MiB"
+
+
+# ----------------------------------------------------------------------------------- the SDK's reads
+def sdk_exec(url: str, driver: str) -> sdk_runtime.ExecutionResult:
+    op = sdk_runtime.run_command(sdk_runtime.RuntimeEndpoint(url, {}), "true")
+    if driver == "sync":
+        with httpx.Client(timeout=60) as http:
+            return kube.run(http, op)
+
+    async def drive() -> sdk_runtime.ExecutionResult:
+        async with httpx.AsyncClient(timeout=60) as http:
+            return await kube.arun(http, op)
+
+    return asyncio.run(drive())
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_the_sdk_fails_an_oversized_answer_at_its_limit(hostile: Callable[..., str], driver: str) -> None:
+    # 80 MiB of output, chunked (no length to refuse it by): before the SDK's reads were bounded it held all
+    # of it and its parse (a few hundred MiB), and returned it.
+    url = hostile("chunked", exec_answer("x" * (80 * MiB)))
+    error, peak = peak_of(lambda: sdk_exec(url, driver))
+    assert isinstance(error, errors.RuntimeRefused), error
+    assert f"larger than {CLIENT_MAX_ANSWER_BYTES} bytes" in str(error)
+    assert peak < CLIENT_MAX_ANSWER_BYTES + 16 * MiB, f"client peak {peak / MiB:.1f} MiB"
+
+
+def test_the_sdk_does_not_read_an_answer_announcing_too_much(hostile: Callable[..., str]) -> None:
+    url = hostile("claims-huge", exec_answer("x"))
+    with pytest.raises(errors.RuntimeRefused, match="larger than"):
+        sdk_exec(url, "sync")
+
+
+def test_the_sdk_refuses_compressed_answers(hostile: Callable[..., str]) -> None:
+    url = hostile("gzip", exec_answer("z" * MiB))
+    with pytest.raises(errors.RuntimeRefused, match="Content-Encoding gzip"):
+        sdk_exec(url, "async")
+
+
+def test_the_sdk_fails_a_stream_line_that_never_ends(hostile: Callable[..., str]) -> None:
+    # journal follow and exec/stream read NDJSON: one line without an end is held only up to the limit.
+    url = hostile("endless")
+    call = sdk_runtime.journal_follow_call(sdk_runtime.RuntimeEndpoint(url, {}))
+
+    def follow() -> list[dict[str, Any]]:
+        with httpx.Client(timeout=60) as http:
+            return list(sdk_runtime.stream_events(http, call))
+
+    error, peak = peak_of(follow)
+    assert isinstance(error, errors.RuntimeRefused), error
+    assert f"larger than {CLIENT_MAX_ANSWER_BYTES} bytes" in str(error)
+    assert peak < CLIENT_MAX_ANSWER_BYTES + 16 * MiB, f"client peak {peak / MiB:.1f} MiB"
+
+
+def test_stream_lines_are_whole_wherever_the_chunks_end() -> None:
+    from shadow_operator.common.runtimeapi import AnswerTooLarge, Lines
+
+    lines = Lines(limit=12)
+    got = [*lines.feed(b'{"a":'), *lines.feed(b'1}\n{"b"'), *lines.feed(b":2}\n\n"), *lines.feed(b'{"c":3}')]
+    assert [*got, *lines.end()] == [{"a": 1}, {"b": 2}, {"c": 3}]
+    with pytest.raises(AnswerTooLarge):
+        Lines(limit=12).feed(b'{"a":"' + b"x" * 20 + b'"}\n')

@@ -20,8 +20,8 @@ from shadow_operator.api.models import Sandbox, SandboxWarmPool
 from shadow_operator.controllers import RECONCILERS
 from shadow_operator.engine import Cache, Cached, Index, Manager, Reconciler, Watch, WorkQueue
 from shadow_operator.engine.client import is_subset
-from shadow_operator.engine.manager import Route, _own_key
-from shadow_operator.engine.reconciler import controller_keys
+from shadow_operator.engine.manager import Route, Running, _own_key
+from shadow_operator.engine.reconciler import Deps, controller_keys
 from shadow_operator.resources import environment as res
 
 pytestmark = pytest.mark.unit
@@ -155,3 +155,38 @@ def test_the_operator_caches_gitea_objects_by_its_own_label_not_a_sandbox_one() 
         labels = obj["metadata"]["labels"]
         assert labels[c.LABEL_MANAGED_BY] == c.MANAGED_BY_VALUE
         assert not any(key.startswith("agents.x-k8s.io/") for key in labels)
+
+
+async def test_an_object_being_deleted_gets_no_pass_and_its_state_goes() -> None:
+    """Deletion is the engine's, not each reconciler's: no pass over an object with a deletionTimestamp (its
+    children go by garbage collection), `deleted` then and again once it is gone."""
+    calls: list[tuple[str, str]] = []
+
+    class Pools(Reconciler[SandboxWarmPool]):
+        kind = SANDBOX_WARM_POOL
+
+        async def reconcile(self, pool: SandboxWarmPool) -> float | None:
+            calls.append(("reconcile", pool.name))
+            return None
+
+        async def deleted(self, key: tuple[str, str]) -> None:
+            calls.append(("deleted", key[1]))
+
+    manager = Manager([Pools], load_config=dict)
+    none: Any = None
+    deps = Deps(client=none, cache=manager.cache, recorder=none, config={}, enqueue=lambda key, delay: None)
+    running = Running(
+        kube=none, client=none, recorder=none, reconcilers={Pools.name(): Pools(deps)}, queues={}
+    )
+    reconcile = manager._reconcile_func(running, Pools)
+    store = manager.cache.store(SANDBOX_WARM_POOL)
+    meta = {"name": "pool", "namespace": "ns", "uid": "u", "resourceVersion": "1"}
+    spec = {"sandboxTemplateRef": {"name": "tpl"}}
+    store.upsert({"metadata": meta, "spec": spec})
+    await reconcile(("ns", "pool"))
+    deleting = {**meta, "resourceVersion": "2", "deletionTimestamp": "2026-01-01T00:00:00Z"}
+    store.upsert({"metadata": deleting, "spec": spec})
+    await reconcile(("ns", "pool"))
+    store.remove("ns", "pool")
+    await reconcile(("ns", "pool"))
+    assert calls == [("reconcile", "pool"), ("deleted", "pool"), ("deleted", "pool")]

@@ -52,7 +52,13 @@ def gitea_pod(sts: dict, controller_uid: str) -> dict:
             "namespace": NAMESPACE,
             "resourceVersion": "1",
             "ownerReferences": [
-                {"kind": "StatefulSet", "name": "x", "uid": controller_uid, "controller": True}
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "StatefulSet",
+                    "name": "x",
+                    "uid": controller_uid,
+                    "controller": True,
+                }
             ],
         },
         "status": {

@@ -13,7 +13,7 @@ import pytest
 from pydantic import ValidationError
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
-from shadow_operator.api.environment import PushRequest
+from shadow_operator.api.environment import PushRequest, PushStatus
 from shadow_operator.clients.gitpush import PUSH_CONFIG, PushFailed, _Git, push_refspecs
 from shadow_operator.controllers.environment.pushes import pending_request
 from shadow_operator.resources import gitea_policy
@@ -86,10 +86,10 @@ def test_push_requests_are_parsed_once_and_answered_once() -> None:
         "wip",
         None,
     )
-    assert pending_request(annotations(promote), {"id": "a1", "commit": "abc"}) is None  # answered
+    assert pending_request(annotations(promote), PushStatus(id="a1", commit="abc")) is None  # answered
     assert pending_request({}, None) is None
     publish = {"id": "b2", "path": ".sandbox-runtime/publish/0a1b", "repo": "team/tool"}
-    request = pending_request(annotations(publish), {"id": "a1"})
+    request = pending_request(annotations(publish), PushStatus(id="a1"))
     assert isinstance(request, PushRequest) and request.repo == "team/tool"
 
 
@@ -108,9 +108,9 @@ def test_push_requests_are_parsed_once_and_answered_once() -> None:
 )
 def test_bad_push_requests_get_an_answer_that_says_why(request_: Any, message: str) -> None:
     answer = pending_request(annotations(request_), None)
-    assert isinstance(answer, dict), answer
-    assert message in answer["error"]
-    assert answer["id"] == (request_["id"] if isinstance(request_, dict) else "")
+    assert isinstance(answer, PushStatus), answer
+    assert answer.error is not None and message in answer.error
+    assert answer.id == (request_["id"] if isinstance(request_, dict) else "")
     # Answered: the same bad request is not answered again.
     assert pending_request(annotations(request_), answer) is None
 

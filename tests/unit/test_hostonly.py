@@ -153,3 +153,25 @@ def test_a_broken_manifest_and_a_hanging_command_fail_their_checks(tmp_path: Pat
 def test_no_local_source_no_fallback() -> None:
     with pytest.raises(hostonly.FallbackNotPossible):
         hostonly.verify_on_host([], [], "ClusterUnreachable")
+
+
+def test_the_host_only_verdict_and_the_operators_agree() -> None:
+    # One scorer (common.verdict) behind both: for the same checks the same evidence and issues, and the same
+    # share of the maximum (50 on the host, 100 in the shadow), whichever categories apply.
+    from datetime import UTC, datetime
+    from itertools import product
+
+    from shadow_operator.common.verdict import score_verdict
+
+    outcomes = [[], [ok("a")], [bad("b")], [ok("a"), bad("b")], [ok("a"), ok("c"), bad("b")]]
+    for source, install, code in product(outcomes, repeat=3):
+        checks = {SOURCE_VERIFICATION: source, INSTALLATION_HEALTH: install, CODE_EXECUTION: code}
+        host = hostonly.score(checks, None)
+        shadow = score_verdict(checks, pass_threshold=70, verified_at=datetime.now(UTC), generation=1)
+        assert host.issues == shadow["issues"]
+        assert {k: [c.model_dump() for c in v.checks] for k, v in host.evidence.items()} == {
+            k: v["checks"] for k, v in shadow["evidence"].items()
+        }
+        # Each rounds to a whole point: half a point of 50 and half of 100 apart at most.
+        assert abs(host.score / host.max_score - shadow["score"] / shadow["maxScore"]) <= 0.015
+        assert (host.mode, shadow["mode"]) == ("host-only", "shadow")

@@ -197,3 +197,49 @@ def test_a_refused_promote_says_why_and_names_no_winner(capsys: pytest.CaptureFi
     report(result, promote=True)
     err = capsys.readouterr().err
     assert refused in err and "winner:" not in err and "promoted " not in err
+
+
+# ------------------------------------------------------------------------------------------ the drivers
+def test_the_sync_and_async_drivers_run_one_race_alike() -> None:
+    # The race is written once (sdk.race.race, steps of operations); both drivers must run each step's
+    # operations together, send the results in order, and throw a failure into the race so its cleanup runs.
+    import asyncio
+    from collections.abc import Generator
+    from typing import Any
+
+    import httpx
+    from shadow_operator.sdk import race as raceops
+    from shadow_operator.sdk.race import Together
+
+    def op(value: object) -> Generator[Any, Any, object]:
+        if isinstance(value, Exception):
+            raise value
+        return value
+        yield  # an operation that needs no call
+
+    def steps(seen: list[object]) -> raceops.Race:
+        first = yield Together([op(1), op(2), op(3)])
+        seen.append(first)
+        try:
+            yield Together([op(ShadowError("fork failed"))])
+        except ShadowError as exc:
+            seen.append(str(exc))
+        try:
+            yield Together([op("a"), op(KeyError("boom"))])
+        finally:
+            seen.append((yield Together([op("cleanup")])))
+
+    def race_of(run: Any) -> list[object]:
+        seen: list[object] = []
+        with pytest.raises(KeyError):
+            run(steps(seen))
+        return seen
+
+    with httpx.Client() as http:
+        sync = race_of(lambda s: raceops.run(http, s))
+
+    async def run_async(s: raceops.Race) -> object:
+        async with httpx.AsyncClient() as http:
+            return await raceops.arun(http, s)
+
+    assert sync == race_of(lambda s: asyncio.run(run_async(s))) == [[1, 2, 3], "fork failed", ["cleanup"]]

@@ -3,6 +3,7 @@ which children one pass writes, the status it writes once, and the events it tel
 
 from __future__ import annotations
 
+import copy
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -134,3 +135,19 @@ async def test_two_pods_of_one_sandbox_are_refused_with_one_warning() -> None:
     assert ready["reason"] == c.REASON_MULTIPLE_PODS and "multiple Pods (2)" in ready["message"]
     assert harness.recorder.reasons().count(c.REASON_MULTIPLE_PODS) == 1
     assert harness.api.body(SERVICE, NAMESPACE, "box") is None
+
+
+async def test_a_service_changed_by_hand_gets_its_selector_and_ports_back() -> None:
+    harness = Harness(SandboxReconciler)
+    harness.put(SANDBOX, sandbox(service=True))
+    await harness.run(SANDBOX, NAMESPACE, "box")
+    changed = copy.deepcopy(harness.get(SERVICE, NAMESPACE, "box"))
+    wanted = copy.deepcopy(changed["spec"])
+    changed["spec"]["selector"] = {**wanted["selector"], "app": "other"}
+    changed["spec"]["ports"] = [{"name": "runtime", "port": 9999, "protocol": "TCP", "targetPort": 9999}]
+    harness.api.put(SERVICE, changed)
+    harness.writes()
+    await harness.run(SANDBOX, NAMESPACE, "box")
+    assert [w.split()[0] for w in harness.writes() if "/services/" in w] == ["patch"]
+    spec = harness.get(SERVICE, NAMESPACE, "box")["spec"]
+    assert (spec["selector"], spec["ports"]) == (wanted["selector"], wanted["ports"])

@@ -13,15 +13,15 @@ from shadow_operator.api import constants as c
 from shadow_operator.api import naming
 from shadow_operator.api.environment import ShadowEnvironment, ShadowEnvironmentStatus
 from shadow_operator.common.sources import SourcePlan, plan_sources
-from shadow_operator.resources import copyin
-from shadow_operator.resources import environment as res
-from shadow_operator.resources.verdict import (
+from shadow_operator.common.verdict import (
     CODE_EXECUTION,
     INSTALLATION_HEALTH,
     SOURCE_VERIFICATION,
     CheckResult,
     score_verdict,
 )
+from shadow_operator.resources import copyin
+from shadow_operator.resources import environment as res
 
 pytestmark = pytest.mark.unit
 

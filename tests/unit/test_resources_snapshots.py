@@ -54,6 +54,39 @@ def test_choose_class_says_why_there_is_none(
     assert choice.name is None and choice.reason.startswith(reason)
 
 
+def drive(plan: Any, answers: dict[Any, Any]) -> tuple[Any, list[Any]]:
+    """Run a snapshot plan (common/snapshots.choose, cut) on fixed answers: its result and the steps it took."""
+    taken: list[Any] = []
+    try:
+        step = next(plan)
+        while True:
+            taken.append(step)
+            key = step.name if isinstance(step, snapshots.ReadStorageClass) else type(step)
+            step = plan.send(answers.get(key))
+    except StopIteration as done:
+        return done.value, taken
+
+
+def test_the_snapshot_plan_both_sides_drive() -> None:
+    storage = {"fast": {"provisioner": "a.csi"}, "other": {"provisioner": "b.csi"}}
+    listed = {**storage, snapshots.ListSnapshotClasses: [klass("a-snap", "a.csi")]}
+    choice, taken = drive(snapshots.choose("fast"), listed)
+    assert choice.name == "a-snap"
+    assert taken == [snapshots.ReadStorageClass("fast"), snapshots.ListSnapshotClasses()]
+    # Restored into a class of another driver: no class, and the snapshot classes are not even listed.
+    choice, taken = drive(snapshots.choose("fast", "other"), listed)
+    assert choice.name is None and "another driver" in choice.reason and len(taken) == 2
+    # No VolumeSnapshot API (the driver answers None).
+    choice, _ = drive(snapshots.choose("fast"), storage)
+    assert choice.name is None and choice.reason.startswith("the cluster has no VolumeSnapshot API")
+    args = {"name": "s", "namespace": "ns", "pvc": "ws", "class_name": "a-snap", "environment": "e"}
+    created, taken = drive(snapshots.cut(flush=True, snapshot_of="e", **args), {snapshots.Create: {"ok": 1}})
+    assert created == {"ok": 1} and isinstance(taken[0], snapshots.Flush)
+    assert taken[1].manifest["spec"]["source"] == {"persistentVolumeClaimName": "ws"}
+    _, taken = drive(snapshots.cut(flush=False, snapshot_of="e", **args), {})
+    assert [type(t) for t in taken] == [snapshots.Create]
+
+
 def test_volume_driver_is_the_provisioner_of_the_claims_class() -> None:
     assert snapshots.volume_driver({"provisioner": "a.csi"}) == "a.csi"
     assert snapshots.volume_driver(None) is None

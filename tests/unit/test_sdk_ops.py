@@ -12,8 +12,11 @@ from typing import Any
 
 import httpx
 import pytest
+from shadow_operator.api import constants as c
+from shadow_operator.api.environment import PushRequest
 from shadow_operator.cli.common import split_remote
 from shadow_operator.cli.environments import parse_git
+from shadow_operator.sdk import environment as envops
 from shadow_operator.sdk import kube, promote
 from shadow_operator.sdk import sandbox as sandbox_ops
 from shadow_operator.sdk.download import extract
@@ -33,8 +36,10 @@ from shadow_operator.sdk.errors import (
     SandboxTemplateNotFoundError,
     ShadowError,
 )
-from shadow_operator.sdk.kube import Call
+from shadow_operator.sdk.kube import Call, Watch
 from shadow_operator.sdk.runtime import Diff
+
+from tests.support.fakes import environment
 
 pytestmark = pytest.mark.unit
 
@@ -222,8 +227,37 @@ def test_context_option_selects_another_context(tmp_path: Path, monkeypatch: pyt
 
 def test_a_gateway_naming_a_pool_starts_from_it(tmp_path: Path) -> None:
     """`ShadowGateway(name, path, pool=...)`: the spec `start()` creates names the pool (shadowctl's --pool)."""
-    from shadow_operator.sdk.gateway import _Ops
+    from shadow_operator.sdk.gateway import GatewayOps
 
-    spec = _Ops("e1", "ns", tmp_path, "https://cluster", pool="warm").spec(None)
+    spec = GatewayOps("e1", "ns", tmp_path, "https://cluster", pool="warm").spec(None)
     assert spec.pool == "warm" and [s.path for s in spec.local] == [tmp_path]
-    assert _Ops("e1", "ns", tmp_path, "https://cluster").spec(None).pool is None
+    assert GatewayOps("e1", "ns", tmp_path, "https://cluster").spec(None).pool is None
+
+
+def test_verify_and_push_return_the_status_that_answers_them() -> None:
+    """Each is one annotation patch, then the part of status that answers it, typed: the verdict of this
+    trigger (an older verdict is no answer: the environment is watched on), the lastPush of this request."""
+
+    def answered_with(status: dict[str, Any]) -> httpx.Response:
+        return httpx.Response(200, json=environment(status=status).body)
+
+    verdict = {"result": "PASS", "score": 50, "maxScore": 50, "passThreshold": 35}
+    op = envops.verify("team", "demo", timeout=30)
+    patch = next(op)
+    assert isinstance(patch, Call) and patch.method == "PATCH"
+    trigger = patch.body["metadata"]["annotations"][c.ANNOTATION_VERIFY_REQUEST]
+    assert op.send(httpx.Response(200, json={})).method == "GET"
+    assert isinstance(op.send(answered_with({"verdict": {**verdict, "trigger": "older"}})), Watch)
+    op = envops.verify("team", "demo", timeout=30)
+    trigger = next(op).body["metadata"]["annotations"][c.ANNOTATION_VERIFY_REQUEST]
+    op.send(httpx.Response(200, json={}))
+    with pytest.raises(StopIteration) as done:
+        op.send(answered_with({"verdict": {**verdict, "trigger": trigger}}))
+    assert (done.value.value.result, done.value.value.trigger) == ("PASS", trigger)
+
+    op = envops.push("team", "demo", PushRequest(id="p1", source="app", branch="b"), timeout=30)
+    assert json.loads(next(op).body["metadata"]["annotations"][c.ANNOTATION_PUSH_REQUEST])["id"] == "p1"
+    op.send(httpx.Response(200, json={}))
+    with pytest.raises(StopIteration) as done:
+        op.send(answered_with({"lastPush": {"id": "p1", "commit": "abc"}}))
+    assert (done.value.value.id, done.value.value.commit) == ("p1", "abc")

@@ -10,7 +10,7 @@ something cannot work, and a verdict an automation can act on (the smoke-test ha
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
@@ -23,6 +23,7 @@ from shadow_operator.api.models import (
     Condition,
     Resource,
     cel,
+    validations,
 )
 
 MAX_SOURCES = 32
@@ -30,6 +31,8 @@ MAX_REWRITES = 32
 MAX_VERIFY_COMMANDS = 32
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+# The name of another object (a template, a StorageClass, a snapshot...); unset means a default.
+ObjectName = Annotated[str | None, Field(max_length=253)]
 # A Gitea owner (organization) and a repository name: letters, digits, `-`, `_`, `.`.
 GITEA_NAME = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}"
 # Paths as RE2 patterns (the API server's regex engine has no lookahead): segments that are not empty, `.`
@@ -84,14 +87,12 @@ class Source(ApiModel):
     """One repository copied into the workspace and mirrored into the environment's Gitea."""
 
     model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                cel(
-                    "has(self.git) != has(self.upload)",
-                    "a source needs exactly one of git: {url, ref} or upload: {}",
-                )
-            ]
-        }
+        json_schema_extra=validations(
+            cel(
+                "has(self.git) != has(self.upload)",
+                "a source needs exactly one of git: {url, ref} or upload: {}",
+            )
+        )
     )
 
     name: str = Field(
@@ -119,31 +120,27 @@ class WorkspaceFrom(ApiModel):
     """Start the workspace as a copy of another one (a fork) instead of copying the sources in."""
 
     model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                cel(
-                    "has(self.environment) != has(self.snapshot)",
-                    "workspace.from needs exactly one of environment (fork a running environment) or "
-                    "snapshot (a VolumeSnapshot)",
-                ),
-                cel(
-                    "!has(self.snapshot) || self.method != 'Copy'",
-                    "a VolumeSnapshot can only be restored: method Copy needs from.environment",
-                ),
-            ]
-        }
+        json_schema_extra=validations(
+            cel(
+                "has(self.environment) != has(self.snapshot)",
+                "workspace.from needs exactly one of environment (fork a running environment) or "
+                "snapshot (a VolumeSnapshot)",
+            ),
+            cel(
+                "!has(self.snapshot) || self.method != 'Copy'",
+                "a VolumeSnapshot can only be restored: method Copy needs from.environment",
+            ),
+        )
     )
 
-    environment: str | None = Field(
+    environment: ObjectName = Field(
         default=None,
-        max_length=253,
         pattern=DNS_LABEL,
         description="Fork this ShadowEnvironment (same namespace): its workspace is snapshotted after a "
         "filesystem flush (or copied, see method) and this one starts from it. The source keeps running.",
     )
-    snapshot: str | None = Field(
+    snapshot: ObjectName = Field(
         default=None,
-        max_length=253,
         description="Restore this VolumeSnapshot (same namespace), e.g. one taken by `shadowctl snapshot`.",
     )
     method: Literal["Auto", "Snapshot", "Copy"] = Field(
@@ -177,9 +174,8 @@ class WorkspaceVolume(ApiModel):
         "(path preservation), so absolute paths in configs and lockfiles keep working.",
     )
     size: str = Field(default="10Gi", pattern=QUANTITY, description="Size of the workspace volume.")
-    storage_class_name: str | None = Field(
+    storage_class_name: ObjectName = Field(
         default=None,
-        max_length=253,
         description="StorageClass of the volume; default: the cluster's default (for a fork: the class of "
         "the volume it starts from).",
     )
@@ -200,21 +196,19 @@ class GiteaPersistence(ApiModel):
     """Where Gitea keeps its data: a volume of its own, or the Pod's emptyDir (the default)."""
 
     model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                cel(
-                    "!self.retain || self.enabled",
-                    "retain: true keeps Gitea's volume after the environment is deleted, but Gitea has no "
-                    "volume unless enabled: true; set spec.gitea.persistence.enabled: true too, or drop retain",
-                ),
-                cel(
-                    "self.enabled == oldSelf.enabled && self.size == oldSelf.size",
-                    "spec.gitea.persistence.enabled and size cannot change once the environment exists (Gitea "
-                    "keeps the storage it started with); create a new environment for other storage",
-                    reason="FieldValueForbidden",
-                ),
-            ]
-        }
+        json_schema_extra=validations(
+            cel(
+                "!self.retain || self.enabled",
+                "retain: true keeps Gitea's volume after the environment is deleted, but Gitea has no "
+                "volume unless enabled: true; set spec.gitea.persistence.enabled: true too, or drop retain",
+            ),
+            cel(
+                "self.enabled == oldSelf.enabled && self.size == oldSelf.size",
+                "spec.gitea.persistence.enabled and size cannot change once the environment exists (Gitea "
+                "keeps the storage it started with); create a new environment for other storage",
+                reason="FieldValueForbidden",
+            ),
+        )
     )
 
     enabled: bool = Field(
@@ -319,15 +313,13 @@ class WorkspaceShape(ApiModel):
         "environment's Gitea instead. Only these prefixes are redirected.",
         json_schema_extra={"x-kubernetes-list-type": "atomic"},
     )
-    template: str | None = Field(
+    template: ObjectName = Field(
         default=None,
-        max_length=253,
         description="SandboxTemplate (same namespace) the workspace starts from; default: the operator's "
         "default template.",
     )
-    runtime_class_name: str | None = Field(
+    runtime_class_name: ObjectName = Field(
         default=None,
-        max_length=253,
         pattern=DNS_SUBDOMAIN,
         description="RuntimeClass of the workspace Pod (replaces the template's), e.g. `gvisor` to run it "
         "under gVisor's user-space kernel; default: the template's (none: the node's default runtime). A "
@@ -355,20 +347,18 @@ class ShadowEnvironmentSpec(WorkspaceShape):
     """Desired state of a ShadowEnvironment."""
 
     model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                cel(
-                    "has(self.sources) || has(self.workspace.from)",
-                    "spec.sources is required unless spec.workspace.from names an environment or a snapshot "
-                    "to start from",
-                ),
-                cel(
-                    "has(self.sources) == has(oldSelf.sources)",
-                    "spec.sources is immutable: create a new environment for other sources",
-                    reason="FieldValueForbidden",
-                ),
-            ]
-        }
+        json_schema_extra=validations(
+            cel(
+                "has(self.sources) || has(self.workspace.from)",
+                "spec.sources is required unless spec.workspace.from names an environment or a snapshot "
+                "to start from",
+            ),
+            cel(
+                "has(self.sources) == has(oldSelf.sources)",
+                "spec.sources is immutable: create a new environment for other sources",
+                reason="FieldValueForbidden",
+            ),
+        )
     )
 
     sources: list[Source] | None = Field(

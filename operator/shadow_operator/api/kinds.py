@@ -95,6 +95,11 @@ class ResourceKind:
     model: type[BaseModel] | None = field(default=None, compare=False)
     crd: CrdSpec | None = field(default=None, compare=False)
 
+    @classmethod
+    def core(cls, plural: str, kind: str) -> ResourceKind:
+        """A kind of the core API group (`v1`, served under /api/v1)."""
+        return cls("", "v1", plural, kind)
+
     @property
     def api_version(self) -> str:
         return f"{self.group}/{self.version}" if self.group else self.version
@@ -233,17 +238,17 @@ SHADOW_ENVIRONMENT_POOL = ResourceKind(
     ),
 )
 
-POD = ResourceKind("", "v1", "pods", "Pod")
-SERVICE = ResourceKind("", "v1", "services", "Service")
-SECRET = ResourceKind("", "v1", "secrets", "Secret")
-CONFIG_MAP = ResourceKind("", "v1", "configmaps", "ConfigMap")
-PVC = ResourceKind("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim")
-EVENT = ResourceKind("", "v1", "events", "Event")
+POD = ResourceKind.core("pods", "Pod")
+SERVICE = ResourceKind.core("services", "Service")
+SECRET = ResourceKind.core("secrets", "Secret")
+CONFIG_MAP = ResourceKind.core("configmaps", "ConfigMap")
+PVC = ResourceKind.core("persistentvolumeclaims", "PersistentVolumeClaim")
+EVENT = ResourceKind.core("events", "Event")
+NAMESPACE = ResourceKind.core("namespaces", "Namespace")
 NETWORK_POLICY = ResourceKind("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy")
 LEASE = ResourceKind("coordination.k8s.io", "v1", "leases", "Lease")
 STATEFUL_SET = ResourceKind("apps", "v1", "statefulsets", "StatefulSet")
 DEPLOYMENT = ResourceKind("apps", "v1", "deployments", "Deployment")
-NAMESPACE = ResourceKind("", "v1", "namespaces", "Namespace")
 STORAGE_CLASS = ResourceKind("storage.k8s.io", "v1", "storageclasses", "StorageClass")
 RUNTIME_CLASS = ResourceKind("node.k8s.io", "v1", "runtimeclasses", "RuntimeClass")
 # CSI snapshots (external-snapshotter's CRDs; absent on clusters without snapshot support).

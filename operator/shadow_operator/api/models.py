@@ -8,10 +8,11 @@ Descriptions written here become `kubectl explain` text.
 
 from __future__ import annotations
 
+import base64
 from datetime import datetime
-from typing import Any, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, PrivateAttr
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, JsonValue, PrivateAttr
 from pydantic.alias_generators import to_camel
 
 PRESERVE: dict[str, Any] = {"x-kubernetes-preserve-unknown-fields": True}
@@ -23,6 +24,11 @@ MAX_ENV = 128
 
 def cel(rule: str, message: str, **extra: str) -> dict[str, JsonValue]:
     return {"rule": rule, "message": message, **extra}
+
+
+def validations(*rules: dict[str, JsonValue]) -> dict[str, JsonValue]:
+    """The CEL rules of a schema, for a model's or a field's `json_schema_extra`."""
+    return {"x-kubernetes-validations": list(rules)}
 
 
 class ApiModel(BaseModel):
@@ -121,6 +127,14 @@ VCT_NAMED = cel(
     "self.all(t, has(t.metadata.name) && t.metadata.name != '')",
     "every volumeClaimTemplate needs metadata.name",
 )
+# spec.volumeClaimTemplates of a Sandbox, a template and a claim: the same list, each with its own description.
+VolumeClaimTemplates = Annotated[
+    list[PersistentVolumeClaimTemplate] | None,
+    Field(
+        max_length=MAX_VOLUME_CLAIM_TEMPLATES,
+        json_schema_extra={"x-kubernetes-list-type": "atomic", **validations(VCT_NAMED)},
+    ),
+]
 
 
 class Condition(ApiModel):
@@ -213,6 +227,122 @@ class StatefulSet(Resource):
     status: StatefulSetStatus = Field(default_factory=StatefulSetStatus)
 
 
+class ServicePort(ApiModel):
+    """The part of a core/v1 ServicePort a Sandbox's Service sets (resources/sandbox.py service_ports)."""
+
+    name: str | None = None
+    port: int
+    protocol: str | None = None
+    target_port: int | str | None = None
+
+
+class ServiceSpec(ApiModel):
+    """The part of core/v1 ServiceSpec the operator keeps as it wants it."""
+
+    selector: dict[str, str] | None = None
+    ports: list[ServicePort] = Field(default_factory=list)
+
+
+class Service(Resource):
+    """A core/v1 Service as the operator reads it (a Sandbox's): its selector and ports."""
+
+    spec: ServiceSpec = Field(default_factory=ServiceSpec)
+
+
+class Secret(Resource):
+    """A core/v1 Secret as the operator reads it: `data` (base64) and `stringData` (as written, before the API
+    server folds it into data)."""
+
+    data: dict[str, str] | None = None
+    string_data: dict[str, str] | None = None
+
+    def values(self) -> dict[str, str]:
+        """Every key's value as text, stringData winning over data as the API server would have it."""
+        decoded = {key: base64.b64decode(value).decode() for key, value in (self.data or {}).items()}
+        return {**decoded, **(self.string_data or {})}
+
+
+# Quantities ("10Gi") as text; an API server sends them as strings, a hand-written body may hold a number.
+Quantity = Annotated[str, BeforeValidator(str)]
+
+
+class ResourceRequests(ApiModel):
+    """The part of core/v1 VolumeResourceRequirements the operator reads."""
+
+    requests: dict[str, Quantity] = Field(default_factory=dict)
+
+
+class PersistentVolumeClaimSpec(ApiModel):
+    """The part of core/v1 PersistentVolumeClaimSpec the operator reads."""
+
+    storage_class_name: str | None = None
+    resources: ResourceRequests = Field(default_factory=ResourceRequests)
+
+
+class PersistentVolumeClaimStatus(ApiModel):
+    """The part of core/v1 PersistentVolumeClaimStatus the operator reads."""
+
+    phase: str | None = None
+    capacity: dict[str, Quantity] = Field(default_factory=dict)
+
+
+class PersistentVolumeClaim(Resource):
+    """A core/v1 PersistentVolumeClaim as the operator reads it: its class, requested size, phase, capacity."""
+
+    spec: PersistentVolumeClaimSpec = Field(default_factory=PersistentVolumeClaimSpec)
+    status: PersistentVolumeClaimStatus = Field(default_factory=PersistentVolumeClaimStatus)
+
+    @property
+    def requested_storage(self) -> str | None:
+        return self.spec.resources.requests.get("storage")
+
+    @property
+    def capacity_storage(self) -> str | None:
+        return self.status.capacity.get("storage")
+
+
+class VolumeSnapshotSource(ApiModel):
+    """The part of snapshot.storage.k8s.io/v1 VolumeSnapshotSource the operator reads."""
+
+    persistent_volume_claim_name: str | None = None
+
+
+class VolumeSnapshotSpec(ApiModel):
+    """The part of snapshot.storage.k8s.io/v1 VolumeSnapshotSpec the operator reads."""
+
+    source: VolumeSnapshotSource = Field(default_factory=VolumeSnapshotSource)
+    volume_snapshot_class_name: str | None = None
+
+
+class VolumeSnapshotStatus(ApiModel):
+    """The part of snapshot.storage.k8s.io/v1 VolumeSnapshotStatus the operator reads."""
+
+    restore_size: Quantity | None = None
+
+
+class VolumeSnapshot(Resource):
+    """A VolumeSnapshot as the operator reads it: the claim it was cut from, its class and restore size."""
+
+    spec: VolumeSnapshotSpec = Field(default_factory=VolumeSnapshotSpec)
+    status: VolumeSnapshotStatus = Field(default_factory=VolumeSnapshotStatus)
+
+
+class VolumeSnapshotClass(Resource):
+    """A VolumeSnapshotClass as the operator reads it: its CSI driver."""
+
+    driver: str = ""
+
+
+class StorageClass(Resource):
+    """A storage.k8s.io/v1 StorageClass as the operator reads it: its provisioner."""
+
+    provisioner: str = ""
+
+    @property
+    def is_default(self) -> bool:
+        return self.metadata.annotations.get("storageclass.kubernetes.io/is-default-class") == "true"
+
+
 CONDITIONS_FIELD: Any = Field(
     default=None,
     description="Observations of the object's state; `Ready` is the one to wait for.",
@@ -225,25 +355,20 @@ class SandboxSpec(ApiModel):
     """Desired state of a Sandbox."""
 
     model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                cel(
-                    "has(self.volumeClaimTemplates) == has(oldSelf.volumeClaimTemplates) && "
-                    "(!has(self.volumeClaimTemplates) || self.volumeClaimTemplates == oldSelf.volumeClaimTemplates)",
-                    "spec.volumeClaimTemplates is immutable: create a new Sandbox to change volumes",
-                    fieldPath=".volumeClaimTemplates",
-                    reason="FieldValueForbidden",
-                )
-            ]
-        }
+        json_schema_extra=validations(
+            cel(
+                "has(self.volumeClaimTemplates) == has(oldSelf.volumeClaimTemplates) && "
+                "(!has(self.volumeClaimTemplates) || self.volumeClaimTemplates == oldSelf.volumeClaimTemplates)",
+                "spec.volumeClaimTemplates is immutable: create a new Sandbox to change volumes",
+                fieldPath=".volumeClaimTemplates",
+                reason="FieldValueForbidden",
+            )
+        )
     )
 
     pod_template: PodTemplate = Field(description="The Pod that runs the sandbox; one Pod per Sandbox, ever.")
-    volume_claim_templates: list[PersistentVolumeClaimTemplate] | None = Field(
-        default=None,
-        description=VCT_DESCRIPTION + " Immutable.",
-        max_length=MAX_VOLUME_CLAIM_TEMPLATES,
-        json_schema_extra={"x-kubernetes-list-type": "atomic", "x-kubernetes-validations": [VCT_NAMED]},
+    volume_claim_templates: VolumeClaimTemplates = Field(
+        default=None, description=VCT_DESCRIPTION + " Immutable."
     )
     service: bool | None = Field(
         default=None,
@@ -321,12 +446,7 @@ class SandboxTemplateSpec(ApiModel):
     """A reusable sandbox blueprint for claims and warm pools."""
 
     pod_template: PodTemplate = Field(description="The Pod sandboxes of this template run.")
-    volume_claim_templates: list[PersistentVolumeClaimTemplate] | None = Field(
-        default=None,
-        description=VCT_DESCRIPTION,
-        max_length=MAX_VOLUME_CLAIM_TEMPLATES,
-        json_schema_extra={"x-kubernetes-list-type": "atomic", "x-kubernetes-validations": [VCT_NAMED]},
-    )
+    volume_claim_templates: VolumeClaimTemplates = Field(default=None, description=VCT_DESCRIPTION)
     service: bool | None = Field(
         default=None,
         description="Create a headless Service named like each sandbox. Unset in v1beta1 means no Service; "
@@ -394,19 +514,17 @@ class SandboxClaimSpec(ApiModel):
     """What sandbox to hand out."""
 
     model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                cel(
-                    "has(self.warmPoolRef) != has(self.sandboxTemplateRef)",
-                    "set exactly one of spec.warmPoolRef.name (v1beta1) or spec.sandboxTemplateRef.name (v1alpha1)",
-                ),
-                cel(
-                    "!has(self.warmpool) || has(self.sandboxTemplateRef)",
-                    "spec.warmpool only applies together with spec.sandboxTemplateRef",
-                    fieldPath=".warmpool",
-                ),
-            ]
-        }
+        json_schema_extra=validations(
+            cel(
+                "has(self.warmPoolRef) != has(self.sandboxTemplateRef)",
+                "set exactly one of spec.warmPoolRef.name (v1beta1) or spec.sandboxTemplateRef.name (v1alpha1)",
+            ),
+            cel(
+                "!has(self.warmpool) || has(self.sandboxTemplateRef)",
+                "spec.warmpool only applies together with spec.sandboxTemplateRef",
+                fieldPath=".warmpool",
+            ),
+        )
     )
 
     warm_pool_ref: NameRef | None = Field(

@@ -107,58 +107,53 @@ async def push_snapshot(
     """Fetch the bundle the workspace wrote at `bundle_path` (then delete it there), verify it, and push the
     snapshot to `branch` of `remote_url` (with `everything`: the repository's branches and tags too)."""
     async with settings.slots:
-        await _push(runtime, bundle_path, remote_url, token, branch, everything, settings)
-
-
-async def _push(
-    runtime: Runtime,
-    bundle_path: str,
-    remote_url: str,
-    token: str,
-    branch: str,
-    everything: bool,
-    settings: PushSettings,
-) -> None:
-    with tempfile.TemporaryDirectory(prefix="shadow-push-", dir=settings.work_dir) as tmp:
-        home, bundle, repo = Path(tmp, "home"), Path(tmp, "snapshot.bundle"), Path(tmp, "repo.git")
-        home.mkdir(mode=0o700)
-        try:
-            size = await runtime.download(
-                bundle_path, bundle, limit=settings.max_bundle_bytes, timeout=settings.timeout
+        with tempfile.TemporaryDirectory(prefix="shadow-push-", dir=settings.work_dir) as tmp:
+            home, bundle, repo = Path(tmp, "home"), Path(tmp, "snapshot.bundle"), Path(tmp, "repo.git")
+            home.mkdir(mode=0o700)
+            size = await _download(runtime, bundle_path, bundle, settings)
+            # The pack the fetch writes is the bundle's own (kept as it is): no file may be much larger.
+            git = _Git(home, timeout=settings.timeout, file_limit=size + (64 << 20), secrets=[token])
+            await git.run("init", "--quiet", "--bare", "--template=", str(repo))
+            await git.run("bundle", "verify", "--quiet", str(bundle), cwd=repo, what="the snapshot bundle")
+            await git.run("fetch", "--quiet", "--no-write-fetch-head", str(bundle), *FETCH_REFSPECS, cwd=repo)
+            listed = await git.run("for-each-ref", "--format=%(refname)", cwd=repo)
+            refs = listed.split()
+            if c.GIT_SNAPSHOT_REF not in refs:
+                raise PushFailed("the snapshot bundle carries no snapshot commit")
+            if len(refs) > settings.max_refs:
+                raise PushFailed(
+                    f"the repository has {len(refs)} refs, more than the {settings.max_refs} pushed"
+                )
+            try:
+                await git.run("check-ref-format", f"refs/heads/{branch}")
+            except PushFailed:
+                raise PushFailed(f"{branch!r} is not a valid branch name") from None
+            await git.run(
+                "push",
+                "--quiet",
+                "--force",
+                remote_url,
+                *push_refspecs(refs, branch, everything=everything),
+                cwd=repo,
+                config=[*PUSH_CONFIG, ("http.extraHeader", f"Authorization: token {token}")],
+                what=f"push to {remote_url}",
             )
-        except DownloadTooLarge as exc:
-            raise PushFailed(
-                f"the snapshot is larger than {exc.limit} bytes, the most the operator pushes (chart value "
-                "operator.gitPush.maxBundleBytes)"
-            ) from None
-        finally:
-            with contextlib.suppress(RuntimeUnavailable):
-                await runtime.delete(bundle_path)
-        # The pack the fetch writes is the bundle's own (kept as it is): no file may be much larger.
-        git = _Git(home, timeout=settings.timeout, file_limit=size + (64 << 20), secrets=[token])
-        await git.run("init", "--quiet", "--bare", "--template=", str(repo))
-        await git.run("bundle", "verify", "--quiet", str(bundle), cwd=repo, what="the snapshot bundle")
-        await git.run("fetch", "--quiet", "--no-write-fetch-head", str(bundle), *FETCH_REFSPECS, cwd=repo)
-        listed = await git.run("for-each-ref", "--format=%(refname)", cwd=repo)
-        refs = listed.split()
-        if c.GIT_SNAPSHOT_REF not in refs:
-            raise PushFailed("the snapshot bundle carries no snapshot commit")
-        if len(refs) > settings.max_refs:
-            raise PushFailed(f"the repository has {len(refs)} refs, more than the {settings.max_refs} pushed")
-        try:
-            await git.run("check-ref-format", f"refs/heads/{branch}")
-        except PushFailed:
-            raise PushFailed(f"{branch!r} is not a valid branch name") from None
-        await git.run(
-            "push",
-            "--quiet",
-            "--force",
-            remote_url,
-            *push_refspecs(refs, branch, everything=everything),
-            cwd=repo,
-            config=[*PUSH_CONFIG, ("http.extraHeader", f"Authorization: token {token}")],
-            what=f"push to {remote_url}",
+
+
+async def _download(runtime: Runtime, bundle_path: str, bundle: Path, settings: PushSettings) -> int:
+    """The bundle from the workspace into `bundle` (deleted there either way): its size."""
+    try:
+        return await runtime.download(
+            bundle_path, bundle, limit=settings.max_bundle_bytes, timeout=settings.timeout
         )
+    except DownloadTooLarge as exc:
+        raise PushFailed(
+            f"the snapshot is larger than {exc.limit} bytes, the most the operator pushes (chart value "
+            "operator.gitPush.maxBundleBytes)"
+        ) from None
+    finally:
+        with contextlib.suppress(RuntimeUnavailable):
+            await runtime.delete(bundle_path)
 
 
 class _Git:

@@ -1,8 +1,9 @@
 """The sandbox runtime's native API (sandbox-runtime `/v1/...`), as the operator uses it: exec and baseline.
 
-A runtime is the tenant's: whatever runs in the workspace can answer in its place. So no answer is ever read
-whole: each is streamed with a byte limit (`max_answer_bytes`, SHADOW_RUNTIME_MAX_ANSWER_BYTES, 4 MiB by
-default) and an answer past it fails its call with `RuntimeAnswerTooLarge` after at most that many bytes.
+The operations are `common.runtimeapi`'s, which the SDK drives too; this is their async transport, straight to
+the Pod. A runtime is the tenant's: whatever runs in the workspace can answer in its place. So no answer is
+ever read whole: each is streamed with a byte limit (`max_answer_bytes`, SHADOW_RUNTIME_MAX_ANSWER_BYTES, 4 MiB
+by default) and an answer past it fails its call with `RuntimeAnswerTooLarge` after at most that many bytes.
 Command output is asked for capped at a sixteenth of the limit per stream (even escaped control characters,
 six bytes of JSON each, then fit) and cut again here, its tail kept and `truncated` set, before it goes
 anywhere, should a runtime ignore the cap.
@@ -10,21 +11,18 @@ anywhere, should a runtime ignore the cap.
 
 from __future__ import annotations
 
-import json
-import re
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import httpx
 
-DEFAULT_MAX_ANSWER_BYTES = 4 << 20
-# What an error answer may contribute to a message.
-ERROR_DETAIL_BYTES = 300
-# Objects and arrays an answer may hold. The runtime's have a handful; `[{},{},...]` would cost ~20 times its
-# size in Python objects, so a hostile answer of nothing else is refused before it is parsed.
-MAX_JSON_CONTAINERS = 1024
-_JSON_STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"')
+from shadow_operator.common import runtimeapi
+from shadow_operator.common.runtimeapi import DEFAULT_MAX_ANSWER_BYTES, ERROR_DETAIL_BYTES
+
+__all__ = ["DEFAULT_MAX_ANSWER_BYTES", "ExecResult", "Runtime", "RuntimeAnswerTooLarge", "RuntimeRefused"]
+T = TypeVar("T")
 
 
 class RuntimeUnavailable(Exception):
@@ -109,12 +107,35 @@ class Runtime:
     async def __aexit__(self, *_: object) -> None:
         await self._http.aclose()
 
-    async def _request(self, method: str, path: str, *, timeout: float | None = None, **kw: Any) -> Any:
+    async def _run(self, op: runtimeapi.Op[T]) -> T:
+        """Drive a runtime API operation on this client."""
+        request = next(op)
+        try:
+            while True:
+                answer = await self._send(request)
+                request = op.send(answer)
+        except StopIteration as done:
+            return cast(T, done.value)
+        except runtimeapi.AnswerRefused as exc:
+            raise RuntimeRefused(
+                answer.status, f"runtime's answer to {request.method} {request.path} is {exc}", ""
+            ) from None
+
+    async def _send(self, request: runtimeapi.Request) -> runtimeapi.Answer:
+        method, path = request.method, request.path
+        args: dict[str, Any] = {"params": request.params}
+        if request.body is not None:
+            args["json"] = request.body
+        elif request.content is not None:
+            args.update(content=request.content, headers={"content-type": request.content_type})
         try:
             async with self._http.stream(
-                method, path, timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT, **kw
+                method,
+                path,
+                timeout=request.timeout if request.timeout is not None else httpx.USE_CLIENT_DEFAULT,
+                **args,
             ) as resp:
-                if resp.status_code >= 400:
+                if resp.status_code >= 400 and resp.status_code not in request.ok:
                     detail = await _read_bounded(resp, ERROR_DETAIL_BYTES, method, path, cut=True)
                     raise RuntimeRefused(
                         resp.status_code,
@@ -124,28 +145,18 @@ class Runtime:
                 content = await _read_bounded(resp, self.max_answer_bytes, method, path)
         except httpx.HTTPError as exc:
             raise RuntimeUnavailable(f"runtime unreachable: {type(exc).__name__}: {exc}") from None
-        if not content:
-            return None
-        outside_strings = _JSON_STRING.sub(b'""', content)
-        if outside_strings.count(b"{") + outside_strings.count(b"[") > MAX_JSON_CONTAINERS:
-            raise RuntimeRefused(resp.status_code, f"runtime's answer to {method} {path} is malformed", "")
-        try:
-            return json.loads(content)
-        except (ValueError, RecursionError):
-            raise RuntimeRefused(
-                resp.status_code, f"runtime answered {method} {path} with something other than JSON", ""
-            ) from None
+        return runtimeapi.Answer(resp.status_code, content, resp.headers, request.max_containers)
 
     async def healthy(self) -> bool:
         try:
-            await self._request("GET", "/v1/health", timeout=5.0)
+            await self._run(runtimeapi.health(timeout=5.0))
         except RuntimeUnavailable:
             return False
         return True
 
     async def idle_seconds(self) -> float:
         """Seconds since the runtime's last API request ended (0 while one is in flight)."""
-        data = await self._request("GET", "/v1/health", timeout=10.0)
+        data = await self._run(runtimeapi.health())
         return float(data.get("idle_seconds") or 0)
 
     async def sh(
@@ -158,19 +169,18 @@ class Runtime:
         tag: str,
     ) -> ExecResult:
         """Run a shell program to completion (`sh -c`), its inputs in `env`."""
-        body = {
-            "command": script,
-            "env": env or {},
-            "cwd": cwd,
-            "timeout_seconds": timeout,
-            "max_output_bytes": self.max_output_bytes,
-            "tag": tag,
-        }
-        if self._journal_flag:
+        body = runtimeapi.exec_body(
+            script,
+            env=env,
+            cwd=cwd,
+            timeout=timeout,
+            max_output_bytes=self.max_output_bytes,
+            tag=tag,
             # The operator's plumbing is not the agent's work: keep it out of the journal and HANDOFF.md.
-            body["journal"] = False
+            journal=False if self._journal_flag else None,
+        )
         try:
-            data = await self._request("POST", "/v1/exec", json=body, timeout=timeout + 30.0)
+            data = await self._run(runtimeapi.run(body))
         except RuntimeRefused as exc:
             # A workspace image with an older runtime (a template pinned to it) refuses the field: run the
             # command anyway, journaled, rather than never copying anything in.
@@ -178,7 +188,7 @@ class Runtime:
                 raise
             self._journal_flag = False
             body.pop("journal")
-            data = await self._request("POST", "/v1/exec", json=body, timeout=timeout + 30.0)
+            data = await self._run(runtimeapi.run(body))
         try:
             stdout, cut_out = _tail(str(data["stdout"]), self.max_output_bytes)
             stderr, cut_err = _tail(str(data["stderr"]), self.max_output_bytes)
@@ -193,19 +203,10 @@ class Runtime:
             raise RuntimeRefused(200, "runtime's answer to POST /v1/exec is malformed", "") from None
 
     async def capture_baseline(self, exclude: list[str] | None = None) -> dict[str, Any]:
-        result: dict[str, Any] = await self._request(
-            "POST", "/v1/baseline", json={"exclude": exclude or []}, timeout=600.0
-        )
-        return result
+        return await self._run(runtimeapi.capture_baseline(exclude))
 
     async def has_baseline(self) -> bool:
-        try:
-            await self._request("GET", "/v1/baseline", timeout=30.0)
-        except RuntimeRefused as exc:
-            if exc.status == 404:
-                return False
-            raise
-        return True
+        return await self._run(runtimeapi.has_baseline())
 
     async def flush(self) -> None:
         """Write the workspace's dirty pages to its volume (`sync`), e.g. before the volume is snapshotted."""
@@ -218,15 +219,12 @@ class Runtime:
         what the file is: never trust its size). Returns the number of bytes written."""
         written = 0
         try:
-            async with self._http.stream("GET", f"/v1/files/{path}", timeout=timeout) as resp:
+            request = runtimeapi.read_request(path, timeout=timeout)
+            async with self._http.stream("GET", request.path, timeout=timeout) as resp:
                 if resp.status_code >= 400:
-                    head = b""
-                    async for chunk in resp.aiter_raw():
-                        head += chunk
-                        if len(head) >= 300:
-                            break
+                    head = await _read_bounded(resp, ERROR_DETAIL_BYTES, "GET", request.path, cut=True)
                     raise RuntimeRefused(
-                        resp.status_code, f"download of {path} refused", head[:300].decode(errors="replace")
+                        resp.status_code, f"download of {path} refused", head.decode(errors="replace")
                     )
                 with dest.open("wb") as out:
                     async for chunk in resp.aiter_raw():
@@ -240,11 +238,7 @@ class Runtime:
 
     async def delete(self, path: str) -> None:
         """Remove a file or directory tree of the workspace (gone already is fine)."""
-        try:
-            await self._request("DELETE", f"/v1/files/{path}", params={"recursive": "true"}, timeout=120.0)
-        except RuntimeRefused as exc:
-            if exc.status != 404:
-                raise
+        await self._run(runtimeapi.delete(path, recursive=True, missing_ok=True, timeout=120.0))
 
     async def copy_tree_to(self, target: Runtime, path: str = "", *, timeout: float = 600.0) -> int:
         """Stream the directory `path` of this workspace as tar.gz into the same directory of `target`.
@@ -270,19 +264,13 @@ class Runtime:
                         resp.status_code, f"export of {path or 'the workspace'} refused", detail
                     )
 
-                async def body() -> Any:
+                async def body() -> AsyncIterator[bytes]:
                     nonlocal streamed
                     async for chunk in resp.aiter_raw():
                         streamed += len(chunk)
                         yield chunk
 
-                await target._request(
-                    "POST",
-                    f"/v1/archive/{path}",
-                    content=body(),
-                    headers={"content-type": "application/gzip"},
-                    timeout=timeout,
-                )
+                await target._run(runtimeapi.import_archive(path, body(), timeout))
         except httpx.HTTPError as exc:
             raise RuntimeUnavailable(f"copy interrupted: {type(exc).__name__}: {exc}") from None
         return streamed
@@ -292,19 +280,16 @@ async def _read_bounded(
     resp: httpx.Response, limit: int, method: str, path: str, *, cut: bool = False
 ) -> bytes:
     """At most `limit` bytes of the answer: past them, `cut` keeps the first `limit`, else the call fails."""
-    encoding = resp.headers.get("content-encoding", "identity").strip().lower()
-    if encoding not in ("", "identity"):
+    reader = runtimeapi.BoundedRead(limit, cut=cut)
+    try:
+        reader.start(resp.headers)
+        async for chunk in resp.aiter_raw():
+            if not reader.feed(chunk):
+                break
+    except runtimeapi.AnswerTooLarge:
+        raise RuntimeAnswerTooLarge(method, path, limit) from None
+    except runtimeapi.AnswerRefused as exc:
         raise RuntimeRefused(
-            resp.status_code, f"runtime answered {method} {path} with Content-Encoding {encoding}", "not read"
-        )
-    length = resp.headers.get("content-length", "")
-    if not cut and length.isdigit() and int(length) > limit:
-        raise RuntimeAnswerTooLarge(method, path, limit)
-    content = bytearray()
-    async for chunk in resp.aiter_raw():
-        content += chunk
-        if len(content) > limit:
-            if cut:
-                return bytes(content[:limit])
-            raise RuntimeAnswerTooLarge(method, path, limit)
-    return bytes(content)
+            resp.status_code, f"runtime answered {method} {path} with {exc}", "not read"
+        ) from None
+    return reader.content

@@ -1,14 +1,18 @@
-"""VolumeSnapshots of workspaces: which snapshot class serves a volume, the snapshot manifest, its state.
+"""VolumeSnapshots of workspaces: which snapshot class serves a volume, the snapshot manifest, its state, and
+how one is cut.
 
-Pure functions over API objects, shared by the environment reconciler (forks) and the SDK (`shadowctl snapshot`).
+Shared by the environment reconciler (forks) and the SDK (`shadowctl snapshot`, shared fork snapshots). Cutting
+one is written once here, without I/O (`choose`, `cut`): a generator that yields the reads and writes it needs
+(`ReadStorageClass`, `ListSnapshotClasses`, `Flush`, `Create`) and is sent their results; each side drives it with its own client
+(the operator: controllers/environment/clone/snapshot.py; the SDK: sdk/fork.py).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from shadow_operator.api import constants as c
 
@@ -135,3 +139,60 @@ def snapshot_state(snapshot: Body) -> tuple[SnapshotPhase, str]:
 def data_source(snapshot: str) -> dict[str, str]:
     """The dataSource of a claim restored from the VolumeSnapshot `snapshot`."""
     return {"apiGroup": c.SNAPSHOT_GROUP, "kind": "VolumeSnapshot", "name": snapshot}
+
+
+# --------------------------------------------------------------------------------------- cutting one
+@dataclass(frozen=True)
+class ReadStorageClass:
+    """Read the StorageClass `name`; the driver sends it back, or None when it does not exist."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class ListSnapshotClasses:
+    """List the VolumeSnapshotClasses; the driver sends them back, or None when their API is not installed."""
+
+
+@dataclass(frozen=True)
+class Flush:
+    """Write the workspace's dirty pages to its volume (`sync` through its runtime), so the snapshot holds them."""
+
+
+@dataclass(frozen=True)
+class Create:
+    """Create the VolumeSnapshot; the driver sends the object back (owned as it decides)."""
+
+    manifest: Manifest
+
+
+Step = ReadStorageClass | ListSnapshotClasses | Flush | Create
+T = TypeVar("T")
+Plan = Generator[Step, Any, T]
+
+
+def choose(source_class: str | None, target_class: str | None = None) -> Plan[ClassChoice]:
+    """The VolumeSnapshotClass for a volume of StorageClass `source_class`, restored into `target_class`
+    (default: the same): none when the target's driver is another one, which could not restore it."""
+    storage_class = (yield ReadStorageClass(source_class)) if source_class else None
+    driver = volume_driver(storage_class)
+    target_class = target_class or source_class
+    if target_class != source_class:
+        target = (yield ReadStorageClass(target_class)) if target_class else None
+        if volume_driver(target) != driver:
+            return ClassChoice(
+                None, f"StorageClass {target_class} is served by another driver than the source volume"
+            )
+    classes = yield ListSnapshotClasses()
+    if classes is None:
+        return choose_class(driver, (), api_installed=False)
+    return choose_class(driver, classes)
+
+
+def cut(*, flush: bool, **manifest: Any) -> Plan[Manifest]:
+    """Flush the workspace (when it runs), then create its VolumeSnapshot (`build_volume_snapshot`'s
+    arguments); no wait."""
+    if flush:
+        yield Flush()
+    created: Manifest = yield Create(build_volume_snapshot(**manifest))
+    return created

@@ -34,19 +34,11 @@ from shadow_operator.engine.status import StatusPass
 from shadow_operator.resources import blueprint
 from shadow_operator.resources import conditions as conds
 from shadow_operator.resources import indexes as ix
-from shadow_operator.resources.sandbox import controller_uid
+from shadow_operator.resources.blueprint import ClaimBlocked as Blocked
+from shadow_operator.resources.metadata import controller_uid
 
 Body = dict[str, Any]
 Key = tuple[str, str]
-
-
-class Blocked(Exception):
-    """The claim cannot progress until something changes; `reason` goes into the Ready condition."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
 
 
 # ------------------------------------------------------------------------------------------ watches
@@ -109,7 +101,7 @@ class ClaimReconciler(Reconciler[SandboxClaim]):
                 sandbox, launch = await self._provision(claim)
         except Blocked as blocked:
             condition = conds.make_condition(
-                c.COND_READY, False, blocked.reason, blocked.message, claim.metadata.generation
+                c.COND_READY, False, blocked.reason, str(blocked), claim.metadata.generation
             )
             await stamped
             await self._status(claim, None, condition).write(self.client, SANDBOX_CLAIM)
@@ -194,7 +186,7 @@ class ClaimReconciler(Reconciler[SandboxClaim]):
             manifest = blueprint.build_claimed_sandbox(claim.body, template)
         except blueprint.ClaimRejected as rejected:
             self.recorder.warn(claim.body, reason=rejected.reason, message=str(rejected))
-            raise Blocked(rejected.reason, str(rejected)) from None
+            raise
         return await self._create_cold(claim, manifest), c.LAUNCH_COLD
 
     async def _create_cold(self, claim: SandboxClaim, manifest: Body) -> Body:

@@ -1,12 +1,28 @@
-"""Operator configuration, read once at start-up from the environment (the chart sets these)."""
+"""Operator configuration, read once at start-up from the environment (the chart sets these).
+
+Each setting is declared once below with the variable it comes from (`validation_alias`); `Config.from_env`
+reads and checks them all in one go, and names the variable in any error. An empty variable counts as unset.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import (
+    AfterValidator,
+    AliasChoices,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
+from pydantic_core import ErrorDetails
 
 from shadow_operator.clients.runtime import DEFAULT_MAX_ANSWER_BYTES
 from shadow_operator.common.podsecurity import LEVELS
@@ -16,49 +32,147 @@ from shadow_operator.resources.networkpolicy import denied_ranges
 from shadow_operator.resources.podsecurity import PodSecurity
 
 
-@dataclass(frozen=True)
-class Config:
-    cluster_domain: str = "cluster.local"
-    preview_domain: str | None = None
-    preview_scheme: str = "https"
+def _names(value: object) -> object:
+    """A comma-separated list (the chart's `join ","`), without blanks or repeats."""
+    if isinstance(value, str):
+        return tuple(dict.fromkeys(name.strip() for name in value.split(",") if name.strip()))
+    return value
+
+
+def _level(value: str) -> str:
+    if value not in LEVELS:
+        raise ValueError(f"{value!r} is not a Pod Security level ({', '.join(LEVELS)})")
+    return value
+
+
+def _flag(value: object) -> object:
+    if isinstance(value, str):
+        if value.lower() not in ("true", "false"):
+            raise ValueError(f"{value!r} is neither true nor false")
+        return value.lower() == "true"
+    return value
+
+
+def _namespaced_name(value: str | None) -> str | None:
+    if value is not None:
+        namespace, slash, rest = value.partition("/")
+        if not slash or not namespace or not rest or "/" in rest:
+            raise ValueError(f"{value!r} is not NAMESPACE/NAME")
+    return value
+
+
+def _cidrs(value: tuple[str, ...]) -> tuple[str, ...]:
+    denied_ranges(value)  # refuses a malformed range, or one that covers every address
+    return value
+
+
+def _json_logs(value: object) -> object:
+    return value.lower() == "json" if isinstance(value, str) else value
+
+
+def _resources(value: object) -> object:
+    """A core/v1 ResourceRequirements given as JSON (the chart's toJson)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON ({exc.msg})") from None
+    if not isinstance(parsed, dict) or set(parsed) - {"requests", "limits"}:
+        raise ValueError(f"expected an object with only `requests` and `limits`, got {value[:200]!r}")
+    for part, quantities in parsed.items():
+        if not isinstance(quantities, dict) or not all(
+            isinstance(k, str) and isinstance(v, str | int | float) for k, v in quantities.items()
+        ):
+            raise ValueError(f"`{part}` must map resource names to quantities, got {quantities!r}")
+    return parsed
+
+
+# PodSecurity's loosenings, each a setting of the same name.
+_ALLOWANCES = {f.name for f in dataclasses.fields(PodSecurity)} - {"level"}
+
+Names = Annotated[tuple[str, ...], BeforeValidator(_names)]
+Level = Annotated[str, AfterValidator(_level)]
+Flag = Annotated[bool, BeforeValidator(_flag)]
+
+
+class Config(BaseModel):
+    model_config = ConfigDict(frozen=True, validate_by_name=True, validate_by_alias=True)
+
+    cluster_domain: str = Field("cluster.local", validation_alias="SHADOW_CLUSTER_DOMAIN")
+    preview_domain: str | None = Field(None, validation_alias="SHADOW_PREVIEW_DOMAIN")
+    preview_scheme: str = Field("https", validation_alias="SHADOW_PREVIEW_SCHEME")
     # The preview router's keys Secret (`namespace/name`) and the namespaces it serves: the operator writes each
     # of those namespaces its own link keys, derived from that Secret's (controllers/previewkeys.py).
-    preview_keys_secret: str | None = None
-    preview_namespaces: tuple[str, ...] = ()
-    operator_namespace: str = "shadow-system"
-    # Namespaces the default NetworkPolicy lets in (the operator's plus, e.g., a separate preview router's).
-    ingress_namespaces: tuple[str, ...] = ("shadow-system",)
+    preview_keys_secret: Annotated[str | None, AfterValidator(_namespaced_name)] = Field(
+        None, validation_alias="SHADOW_PREVIEW_KEYS_SECRET"
+    )
+    preview_namespaces: Names = Field((), validation_alias="SHADOW_PREVIEW_NAMESPACES")
+    operator_namespace: str = Field(
+        "shadow-system", validation_alias=AliasChoices("SHADOW_OPERATOR_NAMESPACE", "POD_NAMESPACE")
+    )
+    # Namespaces the default NetworkPolicy lets in beside the operator's (e.g. a separate preview router's).
+    extra_ingress_namespaces: Names = Field((), validation_alias="SHADOW_INGRESS_NAMESPACES")
     # The cluster's pod and service ranges, denied to sandboxes' egress beside every non-global range (they
     # must be named where they are globally routable addresses; RFC 1918 ranges are denied anyway).
-    cluster_cidrs: tuple[str, ...] = ()
-    metrics_port: int = 8081
-    json_logs: bool = False
+    cluster_cidrs: Annotated[Names, AfterValidator(_cidrs)] = Field(
+        (), validation_alias="SHADOW_CLUSTER_CIDRS"
+    )
+    metrics_port: int = Field(8081, validation_alias="SHADOW_METRICS_PORT")
+    json_logs: Annotated[bool, BeforeValidator(_json_logs)] = Field(
+        False, validation_alias="SHADOW_LOG_FORMAT"
+    )
     # ShadowEnvironment: the SandboxTemplate a workspace starts from unless it names one, and Gitea's image.
-    default_template: str = "workspace"
-    gitea_image: str = "shadow-operator/gitea:latest"
-    gitea_image_pull_policy: str = "IfNotPresent"
-    # Each environment's Gitea container resources (core/v1 ResourceRequirements).
-    gitea_resources: Mapping[str, Any] = field(default_factory=lambda: GITEA_RESOURCES)
+    default_template: str = Field("workspace", validation_alias="SHADOW_DEFAULT_TEMPLATE")
+    gitea_image: str = Field("shadow-operator/gitea:latest", validation_alias="SHADOW_GITEA_IMAGE")
+    gitea_image_pull_policy: str = Field("IfNotPresent", validation_alias="SHADOW_GITEA_IMAGE_PULL_POLICY")
+    # Each environment's Gitea container resources (core/v1 ResourceRequirements, as JSON).
+    gitea_resources: Annotated[Mapping[str, Any], BeforeValidator(_resources)] = Field(
+        GITEA_RESOURCES, validation_alias="SHADOW_GITEA_RESOURCES"
+    )
     # Where the operator reaches an environment's Gitea API; default: its in-cluster Service. Set it when the
     # operator runs outside the cluster (with a port-forward) or in tests against a Gitea on loopback.
-    gitea_api_url: str | None = None
+    gitea_api_url: str | None = Field(None, validation_alias="SHADOW_GITEA_API_URL")
     # Likewise for workspace runtimes (default: each workspace's status.runtimeURL): one runtime on loopback
     # answering for every workspace, for an operator outside the cluster or tests without a kubelet.
-    runtime_api_url: str | None = None
+    runtime_api_url: str | None = Field(None, validation_alias="SHADOW_RUNTIME_API_URL")
     # The most the operator reads of one answer of a workspace runtime (which the tenant's code controls).
-    runtime_max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
-    # What a sandbox's pod may ask of its node (the chart's podSecurity values; its admission policy agrees).
-    pod_security: PodSecurity = field(default_factory=PodSecurity)
+    runtime_max_answer_bytes: int = Field(
+        DEFAULT_MAX_ANSWER_BYTES, validation_alias="SHADOW_RUNTIME_MAX_ANSWER_BYTES"
+    )
+    # What a sandbox's pod may ask of its node (the chart's podSecurity values; its admission policy agrees):
+    # see `pod_security`.
+    pod_security_level: Level = Field("restricted", validation_alias="SHADOW_POD_SECURITY_LEVEL")
+    allow_privileged: Flag = Field(False, validation_alias="SHADOW_ALLOW_PRIVILEGED")
+    allow_host_namespaces: Flag = Field(False, validation_alias="SHADOW_ALLOW_HOST_NAMESPACES")
+    allow_host_path: Flag = Field(False, validation_alias="SHADOW_ALLOW_HOST_PATH")
+    allow_service_account: Flag = Field(False, validation_alias="SHADOW_ALLOW_SERVICE_ACCOUNT")
     # The tenant namespaces labelled at start-up to enforce pod_security.level (Pod Security admission), and
     # the levels of its warn and audit modes there.
-    pod_security_namespaces: tuple[str, ...] = ()
-    pod_security_warn: str = "restricted"
-    pod_security_audit: str = "restricted"
+    pod_security_namespaces: Names = Field((), validation_alias="SHADOW_POD_SECURITY_NAMESPACES")
+    pod_security_warn: Level = Field("restricted", validation_alias="SHADOW_POD_SECURITY_WARN")
+    pod_security_audit: Level = Field("restricted", validation_alias="SHADOW_POD_SECURITY_AUDIT")
     # Pushes to Gitea (clients/gitpush.py): where the temporary repositories go (an emptyDir in the chart) and
     # the largest snapshot bundle taken from a workspace.
-    git_work_dir: str | None = None
-    max_bundle_bytes: int = 1 << 30
-    git_push_concurrency: int = 2
+    git_work_dir: str | None = Field(None, validation_alias="SHADOW_GIT_WORK_DIR")
+    max_bundle_bytes: int = Field(1 << 30, validation_alias="SHADOW_MAX_BUNDLE_BYTES")
+    git_push_concurrency: int = Field(2, validation_alias="SHADOW_GIT_PUSH_CONCURRENCY")
+
+    @model_validator(mode="after")
+    def _pod_security_holds(self) -> Config:
+        """A loosening its level does not allow is refused at start-up (PodSecurity checks that)."""
+        _ = self.pod_security
+        return self
+
+    @property
+    def pod_security(self) -> PodSecurity:
+        """What a sandbox's pod may ask of its node (the level and the allow_* settings above)."""
+        return PodSecurity(level=self.pod_security_level, **self.model_dump(include=_ALLOWANCES))
+
+    @property
+    def ingress_namespaces(self) -> tuple[str, ...]:
+        """The namespaces the default NetworkPolicy lets in: the operator's, then the extra ones."""
+        return tuple(dict.fromkeys([self.operator_namespace, *self.extra_ingress_namespaces]))
 
     @property
     def gitea(self) -> GiteaSettings:
@@ -71,101 +185,20 @@ class Config:
         )
 
     @classmethod
-    def from_env(cls) -> Config:
-        env = os.environ
-        operator_namespace = (
-            env.get("SHADOW_OPERATOR_NAMESPACE") or env.get("POD_NAMESPACE") or "shadow-system"
-        )
-        extra = [ns.strip() for ns in env.get("SHADOW_INGRESS_NAMESPACES", "").split(",") if ns.strip()]
-        cluster_cidrs = tuple(
-            cidr.strip() for cidr in env.get("SHADOW_CLUSTER_CIDRS", "").split(",") if cidr.strip()
-        )
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Config:
+        """The settings from `env` (default: the process environment); a bad value is a ValueError naming its
+        variable."""
+        given = {name: value.strip() for name, value in (os.environ if env is None else env).items()}
         try:
-            denied_ranges(cluster_cidrs)
-        except ValueError as exc:
-            raise ValueError(f"SHADOW_CLUSTER_CIDRS: {exc}") from None
-        return cls(
-            cluster_domain=env.get("SHADOW_CLUSTER_DOMAIN", "cluster.local"),
-            preview_domain=env.get("SHADOW_PREVIEW_DOMAIN") or None,
-            preview_scheme=env.get("SHADOW_PREVIEW_SCHEME", "https"),
-            preview_keys_secret=_namespaced_name(env, "SHADOW_PREVIEW_KEYS_SECRET"),
-            preview_namespaces=tuple(
-                dict.fromkeys(
-                    ns.strip() for ns in env.get("SHADOW_PREVIEW_NAMESPACES", "").split(",") if ns.strip()
-                )
-            ),
-            operator_namespace=operator_namespace,
-            ingress_namespaces=tuple(dict.fromkeys([operator_namespace, *extra])),
-            cluster_cidrs=cluster_cidrs,
-            metrics_port=int(env.get("SHADOW_METRICS_PORT", "8081")),
-            json_logs=env.get("SHADOW_LOG_FORMAT", "").lower() == "json",
-            default_template=env.get("SHADOW_DEFAULT_TEMPLATE") or "workspace",
-            gitea_image=env.get("SHADOW_GITEA_IMAGE") or "shadow-operator/gitea:latest",
-            gitea_image_pull_policy=env.get("SHADOW_GITEA_IMAGE_PULL_POLICY") or "IfNotPresent",
-            gitea_resources=_resources(env, "SHADOW_GITEA_RESOURCES", GITEA_RESOURCES),
-            gitea_api_url=env.get("SHADOW_GITEA_API_URL") or None,
-            runtime_api_url=env.get("SHADOW_RUNTIME_API_URL") or None,
-            pod_security=PodSecurity(
-                level=_level(env, "SHADOW_POD_SECURITY_LEVEL"),
-                allow_privileged=_flag(env, "SHADOW_ALLOW_PRIVILEGED"),
-                allow_host_namespaces=_flag(env, "SHADOW_ALLOW_HOST_NAMESPACES"),
-                allow_host_path=_flag(env, "SHADOW_ALLOW_HOST_PATH"),
-                allow_service_account=_flag(env, "SHADOW_ALLOW_SERVICE_ACCOUNT"),
-            ),
-            pod_security_namespaces=_names(env.get("SHADOW_POD_SECURITY_NAMESPACES", "")),
-            pod_security_warn=_level(env, "SHADOW_POD_SECURITY_WARN"),
-            pod_security_audit=_level(env, "SHADOW_POD_SECURITY_AUDIT"),
-            runtime_max_answer_bytes=int(
-                env.get("SHADOW_RUNTIME_MAX_ANSWER_BYTES") or DEFAULT_MAX_ANSWER_BYTES
-            ),
-            git_work_dir=env.get("SHADOW_GIT_WORK_DIR") or None,
-            max_bundle_bytes=int(env.get("SHADOW_MAX_BUNDLE_BYTES") or 1 << 30),
-            git_push_concurrency=int(env.get("SHADOW_GIT_PUSH_CONCURRENCY") or 2),
-        )
+            return cls.model_validate({name: value for name, value in given.items() if value})
+        except ValidationError as exc:
+            raise ValueError("; ".join(_problem(error) for error in exc.errors())) from None
 
 
-def _names(value: str) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(name.strip() for name in value.split(",") if name.strip()))
-
-
-def _level(env: Mapping[str, str], name: str) -> str:
-    value = env.get(name, "").strip() or "restricted"
-    if value not in LEVELS:
-        raise ValueError(f"{name}: {value!r} is not a Pod Security level ({', '.join(LEVELS)})")
-    return value
-
-
-def _namespaced_name(env: Mapping[str, str], name: str) -> str | None:
-    value = env.get(name, "").strip()
-    if not value:
-        return None
-    namespace, slash, rest = value.partition("/")
-    if not slash or not namespace or not rest or "/" in rest:
-        raise ValueError(f"{name}: {value!r} is not NAMESPACE/NAME")
-    return value
-
-
-def _flag(env: Mapping[str, str], name: str) -> bool:
-    value = env.get(name, "").strip().lower()
-    if value not in ("", "true", "false"):
-        raise ValueError(f"{name}: {value!r} is neither true nor false")
-    return value == "true"
-
-
-def _resources(env: Mapping[str, str], name: str, default: Mapping[str, Any]) -> Mapping[str, Any]:
-    """A core/v1 ResourceRequirements given as JSON (the chart's toJson), or `default` when unset."""
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{name}: not JSON ({exc.msg})") from None
-    if not isinstance(value, dict) or set(value) - {"requests", "limits"}:
-        raise ValueError(f"{name}: expected an object with only `requests` and `limits`, got {raw[:200]!r}")
-    for part, quantities in value.items():
-        if not isinstance(quantities, dict) or not all(
-            isinstance(k, str) and isinstance(v, str | int | float) for k, v in quantities.items()
-        ):
-            raise ValueError(f"{name}: `{part}` must map resource names to quantities, got {quantities!r}")
-    return value
+def _problem(error: ErrorDetails) -> str:
+    """One error, in the variable's name: `SHADOW_X: what is wrong (got 'value')`."""
+    if error["type"] == "value_error":  # our own checks' messages quote the value already
+        message = str(error["ctx"]["error"])
+    else:
+        message = f"{error['msg']} (got {error['input']!r})"
+    return f"{error['loc'][0]}: {message}" if error["loc"] else message

@@ -33,7 +33,7 @@ from shadow_operator.resources import environment as res
 from shadow_operator.resources import gitea_policy
 from shadow_operator.resources import indexes as ix
 from shadow_operator.resources import pool as pools
-from shadow_operator.resources.sandbox import controller_uid
+from shadow_operator.resources.metadata import controller_uid
 
 # Instances started at once: each is six objects; a few in parallel hide the API round trips.
 CREATE_CONCURRENCY = 4
@@ -57,9 +57,6 @@ class EnvironmentPoolReconciler(Reconciler[ShadowEnvironmentPool]):
     owns_delay = 0.2
 
     async def reconcile(self, pool: ShadowEnvironmentPool) -> float | None:
-        if pool.deleting:
-            await self.deleted((pool.namespace, pool.name))
-            return None
         template_name = pool.spec.template or self.config.default_template
         template = self.cache.store(SANDBOX_TEMPLATE).get(pool.namespace, template_name)
         members = [

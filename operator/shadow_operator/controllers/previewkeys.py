@@ -20,6 +20,7 @@ import aiohttp
 import kopf
 
 from shadow_operator.api.kinds import SECRET
+from shadow_operator.api.models import ObjectMeta, Secret
 from shadow_operator.clients.kube import ApiError, Kube
 from shadow_operator.common.tokens import KeyRing
 from shadow_operator.controllers.config import Config
@@ -46,7 +47,7 @@ class LinkKeysPublisher:
             )
             return None
         try:
-            return KeyRing.from_secret_data(body.get("data")) or None
+            return KeyRing.from_secret_data(Secret.model_validate(body).data) or None
         except ValueError as exc:
             log.error("preview keys Secret %s/%s: %s", self.root_namespace, self.root_name, exc)
             return None
@@ -67,14 +68,11 @@ class LinkKeysPublisher:
                 if current is None:
                     await self.kube.create(SECRET.path(namespace), wanted)
                 else:
-                    meta = current["metadata"]
+                    meta = ObjectMeta.model_validate(current["metadata"])
                     wanted["metadata"] = {
-                        **meta,
-                        "labels": {**(meta.get("labels") or {}), **wanted["metadata"]["labels"]},
-                        "annotations": {
-                            **(meta.get("annotations") or {}),
-                            **wanted["metadata"]["annotations"],
-                        },
+                        **current["metadata"],
+                        "labels": {**meta.labels, **wanted["metadata"]["labels"]},
+                        "annotations": {**meta.annotations, **wanted["metadata"]["annotations"]},
                     }
                     await self.kube.replace(path, wanted)  # carries resourceVersion: a race is a 409, retried
                 written.append(namespace)

@@ -9,13 +9,13 @@ from datetime import UTC, datetime
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
 from shadow_operator.api.kinds import POD, PVC, SANDBOX, SANDBOX_TEMPLATE, SECRET, SERVICE, ResourceKind
-from shadow_operator.api.models import Condition, ObjectMeta, Resource, Sandbox, SandboxStatus
+from shadow_operator.api.models import Condition, ObjectMeta, Resource, Sandbox, SandboxStatus, Service
 from shadow_operator.clients.kube import ApiError
 from shadow_operator.engine import Cached, Index, NotOwned, Reconciler
 from shadow_operator.engine.cache import Body
 from shadow_operator.engine.status import StatusPass
 from shadow_operator.resources import conditions as conds
-from shadow_operator.resources import indexes, podsecurity, runtime_auth
+from shadow_operator.resources import indexes, metadata, podsecurity, runtime_auth
 from shadow_operator.resources import sandbox as res
 
 RESYNC_SECONDS = 300.0
@@ -116,7 +116,7 @@ class SandboxReconciler(Reconciler[Sandbox]):
             # The cache holds only labelled Pods: whether a foreign one holds the name, only a read can tell
             # (suspended Sandboxes are reconciled rarely; a running one finds out when it creates its Pod).
             pod = await self.client.get_live(POD, namespace, name)
-        if pod is not None and res.controller_uid(pod) != sandbox.metadata.uid:
+        if pod is not None and metadata.controller_uid(pod) != sandbox.metadata.uid:
             foreign = pod
             pod = await self._adopt_if_allowed(POD, body, pod)
             pod_owned = pod is not None
@@ -209,7 +209,7 @@ class SandboxReconciler(Reconciler[Sandbox]):
         patch = {
             "metadata": {
                 "resourceVersion": meta.resource_version,
-                "ownerReferences": [*owners, res.owner_reference(sandbox)],
+                "ownerReferences": [*owners, metadata.owner_reference(sandbox)],
                 "labels": {
                     c.LABEL_SANDBOX_NAME_HASH: naming.name_hash(sandbox["metadata"]["name"]),
                     c.LABEL_MANAGED_BY: c.MANAGED_BY_VALUE,  # from now on in the cache of its kind
@@ -247,7 +247,7 @@ class SandboxReconciler(Reconciler[Sandbox]):
         namespace, name = sandbox.namespace, sandbox.name
         wanted = sandbox.spec.service
         service = self.cache.store(SERVICE).get(namespace, name)
-        if service is not None and res.controller_uid(service) != sandbox.metadata.uid:
+        if service is not None and metadata.controller_uid(service) != sandbox.metadata.uid:
             service = await self._foreign_service(body, service, wanted)
             if service is None:
                 return None
@@ -269,12 +269,11 @@ class SandboxReconciler(Reconciler[Sandbox]):
                 if exc.invalid:
                     raise ChildConflict(f"Service rejected by the API server: {exc.message}") from None
                 raise
-        current_ports = [
-            {k: p.get(k) for k in ("name", "port", "protocol", "targetPort")}
-            for p in service["spec"].get("ports") or ()
-        ]
-        selector = service["spec"].get("selector")
-        if (wanted and current_ports != desired["spec"]["ports"]) or selector != desired["spec"]["selector"]:
+        current = Service.model_validate(service).spec
+        current_ports = [port.model_dump(by_alias=True) for port in current.ports]
+        if (wanted and current_ports != desired["spec"]["ports"]) or current.selector != desired["spec"][
+            "selector"
+        ]:
             # A JSON patch replaces the selector map whole (foreign keys in it must go); apply would merge it.
             ops: list[Body] = [{"op": "add", "path": "/spec/selector", "value": desired["spec"]["selector"]}]
             if wanted:
@@ -298,7 +297,7 @@ class SandboxReconciler(Reconciler[Sandbox]):
         namespace, name, uid = sandbox.namespace, sandbox.name, sandbox.metadata.uid
         for kind in (POD, SERVICE):
             child = self.cache.store(kind).get(namespace, name)
-            if child is not None and res.controller_uid(child) == uid:
+            if child is not None and metadata.controller_uid(child) == uid:
                 await self.client.delete(kind, namespace, name, uid=child["metadata"]["uid"])
         if sandbox.spec.shutdown_policy == "Delete":
             self.recorder.info(

@@ -8,7 +8,7 @@ from shadow_operator.api.kinds import NETWORK_POLICY, SANDBOX_TEMPLATE
 from shadow_operator.api.models import SandboxTemplate
 from shadow_operator.engine import Cached, NotOwned, Reconciler
 from shadow_operator.resources import networkpolicy
-from shadow_operator.resources.sandbox import controller_uid
+from shadow_operator.resources.metadata import controller_uid
 
 
 class TemplateReconciler(Reconciler[SandboxTemplate]):
@@ -18,8 +18,6 @@ class TemplateReconciler(Reconciler[SandboxTemplate]):
     workers = 2
 
     async def reconcile(self, template: SandboxTemplate) -> float | None:
-        if template.deleting:
-            return None
         name = naming.network_policy_name(template.name)
         existing = self.cache.store(NETWORK_POLICY).get(template.namespace, name)
         if template.spec.network_policy_management == "Unmanaged":

@@ -11,7 +11,7 @@ from shadow_operator.clients.kube import ApiError, Kube
 from shadow_operator.engine import metrics
 from shadow_operator.engine.cache import Body, Cache
 from shadow_operator.engine.errors import NotOwned
-from shadow_operator.resources.sandbox import controller_uid, owner_reference
+from shadow_operator.resources.metadata import controller_uid, owner_reference
 
 FIELD_MANAGER = "shadow-operator"
 

@@ -257,6 +257,11 @@ class Manager:
                 obj = model.from_body(body)  # type: ignore[attr-defined]
             except pydantic.ValidationError as exc:
                 raise PermanentError(f"{kind} {key[0]}/{key[1]} does not match its schema: {exc}") from None
+            if (
+                obj.deleting
+            ):  # on its way out: its children go by garbage collection, nothing to bring in line
+                await reconciler.deleted(key)
+                return None
             result: float | None = await reconciler.reconcile(obj)
             return result
 

@@ -11,8 +11,9 @@ The shape of controller-runtime's builder (`For`, `Owns`, `Watches`), declared a
         async def reconcile(self, pool: SandboxWarmPool) -> float | None: ...
 
 The engine caches every kind named there, validates the primary object into its model before calling
-`reconcile`, and hands the reconciler what it needs (`Deps`) instead of module globals. Reconcilers never
-import one another: what one must learn from another's objects, it declares as a watch.
+`reconcile` (an object being deleted gets `deleted` instead), and hands the reconciler what it needs (`Deps`)
+instead of module globals. Reconcilers never import one another: what one must learn from another's objects,
+it declares as a watch.
 """
 
 from __future__ import annotations
@@ -110,11 +111,13 @@ class Reconciler(Generic[M]):
         self.config = deps.config
 
     async def reconcile(self, obj: M) -> float | None:
-        """Bring the world in line with `obj`; return seconds until the next wanted pass, or None."""
+        """Bring the world in line with `obj`; return seconds until the next wanted pass, or None. Never
+        called for an object being deleted (`deleted` is)."""
         raise NotImplementedError
 
     async def deleted(self, key: Key) -> None:
-        """The primary object is gone (its children go by garbage collection); drop per-object state."""
+        """The primary object is being deleted or gone (its children go by garbage collection); drop
+        per-object state. May be called more than once for one object."""
 
     @classmethod
     def name(cls) -> str:

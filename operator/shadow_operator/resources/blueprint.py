@@ -10,18 +10,23 @@ from typing import Any
 
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
-from shadow_operator.resources.sandbox import drop_reserved, owner_reference
+from shadow_operator.resources.metadata import drop_reserved, owner_reference
 
 Body = Mapping[str, Any]
 Manifest = dict[str, Any]
 
 
-class ClaimRejected(ValueError):
-    """The claim asks for something its template forbids; `reason` is the upstream condition reason."""
+class ClaimBlocked(Exception):
+    """The claim cannot progress until something changes; `reason` (an upstream condition reason) and the
+    message go into its Ready condition."""
 
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class ClaimRejected(ClaimBlocked):
+    """The claim asks for something its template forbids (also told as a Warning event)."""
 
 
 def template_hash(template: Body) -> str:

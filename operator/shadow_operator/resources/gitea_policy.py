@@ -21,13 +21,7 @@ from typing import Any
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
 from shadow_operator.api.kinds import NETWORK_POLICY, SERVICE, STATEFUL_SET, ResourceKind
-from shadow_operator.resources.environment import (
-    build_gitea_service,
-    build_gitea_statefulset,
-    environment_labels,
-    gitea_on_volume,
-    gitea_selector,
-)
+from shadow_operator.resources import environment as res
 
 Body = Mapping[str, Any]
 Manifest = dict[str, Any]
@@ -63,7 +57,7 @@ def _network_policy(env: Body, name: str, component: str, spec: dict[str, Any]) 
         "metadata": {
             "name": name,
             "namespace": env["metadata"]["namespace"],
-            "labels": environment_labels(env, component),
+            "labels": res.environment_labels(env, component),
         },
         "spec": spec,
     }
@@ -77,7 +71,7 @@ def build_gitea_network_policies(env: Body, operator_namespace: str) -> list[Man
         gitea_network_policy_name(name),
         c.COMPONENT_GITEA,
         {
-            "podSelector": {"matchLabels": gitea_selector(env)},
+            "podSelector": {"matchLabels": res.gitea_selector(env)},
             "policyTypes": ["Ingress", "Egress"],
             "ingress": [
                 {
@@ -98,7 +92,7 @@ def build_gitea_network_policies(env: Body, operator_namespace: str) -> list[Man
         {
             "podSelector": {"matchLabels": workspace_selector(env)},
             "policyTypes": ["Egress"],
-            "egress": [{"to": [{"podSelector": {"matchLabels": gitea_selector(env)}}], "ports": port}],
+            "egress": [{"to": [{"podSelector": {"matchLabels": res.gitea_selector(env)}}], "ports": port}],
         },
     )
     return [gitea, workspace]
@@ -120,14 +114,14 @@ def build_gitea_children(
 ) -> list[tuple[ResourceKind, Manifest]]:
     """Gitea's Service, NetworkPolicies and StatefulSet (in the order they are applied) for an environment or
     a pool's instance (`env` names them); `current` is the StatefulSet as it is (None: not made yet)."""
-    children: list[tuple[ResourceKind, Manifest]] = [(SERVICE, build_gitea_service(env))]
+    children: list[tuple[ResourceKind, Manifest]] = [(SERVICE, res.build_gitea_service(env))]
     children += [(NETWORK_POLICY, p) for p in build_gitea_network_policies(env, settings.operator_namespace)]
-    sts = build_gitea_statefulset(
+    sts = res.build_gitea_statefulset(
         env,
         image=settings.image,
         cluster_domain=settings.cluster_domain,
         pull_policy=settings.pull_policy,
         resources=dict(settings.resources),
-        on_volume=gitea_on_volume(env, current),
+        on_volume=res.gitea_on_volume(env, current),
     )
     return [*children, (STATEFUL_SET, sts)]

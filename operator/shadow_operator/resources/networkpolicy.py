@@ -8,7 +8,7 @@ from typing import Any
 
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
-from shadow_operator.resources.sandbox import owner_reference
+from shadow_operator.resources.metadata import owner_reference
 
 Body = Mapping[str, Any]
 

@@ -13,6 +13,7 @@ from typing import Any
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
 from shadow_operator.resources.conditions import Condition, make_condition
+from shadow_operator.resources.metadata import drop_reserved, owner_reference
 
 Body = Mapping[str, Any]
 Manifest = dict[str, Any]
@@ -20,33 +21,6 @@ Manifest = dict[str, Any]
 
 # Sandbox labels copied onto its Pod so pods can be selected by claim, pool or template.
 PROPAGATED_LABELS = (c.LABEL_CLAIM_UID, c.LABEL_WARM_POOL, c.LABEL_TEMPLATE_REF_HASH)
-
-
-def is_reserved_key(key: str) -> bool:
-    return key.startswith(c.RESERVED_PREFIXES)
-
-
-def drop_reserved(mapping: Mapping[str, str] | None) -> dict[str, str]:
-    """User labels/annotations minus the keys that steer selectors and ownership."""
-    return {k: v for k, v in (mapping or {}).items() if not is_reserved_key(k)}
-
-
-def owner_reference(owner: Body, *, controller: bool = True) -> dict[str, Any]:
-    return {
-        "apiVersion": owner["apiVersion"],
-        "kind": owner["kind"],
-        "name": owner["metadata"]["name"],
-        "uid": owner["metadata"]["uid"],
-        "controller": controller,
-        "blockOwnerDeletion": True,
-    }
-
-
-def controller_uid(obj: Body) -> str | None:
-    for ref in obj.get("metadata", {}).get("ownerReferences") or ():
-        if ref.get("controller"):
-            return str(ref.get("uid"))
-    return None
 
 
 def is_suspended(spec: Body) -> bool:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shadow_operator.api import constants as c
+from shadow_operator.resources import metadata
 from shadow_operator.resources import sandbox as res
 from shadow_operator.resources.indexes import is_ready
 from shadow_operator.router.options import ACCESS_VALUES
@@ -86,7 +87,9 @@ def pod_entry(body: Body) -> PodEntry:
     )
     deleting = bool(body["metadata"].get("deletionTimestamp"))
     return PodEntry(
-        controller_uid=res.controller_uid(body), ips=tuple(res.pod_ips(body)), ready=ready and not deleting
+        controller_uid=metadata.controller_uid(body),
+        ips=tuple(res.pod_ips(body)),
+        ready=ready and not deleting,
     )
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from os import PathLike
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from shadow_operator.api import constants as c
@@ -43,6 +43,8 @@ from shadow_operator.sdk.errors import (
 from shadow_operator.sdk.kube import Body, Call, Op
 from shadow_operator.sdk.runtime import ImportResult, RuntimeEndpoint
 from shadow_operator.sdk.upload import UploadResult, stream_worktree
+
+T = TypeVar("T")
 
 # Where shadowctl records the local directory a source was uploaded from, so `promote` knows where to go.
 ANNOTATION_LOCAL_PREFIX = f"local.{c.OPERATOR_PREFIX}/"
@@ -489,15 +491,22 @@ def request(
     annotation: str,
     value: str,
     what: str,
-    answered: Callable[[ShadowEnvironment], bool],
+    answer: Callable[[ShadowEnvironmentStatus], T | None],
     waiting_for: str,
     timeout: float,
-) -> Op[ShadowEnvironment]:
+) -> Op[T]:
     """Ask the operator for something by setting one annotation to a new value, then wait (watching) for
-    the environment whose status answers it."""
+    the status that answers it: `answer(status)`, None until it is there."""
     patch = {"metadata": {"annotations": {annotation: value}}}
     yield from _patch(namespace, name, patch, f"{what} of {_what(namespace, name)}")
-    return (yield from wait(namespace, name, answered, waiting_for, timeout))
+
+    def answered(env: ShadowEnvironment) -> T | None:
+        return answer(env.status) if env.status is not None else None
+
+    env = yield from wait(namespace, name, lambda env: answered(env) is not None, waiting_for, timeout)
+    found = answered(env)
+    assert found is not None  # wait() returned because it is there
+    return found
 
 
 def _patch(namespace: str, name: str, patch: Body, what: str) -> Op[Any]:
@@ -520,16 +529,22 @@ def verify(namespace: str, name: str, timeout: float) -> Op[Verdict]:
     """Run the smoke checks again (a new `shadow.dev/verify-requested` value) and wait for their verdict."""
     trigger = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
-    def answered(env: ShadowEnvironment) -> bool:
-        verdict = env.status.verdict if env.status else None
-        return verdict is not None and verdict.trigger == trigger
+    def answer(status: ShadowEnvironmentStatus) -> Verdict | None:
+        verdict = status.verdict
+        return verdict if verdict is not None and verdict.trigger == trigger else None
 
-    env = yield from request(
-        namespace, name, c.ANNOTATION_VERIFY_REQUEST, trigger, "request verification", answered,
-        "a new verdict", timeout,
-    )  # fmt: skip
-    assert env.status is not None and env.status.verdict is not None
-    return env.status.verdict
+    return (
+        yield from request(
+            namespace,
+            name,
+            c.ANNOTATION_VERIFY_REQUEST,
+            trigger,
+            "request verification",
+            answer,
+            "a new verdict",
+            timeout,
+        )
+    )
 
 
 def push(namespace: str, name: str, push_request: PushRequest, timeout: float) -> Op[PushStatus]:
@@ -538,16 +553,22 @@ def push(namespace: str, name: str, push_request: PushRequest, timeout: float) -
     never reaches Gitea, which only its workspace and the operator can)."""
     body = push_request.model_dump_json(by_alias=True, exclude_none=True)
 
-    def answered(env: ShadowEnvironment) -> bool:
-        last = env.status.last_push if env.status else None
-        return last is not None and last.id == push_request.id
+    def answer(status: ShadowEnvironmentStatus) -> PushStatus | None:
+        last = status.last_push
+        return last if last is not None and last.id == push_request.id else None
 
-    env = yield from request(
-        namespace, name, c.ANNOTATION_PUSH_REQUEST, body, "request a push into the Gitea", answered,
-        "the operator's push", timeout,
-    )  # fmt: skip
-    assert env.status is not None and env.status.last_push is not None
-    return env.status.last_push
+    return (
+        yield from request(
+            namespace,
+            name,
+            c.ANNOTATION_PUSH_REQUEST,
+            body,
+            "request a push into the Gitea",
+            answer,
+            "the operator's push",
+            timeout,
+        )
+    )
 
 
 def upload_source(

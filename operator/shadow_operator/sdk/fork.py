@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
@@ -31,6 +31,8 @@ from shadow_operator.sdk import sandbox as sandboxops
 from shadow_operator.sdk.errors import ApiNotInstalled, NotFound, ShadowError, WaitTimeout
 from shadow_operator.sdk.kube import Body, Call, Op
 from shadow_operator.sdk.runtime import RuntimeEndpoint
+
+T = TypeVar("T")
 
 # What a fork takes over from its source's spec (its sources come with the clone).
 _INHERITED_SPEC = (
@@ -113,7 +115,7 @@ def fork(
     Several forks at once share one baseline: one VolumeSnapshot of the source (flushed first) that every
     fork restores, owned by all of them (deleted with the last, unless `retain_snapshot`). This client-side
     part only cuts that snapshot; what each fork is restored into and how is the operator's clone step's
-    decision (controllers/environment/clone.py), as for a single fork. Where the source
+    decision (controllers/environment/clone/), as for a single fork. Where the source
     cannot be snapshotted, each fork is copied by the operator (`method` Auto); with `method` Copy they are
     copied anyway. A single fork is left to the operator (spec.workspace.from.environment).
     """
@@ -294,31 +296,15 @@ def _snapshot_claim(
 ) -> Op[Body]:
     """Choose the class, flush, create the VolumeSnapshot (owned by `owner` unless `retain`); no wait."""
     pvc = yield from kube.get(PVC.path(namespace, claim), f"PersistentVolumeClaim {namespace}/{claim}")
-    class_name = (pvc.get("spec") or {}).get("storageClassName")
-    storage_class = None
-    if class_name:
-        storage_class = yield from kube.get(
-            STORAGE_CLASS.path(None, class_name), f"StorageClass {class_name}"
-        )
-    try:
-        classes = yield from kube.send(
-            Call("GET", VOLUME_SNAPSHOT_CLASS.path(), "list VolumeSnapshotClasses")
-        )
-        choice = snapshots.choose_class(snapshots.volume_driver(storage_class), classes.get("items") or ())
-    except (NotFound, ApiNotInstalled):
-        choice = snapshots.choose_class(None, (), api_installed=False)
+    choice = yield from _on_cluster(snapshots.choose((pvc.get("spec") or {}).get("storageClassName")))
     if choice.name is None:
         raise SnapshotUnsupported(
             f"cannot snapshot {owner['kind']} {owner['name']}'s volume {claim}: {choice.reason}",
             hint="use a StorageClass whose CSI driver has a VolumeSnapshotClass (kubectl get volumesnapshotclass); "
             "`shadowctl fork` copies instead where it cannot snapshot",
         )
-    # Flush what the workspace wrote to its volume, so the snapshot holds it.
-    if flush is not None:
-        result = yield from runtime.run_command(flush, "sync", timeout=120)
-        if result.exit_code != 0:
-            raise ShadowError(f"sync failed in the workspace: {result.stderr.strip()[:300]}")
-    manifest = snapshots.build_volume_snapshot(
+    plan = snapshots.cut(
+        flush=flush is not None,
         name=name,
         namespace=namespace,
         pvc=claim,
@@ -327,13 +313,56 @@ def _snapshot_claim(
         snapshot_of=snapshot_of,
         sources=sources,
     )
-    if not retain:
-        manifest["metadata"]["ownerReferences"] = [owner]
-    what = f"VolumeSnapshot {namespace}/{name}"
-    created: Body = yield from kube.send(
-        Call("POST", VOLUME_SNAPSHOT.path(namespace), f"create {what}", body=manifest)
-    )
+    created: Body = yield from _on_cluster(plan, flush=flush, owner=None if retain else owner)
     return created
+
+
+def _on_cluster(
+    plan: snapshots.Plan[T], *, flush: RuntimeEndpoint | None = None, owner: dict[str, str] | None = None
+) -> Op[T]:
+    """Drive a snapshot plan (common/snapshots) with the SDK's calls: the snapshot owned by `owner`, the
+    workspace flushed through the runtime `flush`."""
+    try:
+        step = next(plan)
+        while True:
+            step = plan.send((yield from _answer(step, flush, owner)))
+    except StopIteration as done:
+        return cast(T, done.value)
+
+
+def _answer(step: snapshots.Step, flush: RuntimeEndpoint | None, owner: dict[str, str] | None) -> Op[Any]:
+    if isinstance(step, snapshots.ReadStorageClass):
+        try:
+            return (yield from kube.get(STORAGE_CLASS.path(None, step.name), f"StorageClass {step.name}"))
+        except NotFound:
+            return None
+    if isinstance(step, snapshots.ListSnapshotClasses):
+        call = Call("GET", VOLUME_SNAPSHOT_CLASS.path(), "list VolumeSnapshotClasses")
+        try:
+            listed = yield from kube.send(call)
+        except (NotFound, ApiNotInstalled):
+            return None
+        return listed.get("items") or []
+    if isinstance(step, snapshots.Flush):
+        assert flush is not None
+        result = yield from runtime.run_command(flush, "sync", timeout=120)
+        if result.exit_code != 0:
+            raise ShadowError(f"sync failed in the workspace: {result.stderr.strip()[:300]}")
+        return None
+    manifest = step.manifest
+    if owner is not None:
+        manifest["metadata"]["ownerReferences"] = [owner]
+    what = f"VolumeSnapshot {manifest['metadata']['namespace']}/{manifest['metadata']['name']}"
+    return (
+        yield from kube.send(
+            Call(
+                "POST",
+                VOLUME_SNAPSHOT.path(manifest["metadata"]["namespace"]),
+                f"create {what}",
+                body=manifest,
+            )
+        )
+    )
 
 
 def wait_snapshot(namespace: str, name: str, current: Body, timeout: float) -> Op[Body]:

@@ -18,7 +18,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import httpx
 from pydantic import ValidationError
@@ -43,7 +43,7 @@ from shadow_operator.sdk.kube import Body, Op
 from shadow_operator.sdk.manifest import HandoffManifest
 from shadow_operator.sdk.promote import PromotePlan
 from shadow_operator.sdk.race import RaceResult
-from shadow_operator.sdk.runtime import Diff, ExecutionResult, ImportResult, JournalEntry
+from shadow_operator.sdk.runtime import Diff, ExecOptions, ExecutionResult, ImportResult, JournalEntry
 from shadow_operator.sdk.upload import check_source, stream_worktree
 
 T = TypeVar("T")
@@ -64,7 +64,7 @@ def _push_request(error: type[ShadowError], **fields: str) -> PushRequest:
 
 
 # ------------------------------------------------------------------------------- operations (shared)
-class _Ops:
+class GatewayOps:
     """Every gateway operation, written once; the twins drive them."""
 
     def __init__(
@@ -84,6 +84,10 @@ class _Ops:
         # runtime cannot be reached or refuses the token (the workspace was suspended or recreated).
         self._endpoint: runtime.RuntimeEndpoint | None = None
 
+    def sibling(self, name: str) -> GatewayOps:
+        """The operations of another environment of the same namespace (a fork of this one)."""
+        return GatewayOps(name, self.namespace, self.workspace_path, self.cluster)
+
     def spec(self, spec: EnvironmentSpec | None) -> EnvironmentSpec:
         if spec is not None:
             return spec
@@ -100,6 +104,21 @@ class _Ops:
         self.forget()
         localdirs.record(self.cluster, self.namespace, self.name, {s.source_name: s.path for s in spec.local})
         return env
+
+    def start(
+        self,
+        spec: EnvironmentSpec | None,
+        wait: bool,
+        timeout: float,
+        progress: Callable[[str, int, int], None] | None,
+    ) -> Op[ShadowEnvironment]:
+        """Create the environment, upload its local sources, and wait for Ready and a verdict if asked."""
+        spec = self.spec(spec)
+        env = yield from self.create(spec)
+        for source in spec.local:
+            report = (lambda d, t, s=source.source_name: progress(s, d, t)) if progress else None
+            yield from self.upload(source, timeout, report)
+        return (yield from self.wait_ready(timeout)) if wait else env
 
     def upload(self, source: LocalSource, timeout: float, progress: Progress | None) -> Op[ImportResult]:
         # What the upload carries, stamped before it is read: the first `sync` sends what changed since.
@@ -331,9 +350,9 @@ class _Ops:
         return list(names)
 
 
-# --------------------------------------------------------------------------------------------- sync
-class ShadowGateway(kube.ClientHolder):
-    """One ShadowEnvironment, from code. Methods block; see AsyncShadowGateway for the async twin."""
+# ------------------------------------------------------------------------------------------- twins
+class GatewayHolder(kube.Holder[kube.C]):
+    """What both twins are made of: one environment's operations (GatewayOps) on one httpx client."""
 
     def __init__(
         self,
@@ -342,12 +361,12 @@ class ShadowGateway(kube.ClientHolder):
         *,
         namespace: str | None = None,
         pool: str | None = None,
-        client: httpx.Client | None = None,
+        client: kube.C | None = None,
     ) -> None:
         super().__init__(client)
         # As kubectl: the kubeconfig context's namespace unless one is named.
         namespace = namespace or kube.context_namespace()
-        self._ops = _Ops(name, namespace, workspace_path, str(self._http.base_url), pool)
+        self._ops = GatewayOps(name, namespace, workspace_path, str(self._http.base_url), pool)
 
     name = property(lambda self: self._ops.name, doc="The environment's name.")
     namespace = property(
@@ -355,7 +374,17 @@ class ShadowGateway(kube.ClientHolder):
         doc="The environment's namespace (the kubeconfig context's unless one was named).",
     )
 
-    def _run(self, op: Op[Any]) -> Any:
+    @property
+    def client(self) -> kube.C:
+        """The httpx client on the API server (for calls the gateway does not wrap)."""
+        return self._http
+
+
+# --------------------------------------------------------------------------------------------- sync
+class ShadowGateway(GatewayHolder[httpx.Client], kube.ClientHolder):
+    """One ShadowEnvironment, from code. Methods block; see AsyncShadowGateway for the async twin."""
+
+    def _run(self, op: Op[T]) -> T:
         return kube.run(self._http, op)
 
     # lifecycle
@@ -368,25 +397,15 @@ class ShadowGateway(kube.ClientHolder):
         progress: Callable[[str, int, int], None] | None = None,
     ) -> ShadowEnvironment:
         """Create the environment, upload its local sources, and (by default) wait for Ready and a verdict."""
-        spec = self._ops.spec(spec)
-        env = self.create(spec)
-        for source in spec.local:
-            report = (lambda d, t, s=source.source_name: progress(s, d, t)) if progress else None
-            self._run(self._ops.upload(source, timeout, report))
-        return self.wait_ready(timeout) if wait else env
+        return self._run(self._ops.start(spec, wait, timeout, progress))
 
     def create(self, spec: EnvironmentSpec) -> ShadowEnvironment:
         """Only create the object (start() also uploads and waits)."""
-        return self._run(self._ops.create(spec))  # type: ignore[no-any-return]
-
-    @property
-    def client(self) -> httpx.Client:
-        """The httpx client on the API server (for calls the gateway does not wrap)."""
-        return self._http
+        return self._run(self._ops.create(spec))
 
     def runtime_endpoint(self) -> runtime.RuntimeEndpoint:
         """The workspace runtime through the API server's pod proxy (base path and token header)."""
-        return self._run(self._ops.endpoint())  # type: ignore[no-any-return]
+        return self._run(self._ops.endpoint())
 
     def stop(self, *, wait: bool = True, timeout: float = 120.0) -> None:
         """Delete the environment (workspace, Gitea, volumes); by default wait until it is gone."""
@@ -398,41 +417,37 @@ class ShadowGateway(kube.ClientHolder):
         """Stop the workspace and keep it: its Pod goes, its volume (uncommitted work included) and Gitea
         stay (`shadowctl stop`); by default wait until the operator has stopped it."""
         self._ops.forget_endpoint()
-        return self._run(envops.set_stopped(self.namespace, self.name, True, timeout, wait))  # type: ignore[no-any-return]
+        return self._run(envops.set_stopped(self.namespace, self.name, True, timeout, wait))
 
     def resume(self, *, wait: bool = True, timeout: float = 600.0) -> ShadowEnvironment:
         """Start a stopped (or idle-suspended) workspace again, as it was (`shadowctl start`); by default wait
         until it is Ready."""
         self._ops.forget_endpoint()
-        return self._run(envops.set_stopped(self.namespace, self.name, False, timeout, wait))  # type: ignore[no-any-return]
+        return self._run(envops.set_stopped(self.namespace, self.name, False, timeout, wait))
 
     def status(self) -> ShadowEnvironment:
         """The ShadowEnvironment as the API server has it now (spec, status, conditions)."""
-        return self._run(envops.get(self.namespace, self.name))  # type: ignore[no-any-return]
+        return self._run(envops.get(self.namespace, self.name))
 
     def wait_ready(
         self, timeout: float = 600.0, *, on_change: Callable[[ShadowEnvironment], None] | None = None
     ) -> ShadowEnvironment:
         """Wait (watching) for Ready and a verdict; a failure in status raises EnvironmentFailed."""
-        return self._run(self._ops.wait_ready(timeout, on_change))  # type: ignore[no-any-return]
+        return self._run(self._ops.wait_ready(timeout, on_change))
 
     def upload(
         self, source: LocalSource, *, timeout: float = 300.0, progress: Progress | None = None
     ) -> ImportResult:
         """Upload one local source's working tree into the workspace and tell the operator to snapshot it."""
-        return self._run(self._ops.upload(source, timeout, progress))  # type: ignore[no-any-return]
+        return self._run(self._ops.upload(source, timeout, progress))
 
     # work in the workspace
     def exec(
-        self,
-        command: str | Sequence[str],
-        timeout: float = 300.0,
-        *,
-        cwd: str = "",
-        env: dict[str, str] | None = None,
+        self, command: str | Sequence[str], timeout: float = 300.0, **options: Unpack[ExecOptions]
     ) -> ExecutionResult:
-        """Run a command in the workspace (a string under `sh -c`, a list without a shell)."""
-        return self._run(self._ops.exec(command, cwd=cwd, env=env, timeout=timeout))  # type: ignore[no-any-return]
+        """Run a command in the workspace (a string under `sh -c`, a list without a shell); `cwd` and `env`
+        as `runtime.ExecOptions`."""
+        return self._run(self._ops.exec(command, timeout=timeout, **options))
 
     def exec_stream(
         self, command: str | Sequence[str], timeout: float = 300.0, *, cwd: str = ""
@@ -446,7 +461,7 @@ class ShadowGateway(kube.ClientHolder):
 
     def read_file(self, path: str) -> bytes:
         """The bytes of a file of the workspace (a path relative to it)."""
-        return self._run(self._ops.read_file(path))  # type: ignore[no-any-return]
+        return self._run(self._ops.read_file(path))
 
     def write_file(self, path: str, data: bytes | str) -> None:
         """Write a file of the workspace (its directories are made); a str is written as UTF-8."""
@@ -454,7 +469,7 @@ class ShadowGateway(kube.ClientHolder):
 
     def diff(self, *, paths_only: bool = False) -> Diff:
         """What changed in the workspace since the copy-in: the paths, and unless `paths_only` the patch."""
-        return self._run(self._ops.diff(paths_only))  # type: ignore[no-any-return]
+        return self._run(self._ops.diff(paths_only))
 
     def git(self, command: str, cwd: str = ".") -> ExecutionResult:
         """Run `git COMMAND` (a shell command line) in a directory of the workspace."""
@@ -465,7 +480,7 @@ class ShadowGateway(kube.ClientHolder):
         self, *, source: str | None = None, to: str | Path | None = None, paths: Sequence[str] = ()
     ) -> list[PromotePlan]:
         """What promote would write and delete, per source (nothing is changed)."""
-        return self._run(self._ops.plan_promote(source, to, paths))  # type: ignore[no-any-return]
+        return self._run(self._ops.plan_promote(source, to, paths))
 
     def promote(
         self,
@@ -480,28 +495,28 @@ class ShadowGateway(kube.ClientHolder):
         """Changed files back into the local directory (never .git, never through a link, at most `max_bytes`
         in all), or, with to_branch, a commit pushed to that branch of the source's Gitea repository."""
         if to_branch:
-            return self._run(self._ops.push_branch(source, to_branch, message))  # type: ignore[no-any-return]
+            return self._run(self._ops.push_branch(source, to_branch, message))
         plans = self.plan_promote(source=source, to=to, paths=paths)
-        return self._run(self._ops.apply_promote(plans, max_bytes))  # type: ignore[no-any-return]
+        return self._run(self._ops.apply_promote(plans, max_bytes))
 
     def apply_promote(
         self, plans: Sequence[PromotePlan], *, max_bytes: int = confine.DEFAULT_MAX_BYTES
     ) -> list[PromotePlan]:
         """Carry out plans made by plan_promote (never .git, never through a link, within `max_bytes`)."""
-        return self._run(self._ops.apply_promote(plans, max_bytes))  # type: ignore[no-any-return]
+        return self._run(self._ops.apply_promote(plans, max_bytes))
 
     def publish_module(
         self, module_path: str | Path, repo: str | None = None, *, progress: Progress | None = None
     ) -> dict[str, str]:
         """Push a local repository into the environment's Gitea (created if missing), so the workspace can
         install it from its rewritten URL."""
-        return self._run(self._ops.publish(Path(module_path).expanduser().resolve(), repo, progress))  # type: ignore[no-any-return]
+        return self._run(self._ops.publish(Path(module_path).expanduser().resolve(), repo, progress))
 
     def sync(self, *, source: str | None = None) -> list[syncops.SyncPlan]:
         """Push local edits into the running workspace: the files changed in each source's local directory
         since the last push from this machine are sent (with the upload's rules), and the ones deleted here
         are deleted there (only inside the source, never in .git). Returns what each source sent."""
-        return self._run(self._ops.sync(source))  # type: ignore[no-any-return]
+        return self._run(self._ops.sync(source))
 
     def verify(
         self, timeout: float = 600.0, *, fallback: str | None = None, spec: EnvironmentSpec | None = None
@@ -509,9 +524,9 @@ class ShadowGateway(kube.ClientHolder):
         """Run the smoke checks again and return the new verdict. With fallback="host-only", an environment
         that cannot be had is verified on the host instead (see `manifest`): the verdict says mode host-only."""
         if not hostonly.check_fallback(fallback):
-            return self._run(self._ops.verify(timeout))  # type: ignore[no-any-return]
+            return self._run(self._ops.verify(timeout))
         try:
-            return self._run(self._ops.verify(timeout))  # type: ignore[no-any-return]
+            return self._run(self._ops.verify(timeout))
         except manifestops.UNAVAILABLE as exc:
             verdict = self._host_only(exc, exc.code, spec).verdict
             assert verdict is not None
@@ -555,11 +570,11 @@ class ShadowGateway(kube.ClientHolder):
         its fork, verify each, and rank them (sdk.race); options as `race.RaceOptions`: count, promote, to,
         to_branch, keep, prefix, method, timeout, command_timeout, verify_timeout, on_update."""
         cmds = [commands] if isinstance(commands, str) else list(commands)
-        return raceops.race_sync(self, self._http, cmds, raceops.RaceOptions(**options))
+        return raceops.run(self._http, raceops.race(self._ops, cmds, raceops.RaceOptions(**options)))
 
     def journal(self, since: int = 0, *, significant: bool = False) -> list[JournalEntry]:
         """The workspace's command journal after `since` (only the significant entries if asked)."""
-        return self._run(self._ops.journal(since, significant))  # type: ignore[no-any-return]
+        return self._run(self._ops.journal(since, significant))
 
     def follow_journal(self, since: int = 0, *, significant: bool = False) -> Iterator[JournalEntry]:
         """Journal entries after `since` as they are recorded (an endless stream; stop iterating to end it)."""
@@ -570,12 +585,12 @@ class ShadowGateway(kube.ClientHolder):
 
     def handoff(self) -> str | None:
         """The workspace's HANDOFF.md (None when the runtime keeps none)."""
-        return self._run(self._ops.handoff())  # type: ignore[no-any-return]
+        return self._run(self._ops.handoff())
 
     def decide(self, text: str, *, author: str | None = None) -> JournalEntry:
         """Record a decision (what was chosen and why) in the journal, and so in HANDOFF.md's Decision Log:
         the next agent or person reads it there."""
-        return self._run(self._ops.decide(text, author))  # type: ignore[no-any-return]
+        return self._run(self._ops.decide(text, author))
 
     # copy-on-write workspaces
     def fork(
@@ -600,32 +615,15 @@ class ShadowGateway(kube.ClientHolder):
     def snapshot(self, name: str | None = None, *, retain: bool = False, timeout: float = 300.0) -> Body:
         """A VolumeSnapshot of the workspace (flushed first), ready to use; start environments from it with
         spec.workspace.from.snapshot. Deleted with this environment unless `retain`."""
-        return self._run(forkops.snapshot(self.namespace, self.name, name, retain=retain, timeout=timeout))  # type: ignore[no-any-return]
+        return self._run(forkops.snapshot(self.namespace, self.name, name, retain=retain, timeout=timeout))
 
 
 # -------------------------------------------------------------------------------------------- async
 @kube.documented_as(ShadowGateway)
-class AsyncShadowGateway(kube.AsyncClientHolder):
+class AsyncShadowGateway(GatewayHolder[httpx.AsyncClient], kube.AsyncClientHolder):
     """The async twin of ShadowGateway: the same operations, awaited."""
 
-    def __init__(
-        self,
-        name: str,
-        workspace_path: str | Path | None = None,
-        *,
-        namespace: str | None = None,
-        pool: str | None = None,
-        client: httpx.AsyncClient | None = None,
-    ) -> None:
-        super().__init__(client)
-        # As kubectl: the kubeconfig context's namespace unless one is named.
-        namespace = namespace or kube.context_namespace()
-        self._ops = _Ops(name, namespace, workspace_path, str(self._http.base_url), pool)
-
-    name = property(lambda self: self._ops.name)
-    namespace = property(lambda self: self._ops.namespace)
-
-    async def _run(self, op: Op[Any]) -> Any:
+    async def _run(self, op: Op[T]) -> T:
         return await kube.arun(self._http, op)
 
     async def start(
@@ -636,65 +634,44 @@ class AsyncShadowGateway(kube.AsyncClientHolder):
         timeout: float = 600.0,
         progress: Callable[[str, int, int], None] | None = None,
     ) -> ShadowEnvironment:
-        """Create the environment, upload its local sources, and (by default) wait for Ready and a verdict."""
-        spec = self._ops.spec(spec)
-        env: ShadowEnvironment = await self._run(self._ops.create(spec))
-        for source in spec.local:
-            report = (lambda d, t, s=source.source_name: progress(s, d, t)) if progress else None
-            await self._run(self._ops.upload(source, timeout, report))
-        return await self.wait_ready(timeout) if wait else env
+        return await self._run(self._ops.start(spec, wait, timeout, progress))
 
     async def create(self, spec: EnvironmentSpec) -> ShadowEnvironment:
-        """Only create the object (start() also uploads and waits)."""
-        return await self._run(self._ops.create(spec))  # type: ignore[no-any-return]
-
-    @property
-    def client(self) -> httpx.AsyncClient:
-        """The httpx client on the API server (for calls the gateway does not wrap)."""
-        return self._http
+        return await self._run(self._ops.create(spec))
 
     async def runtime_endpoint(self) -> runtime.RuntimeEndpoint:
-        """The workspace runtime through the API server's pod proxy (base path and token header)."""
-        return await self._run(self._ops.endpoint())  # type: ignore[no-any-return]
+        return await self._run(self._ops.endpoint())
 
     async def upload(
         self, source: LocalSource, *, timeout: float = 300.0, progress: Progress | None = None
     ) -> ImportResult:
-        """Upload one local source's working tree into the workspace and tell the operator to snapshot it."""
-        return await self._run(self._ops.upload(source, timeout, progress))  # type: ignore[no-any-return]
+        return await self._run(self._ops.upload(source, timeout, progress))
 
     async def stop(self, *, wait: bool = True, timeout: float = 120.0) -> None:
-        """Delete the environment (workspace, Gitea, volumes); by default wait until it is gone."""
         self._ops.forget_endpoint()
         await self._run(envops.delete(self.namespace, self.name, wait=wait, timeout=timeout))
         self._ops.forget()
 
     async def suspend(self, *, wait: bool = True, timeout: float = 300.0) -> ShadowEnvironment:
         self._ops.forget_endpoint()
-        return await self._run(envops.set_stopped(self.namespace, self.name, True, timeout, wait))  # type: ignore[no-any-return]
+        return await self._run(envops.set_stopped(self.namespace, self.name, True, timeout, wait))
 
     async def resume(self, *, wait: bool = True, timeout: float = 600.0) -> ShadowEnvironment:
         self._ops.forget_endpoint()
-        return await self._run(envops.set_stopped(self.namespace, self.name, False, timeout, wait))  # type: ignore[no-any-return]
+        return await self._run(envops.set_stopped(self.namespace, self.name, False, timeout, wait))
 
     async def status(self) -> ShadowEnvironment:
-        return await self._run(envops.get(self.namespace, self.name))  # type: ignore[no-any-return]
+        return await self._run(envops.get(self.namespace, self.name))
 
     async def wait_ready(
         self, timeout: float = 600.0, *, on_change: Callable[[ShadowEnvironment], None] | None = None
     ) -> ShadowEnvironment:
-        """Wait (watching) for Ready and a verdict; a failure in status raises EnvironmentFailed."""
-        return await self._run(self._ops.wait_ready(timeout, on_change))  # type: ignore[no-any-return]
+        return await self._run(self._ops.wait_ready(timeout, on_change))
 
     async def exec(
-        self,
-        command: str | Sequence[str],
-        timeout: float = 300.0,
-        *,
-        cwd: str = "",
-        env: dict[str, str] | None = None,
+        self, command: str | Sequence[str], timeout: float = 300.0, **options: Unpack[ExecOptions]
     ) -> ExecutionResult:
-        return await self._run(self._ops.exec(command, cwd=cwd, env=env, timeout=timeout))  # type: ignore[no-any-return]
+        return await self._run(self._ops.exec(command, timeout=timeout, **options))
 
     async def exec_stream(
         self, command: str | Sequence[str], timeout: float = 300.0, *, cwd: str = ""
@@ -706,13 +683,13 @@ class AsyncShadowGateway(kube.AsyncClientHolder):
             yield event
 
     async def read_file(self, path: str) -> bytes:
-        return await self._run(self._ops.read_file(path))  # type: ignore[no-any-return]
+        return await self._run(self._ops.read_file(path))
 
     async def write_file(self, path: str, data: bytes | str) -> None:
         await self._run(self._ops.write_file(path, data))
 
     async def diff(self, *, paths_only: bool = False) -> Diff:
-        return await self._run(self._ops.diff(paths_only))  # type: ignore[no-any-return]
+        return await self._run(self._ops.diff(paths_only))
 
     async def git(self, command: str, cwd: str = ".") -> ExecutionResult:
         return await self.exec(f"git {command}", cwd=cwd)
@@ -720,7 +697,7 @@ class AsyncShadowGateway(kube.AsyncClientHolder):
     async def plan_promote(
         self, *, source: str | None = None, to: str | Path | None = None, paths: Sequence[str] = ()
     ) -> list[PromotePlan]:
-        return await self._run(self._ops.plan_promote(source, to, paths))  # type: ignore[no-any-return]
+        return await self._run(self._ops.plan_promote(source, to, paths))
 
     async def promote(
         self,
@@ -733,34 +710,32 @@ class AsyncShadowGateway(kube.AsyncClientHolder):
         max_bytes: int = confine.DEFAULT_MAX_BYTES,
     ) -> list[PromotePlan] | dict[str, str]:
         if to_branch:
-            return await self._run(self._ops.push_branch(source, to_branch, message))  # type: ignore[no-any-return]
+            return await self._run(self._ops.push_branch(source, to_branch, message))
         plans = await self.plan_promote(source=source, to=to, paths=paths)
         return await self.apply_promote(plans, max_bytes=max_bytes)
 
     async def apply_promote(
         self, plans: Sequence[PromotePlan], *, max_bytes: int = confine.DEFAULT_MAX_BYTES
     ) -> list[PromotePlan]:
-        return await self._run(self._ops.apply_promote(plans, max_bytes))  # type: ignore[no-any-return]
+        return await self._run(self._ops.apply_promote(plans, max_bytes))
 
     async def publish_module(
         self, module_path: str | Path, repo: str | None = None, *, progress: Progress | None = None
     ) -> dict[str, str]:
-        """Push a local repository into the environment's Gitea (created if missing), so the workspace can
-        install it from its rewritten URL."""
         path = Path(module_path).expanduser().resolve()
-        return await self._run(self._ops.publish(path, repo, progress))  # type: ignore[no-any-return]
+        return await self._run(self._ops.publish(path, repo, progress))
 
     async def sync(self, *, source: str | None = None) -> list[syncops.SyncPlan]:
         # Listing the local files (git ls-files) blocks the loop briefly, as an upload's listing does.
-        return await self._run(self._ops.sync(source))  # type: ignore[no-any-return]
+        return await self._run(self._ops.sync(source))
 
     async def verify(
         self, timeout: float = 600.0, *, fallback: str | None = None, spec: EnvironmentSpec | None = None
     ) -> Verdict:
         if not hostonly.check_fallback(fallback):
-            return await self._run(self._ops.verify(timeout))  # type: ignore[no-any-return]
+            return await self._run(self._ops.verify(timeout))
         try:
-            return await self._run(self._ops.verify(timeout))  # type: ignore[no-any-return]
+            return await self._run(self._ops.verify(timeout))
         except manifestops.UNAVAILABLE as exc:
             verdict = (await self._host_only(exc, exc.code, spec)).verdict
             assert verdict is not None
@@ -802,26 +777,24 @@ class AsyncShadowGateway(kube.AsyncClientHolder):
 
     async def race(self, commands: str | Sequence[str], **options: Any) -> RaceResult:
         cmds = [commands] if isinstance(commands, str) else list(commands)
-        return await raceops.race_async(self, self._http, cmds, raceops.RaceOptions(**options))
+        return await raceops.arun(self._http, raceops.race(self._ops, cmds, raceops.RaceOptions(**options)))
 
     async def journal(self, since: int = 0, *, significant: bool = False) -> list[JournalEntry]:
-        return await self._run(self._ops.journal(since, significant))  # type: ignore[no-any-return]
+        return await self._run(self._ops.journal(since, significant))
 
     async def follow_journal(
         self, since: int = 0, *, significant: bool = False
     ) -> AsyncIterator[JournalEntry]:
-        """Journal entries after `since` as they are recorded (an endless stream; stop iterating to end it)."""
         ep = await self.runtime_endpoint()
         call = runtime.journal_follow_call(ep, since=since, significant=significant)
         async for entry in runtime.astream_events(self._http, call):
             yield JournalEntry.model_validate(entry)
 
     async def handoff(self) -> str | None:
-        """The workspace's HANDOFF.md (None when the runtime keeps none)."""
-        return await self._run(self._ops.handoff())  # type: ignore[no-any-return]
+        return await self._run(self._ops.handoff())
 
     async def decide(self, text: str, *, author: str | None = None) -> JournalEntry:
-        return await self._run(self._ops.decide(text, author))  # type: ignore[no-any-return]
+        return await self._run(self._ops.decide(text, author))
 
     async def fork(
         self,

@@ -35,18 +35,22 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
-from shadow_operator.api.environment import Check, EvidenceCategory, Verdict
+from shadow_operator.api.environment import Verdict
+from shadow_operator.common import verdict as scoring
+
+# The categories, named here as well for the handoff manifest's recommendations.
+from shadow_operator.common.verdict import CODE_EXECUTION as CODE_EXECUTION
+from shadow_operator.common.verdict import INSTALLATION_HEALTH as INSTALLATION_HEALTH
+from shadow_operator.common.verdict import SOURCE_VERIFICATION as SOURCE_VERIFICATION
+from shadow_operator.common.verdict import CheckResult
 from shadow_operator.sdk.environment import LocalSource
 from shadow_operator.sdk.errors import ShadowError, UploadError
 from shadow_operator.sdk.upload import worktree_files
 
 HOST_ONLY: Literal["host-only"] = "host-only"
-MAX_SCORE = 50
+MAX_SCORE = scoring.HOST_ONLY.max_score
 PASS_THRESHOLD = 35
-SOURCE_VERIFICATION = "sourceVerification"
-INSTALLATION_HEALTH = "installationHealth"
-CODE_EXECUTION = "codeExecution"
-WEIGHTS: Mapping[str, int] = {SOURCE_VERIFICATION: 15, INSTALLATION_HEALTH: 15, CODE_EXECUTION: 20}
+WEIGHTS = scoring.HOST_ONLY.weights
 TAIL = 2000  # characters of a command's output kept as evidence
 DEFAULT_TIMEOUT = 600.0
 
@@ -84,44 +88,14 @@ def project_type(markers: Sequence[str]) -> ProjectType | None:
     return next((kind for marker, kind in PROJECT_MARKERS if marker in present), None)
 
 
-@dataclass(frozen=True)
-class CheckResult:
-    name: str
-    passed: bool
-    detail: str = ""
-
-
 def score(checks: Mapping[str, Sequence[CheckResult]], failure_reason: str | None) -> Verdict:
     """The host-only verdict: categories weighted 15/15/20, scaled to 50, PASS at 35."""
-    evidence: dict[str, EvidenceCategory] = {}
-    earned = 0.0
-    possible = 0
-    issues = [f"shadow unavailable ({failure_reason}): checked on the host only"] if failure_reason else []
-    for category, weight in WEIGHTS.items():
-        results = list(checks.get(category) or ())
-        if not results:
-            continue
-        category_score = weight * sum(r.passed for r in results) / len(results)
-        earned += category_score
-        possible += weight
-        evidence[category] = EvidenceCategory(
-            score=round(category_score),
-            max_score=weight,
-            checks=[Check(name=r.name, passed=r.passed, detail=r.detail) for r in results],
-        )
-        issues += [f"{category}: {r.name} failed: {r.detail}" for r in results if not r.passed]
-    total = round(MAX_SCORE * earned / possible) if possible else 0
-    if not possible:
-        issues.append("nothing to verify: no sources were checked")
-    return Verdict(
-        result="PASS" if possible and total >= PASS_THRESHOLD else "FAIL",
-        score=total,
-        max_score=MAX_SCORE,
+    return scoring.score(
+        checks,
+        scoring.HOST_ONLY,
         pass_threshold=PASS_THRESHOLD,
-        mode=HOST_ONLY,
-        evidence=evidence,
-        issues=issues,
-        verified_at=dt.datetime.now(dt.UTC).replace(microsecond=0),
+        verified_at=dt.datetime.now(dt.UTC),
+        issues=[f"shadow unavailable ({failure_reason}): checked on the host only"] if failure_reason else [],
     )
 
 

@@ -20,11 +20,12 @@ import os
 import ssl
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Self, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
 import httpx
 
 from shadow_operator import __version__
+from shadow_operator.common import runtimeapi
 from shadow_operator.sdk import kubeconfig as kubeconfig_file
 from shadow_operator.sdk.errors import (
     ApiNotInstalled,
@@ -43,6 +44,7 @@ from shadow_operator.sdk.errors import (
 
 Body = dict[str, Any]
 T = TypeVar("T")
+C = TypeVar("C", bound=httpx.Client | httpx.AsyncClient)
 USER_AGENT = f"shadow-operator-sdk/{__version__}"
 MERGE_PATCH = "application/merge-patch+json"
 WATCH_SECONDS = 60  # one watch request; waits re-watch until their deadline
@@ -211,13 +213,25 @@ def connect_async(
     return httpx.AsyncClient(**_client_options(timeout, context, kubeconfig))
 
 
-class ClientHolder:
+class Holder(Generic[C]):
+    """An SDK object that talks through one httpx client (`C`: sync or async): the caller's, or its own, made
+    by `_connect` and closed with it. The twins below add closing; a class written for both derives from this
+    with a type variable and is paired with one of them."""
+
+    def __init__(self, client: C | None) -> None:
+        self._own_client = client is None
+        self._http: C = client or self._connect()
+
+    def _connect(self) -> C:
+        raise NotImplementedError
+
+
+class ClientHolder(Holder[httpx.Client]):
     """An SDK object that talks through one `httpx.Client`: the caller's, or its own, closed with it (`close()`
     or the end of a `with` block)."""
 
-    def __init__(self, client: httpx.Client | None) -> None:
-        self._own_client = client is None
-        self._http = client or connect()
+    def _connect(self) -> httpx.Client:
+        return connect()
 
     def close(self) -> None:
         """Close the httpx client if this object made it (not one the caller passed)."""
@@ -231,12 +245,11 @@ class ClientHolder:
         self.close()
 
 
-class AsyncClientHolder:
+class AsyncClientHolder(Holder[httpx.AsyncClient]):
     """The async twin of ClientHolder (`aclose()`, `async with`)."""
 
-    def __init__(self, client: httpx.AsyncClient | None) -> None:
-        self._own_client = client is None
-        self._http = client or connect_async()
+    def _connect(self) -> httpx.AsyncClient:
+        return connect_async()
 
     async def aclose(self) -> None:
         """Close the httpx client if this object made it (not one the caller passed)."""
@@ -287,6 +300,8 @@ class Call:
     ok: tuple[int, ...] = ()  # error statuses the operation handles itself
     # Where the body of a successful answer goes, piece by piece, instead of into memory (large downloads).
     sink: Callable[[bytes], None] | None = None
+    # Bytes read of the answer at most (a runtime's: the tenant's); past them the call fails unread.
+    limit: int | None = None
 
 
 @dataclass(frozen=True)
@@ -361,17 +376,19 @@ def _request_args(call: Call) -> dict[str, Any]:
 
 def _send(client: httpx.Client, call: Call) -> httpx.Response | ShadowError:
     try:
-        if call.sink is None:
+        if call.sink is None and call.limit is None:
             response = client.request(call.method, call.path, **_request_args(call))
         else:
             with client.stream(call.method, call.path, **_request_args(call)) as response:
-                if not response.is_success:
+                if call.limit is not None and (call.sink is None or not response.is_success):
+                    return _checked(call, held(call, response, response.iter_raw()))
+                if call.sink is None or not response.is_success:
                     response.read()
                     return _checked(call, response)
                 for piece in response.iter_bytes():
                     call.sink(piece)
-    except httpx.TransportError as exc:
-        return _transport_error(call, exc)
+    except (httpx.TransportError, ShadowError) as exc:
+        return _failed(call, exc)
     return _checked(call, response)
 
 
@@ -380,18 +397,97 @@ async def _asend(client: httpx.AsyncClient, call: Call) -> httpx.Response | Shad
     if isinstance(call.content, Iterator):
         args["content"] = _async_chunks(call.content)
     try:
-        if call.sink is None:
+        if call.sink is None and call.limit is None:
             response = await client.request(call.method, call.path, **args)
         else:
             async with client.stream(call.method, call.path, **args) as response:
-                if not response.is_success:
+                if call.limit is not None and (call.sink is None or not response.is_success):
+                    return _checked(call, await aheld(call, response, response.aiter_raw()))
+                if call.sink is None or not response.is_success:
                     await response.aread()
                     return _checked(call, response)
                 async for piece in response.aiter_bytes():
                     call.sink(piece)
-    except httpx.TransportError as exc:
-        return _transport_error(call, exc)
+    except (httpx.TransportError, ShadowError) as exc:
+        return _failed(call, exc)
     return _checked(call, response)
+
+
+# An error answer's part that goes into the error's message.
+ERROR_BYTES = 4096
+
+
+def _reader(call: Call, response: httpx.Response) -> runtimeapi.BoundedRead:
+    """The bounded reader of a streamed answer: an error's first bytes, else the whole answer within the
+    call's limit."""
+    limit = call.limit or runtimeapi.CLIENT_MAX_ANSWER_BYTES
+    reader = (
+        runtimeapi.BoundedRead(limit)
+        if response.is_success
+        else runtimeapi.BoundedRead(ERROR_BYTES, cut=True)
+    )
+    try:
+        reader.start(response.headers)
+    except runtimeapi.AnswerRefused as exc:
+        raise _refused(call, response, exc) from None
+    return reader
+
+
+def _refused(call: Call, response: httpx.Response, exc: runtimeapi.AnswerRefused) -> ShadowError:
+    return RuntimeRefused(response.status_code, f"an answer {exc}, not read", what=call.what)
+
+
+def _held(response: httpx.Response, content: bytes) -> httpx.Response:
+    return httpx.Response(
+        response.status_code, headers=response.headers, content=content, request=response.request
+    )
+
+
+def _feed(call: Call, response: httpx.Response, reader: runtimeapi.BoundedRead, piece: bytes) -> bool:
+    try:
+        return reader.feed(piece)
+    except runtimeapi.AnswerRefused as exc:
+        raise _refused(call, response, exc) from None
+
+
+def held(call: Call, response: httpx.Response, chunks: Iterator[bytes]) -> httpx.Response:
+    """A streamed answer read within the call's limit, as a response held in memory."""
+    reader = _reader(call, response)
+    for piece in chunks:
+        if not _feed(call, response, reader, piece):
+            break
+    return _held(response, reader.content)
+
+
+async def aheld(call: Call, response: httpx.Response, chunks: AsyncIterator[bytes]) -> httpx.Response:
+    """The async twin of held."""
+    reader = _reader(call, response)
+    async for piece in chunks:
+        if not _feed(call, response, reader, piece):
+            break
+    return _held(response, reader.content)
+
+
+def stream_args(call: Call) -> dict[str, Any]:
+    """The arguments of a streamed call (a stream's timeout is the call's, None: none between events)."""
+    return {**_request_args(call), "timeout": httpx.Timeout(call.timeout, connect=10.0)}
+
+
+def lines_of(call: Call, response: httpx.Response) -> runtimeapi.Lines:
+    """The bounded NDJSON reader of a streamed answer (each line at most the call's limit)."""
+    try:
+        runtimeapi.refuse_encoded(response.headers)
+    except runtimeapi.AnswerRefused as exc:
+        raise _refused(call, response, exc) from None
+    return runtimeapi.Lines(call.limit or runtimeapi.CLIENT_MAX_ANSWER_BYTES)
+
+
+def events(call: Call, lines: runtimeapi.Lines, piece: bytes | None) -> list[Body]:
+    """The lines a piece of the stream completes (None: the stream ended)."""
+    try:
+        return lines.feed(piece) if piece is not None else lines.end()
+    except runtimeapi.AnswerRefused as exc:
+        raise RuntimeRefused(200, f"a stream {exc}", what=call.what) from None
 
 
 async def _async_chunks(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
@@ -421,6 +517,11 @@ def _not_kubernetes(what: str, response: httpx.Response) -> ShadowError:
         f"{what}: {response.url.host} answered {response.status_code} {response.reason_phrase} with an HTML "
         "page, not the Kubernetes API"
     )
+
+
+def _failed(call: Call, exc: Exception) -> ShadowError:
+    """A call that got no usable answer: the connection failed, or the answer was refused unread."""
+    return exc if isinstance(exc, ShadowError) else _transport_error(call, exc)
 
 
 def _transport_error(call: Call, exc: Exception) -> ShadowError:

@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import httpx
 import yaml
@@ -46,7 +46,7 @@ from shadow_operator.sdk.promote import PromotePlan
 from shadow_operator.sdk.runtime import Diff, in_sources
 
 if TYPE_CHECKING:
-    from shadow_operator.sdk.gateway import AsyncShadowGateway, ShadowGateway
+    from shadow_operator.sdk.gateway import GatewayOps
 
 State = Literal["forking", "running", "verifying", "done", "failed"]
 MAX_CANDIDATES = 20
@@ -371,81 +371,92 @@ def _result(
     )
 
 
-def race_sync(
-    gw: ShadowGateway, http: httpx.Client, commands: Sequence[str], options: RaceOptions
-) -> RaceResult:
+@dataclass(frozen=True)
+class Together:
+    """A step of the race: these operations at once (threads for the sync driver, tasks for the async one).
+    The race is sent their results in order, or the first error is thrown into it."""
+
+    ops: Sequence[Op[Any]]
+
+
+Race = Generator[Together, list[Any], RaceResult]
+
+
+def race(gw: GatewayOps, commands: Sequence[str], options: RaceOptions) -> Race:
+    """The race, written once over steps (sans-I/O): `run()` drives it on a sync client, `arun()` on an
+    async one."""
     candidates, judge = _prepare(gw.name, commands, options)
     names = [c.name for c in candidates] + ([judge] if judge else [])
-    kube.run(http, ensure_free(gw.namespace, names))
+    yield Together([ensure_free(gw.namespace, names)])
     started = time.monotonic()
     destroyed: list[str] = []
     best: RaceCandidate | None = None
     refused: str | None = None
     try:
-        forks = gw.fork(*names, method=options.method, verify=False, wait=False, timeout=options.timeout)
+        yield Together([gw.fork(names, False, options.timeout, method=options.method, verify=False)])
         forked = time.monotonic()
-        with ThreadPoolExecutor(len(candidates)) as pool:
-            list(
-                pool.map(
-                    lambda c: kube.run(http, _candidate_op(gw.namespace, c, started, options)), candidates
-                )
-            )
+        yield Together([_candidate_op(gw.namespace, c, started, options) for c in candidates])
         ranked = rank(candidates)
         ranked_at = time.monotonic()
         best = winner(ranked)
         promoted = None
         if judge is not None and best is not None:
-            carried = kube.run(http, _judge_op(gw.namespace, best, judge, options))
+            [carried] = yield Together([_judge_op(gw.namespace, best, judge, options)])
+            judged_by = gw.sibling(judge)
             if isinstance(carried, str):
                 best, refused = None, carried
             elif options.to_branch:
-                promoted = _promoted(forks[-1].promote(to_branch=options.to_branch, message=options.message))
-            else:
-                plans = reverify.only_carried(forks[-1].plan_promote(to=options.to), carried)
-                promoted = _promoted(forks[-1].apply_promote(plans))
-    finally:
-        losers = [] if options.keep else [n for n in names if best is None or n != best.name]
-        with ThreadPoolExecutor(max(1, len(losers))) as pool:
-            destroyed = [d for d in pool.map(lambda n: kube.run(http, _delete(gw.namespace, n)), losers) if d]
-    times = (started, forked, ranked_at)
-    return _result(gw.name, gw.namespace, ranked, best, times, promoted, destroyed, judge, refused)
-
-
-async def race_async(
-    gw: AsyncShadowGateway, http: httpx.AsyncClient, commands: Sequence[str], options: RaceOptions
-) -> RaceResult:
-    candidates, judge = _prepare(gw.name, commands, options)
-    names = [c.name for c in candidates] + ([judge] if judge else [])
-    await kube.arun(http, ensure_free(gw.namespace, names))
-    started = time.monotonic()
-    destroyed: list[str] = []
-    best: RaceCandidate | None = None
-    refused: str | None = None
-    try:
-        forks = await gw.fork(
-            *names, method=options.method, verify=False, wait=False, timeout=options.timeout
-        )
-        forked = time.monotonic()
-        await asyncio.gather(
-            *(kube.arun(http, _candidate_op(gw.namespace, c, started, options)) for c in candidates)
-        )
-        ranked = rank(candidates)
-        ranked_at = time.monotonic()
-        best = winner(ranked)
-        promoted = None
-        if judge is not None and best is not None:
-            carried = await kube.arun(http, _judge_op(gw.namespace, best, judge, options))
-            if isinstance(carried, str):
-                best, refused = None, carried
-            elif options.to_branch:
-                pushed = await forks[-1].promote(to_branch=options.to_branch, message=options.message)
+                [pushed] = yield Together([judged_by.push_branch(None, options.to_branch, options.message)])
                 promoted = _promoted(pushed)
             else:
-                plans = reverify.only_carried(await forks[-1].plan_promote(to=options.to), carried)
-                promoted = _promoted(await forks[-1].apply_promote(plans))
+                [plans] = yield Together([judged_by.plan_promote(None, options.to, ())])
+                plans = reverify.only_carried(plans, carried)
+                [applied] = yield Together([judged_by.apply_promote(plans, confine.DEFAULT_MAX_BYTES)])
+                promoted = _promoted(applied)
     finally:
         losers = [] if options.keep else [n for n in names if best is None or n != best.name]
-        gone = await asyncio.gather(*(kube.arun(http, _delete(gw.namespace, n)) for n in losers))
+        gone = yield Together([_delete(gw.namespace, n) for n in losers])
         destroyed = [d for d in gone if d]
     times = (started, forked, ranked_at)
     return _result(gw.name, gw.namespace, ranked, best, times, promoted, destroyed, judge, refused)
+
+
+def _resume(steps: Race, outcome: list[Any] | BaseException) -> Together | kube.Finished:
+    """Send a step's results into the race, or throw its failure in (the race's cleanup deletes its forks)."""
+    try:
+        return steps.throw(outcome) if isinstance(outcome, BaseException) else steps.send(outcome)
+    except StopIteration as done:
+        return kube.Finished(done.value)
+
+
+def run(http: httpx.Client, steps: Race) -> RaceResult:
+    """Drive a race on a synchronous client, each step's operations in threads."""
+
+    def together(step: Together) -> list[Any]:
+        if len(step.ops) == 1:
+            return [kube.run(http, step.ops[0])]
+        with ThreadPoolExecutor(max(1, len(step.ops))) as pool:
+            return list(pool.map(lambda op: kube.run(http, op), step.ops))
+
+    step: Together | kube.Finished = next(steps)
+    while isinstance(step, Together):
+        outcome: list[Any] | BaseException
+        try:
+            outcome = together(step)
+        except BaseException as exc:
+            outcome = exc
+        step = _resume(steps, outcome)
+    return cast(RaceResult, step.value)
+
+
+async def arun(http: httpx.AsyncClient, steps: Race) -> RaceResult:
+    """Drive a race on an asynchronous client, each step's operations as tasks."""
+    step: Together | kube.Finished = next(steps)
+    while isinstance(step, Together):
+        outcome: list[Any] | BaseException
+        try:
+            outcome = list(await asyncio.gather(*(kube.arun(http, op) for op in step.ops)))
+        except BaseException as exc:
+            outcome = exc
+        step = _resume(steps, outcome)
+    return cast(RaceResult, step.value)

@@ -7,20 +7,21 @@ token travels in `X-Sandbox-Runtime-Token`. RBAC the caller needs: get secrets (
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
-from urllib.parse import quote
+from typing import Any, Literal, TypedDict, TypeVar, cast
 
 import httpx
 from pydantic import BaseModel, Field
 
 from shadow_operator.api import constants as c
 from shadow_operator.api.kinds import POD, SECRET
+from shadow_operator.common import runtimeapi
 from shadow_operator.sdk import kube
-from shadow_operator.sdk.errors import ShadowError
+from shadow_operator.sdk.errors import RuntimeRefused, ShadowError
 from shadow_operator.sdk.kube import Call, Op
+
+T = TypeVar("T")
 
 TOKEN_HEADER = "X-Sandbox-Runtime-Token"
 NDJSON = "application/x-ndjson"
@@ -97,20 +98,48 @@ class ImportResult(BaseModel):
 
 @dataclass(frozen=True)
 class RuntimeEndpoint:
-    """A runtime as seen through the API server: the pod proxy's base path and the token header."""
+    """A runtime as seen through the API server: the pod proxy's base path and the token header. What it
+    reads of one answer is bounded (`max_answer_bytes`): the runtime is the tenant's."""
 
     base: str
     headers: dict[str, str]
+    max_answer_bytes: int = runtimeapi.CLIENT_MAX_ANSWER_BYTES
 
-    def call(self, method: str, path: str, what: str, **kw: Any) -> Call:
+    def call(self, request: runtimeapi.Request, *, sink: Callable[[bytes], None] | None = None) -> Call:
+        """The SDK's call for a request of the runtime API (a `sink` takes a successful answer's body)."""
         return Call(
-            method,
-            self.base + path,
-            what,
-            headers={**self.headers, **kw.pop("headers", {})},
+            request.method,
+            self.base + request.path,
+            request.what,
+            body=request.body,
+            params=request.params,
+            content=request.content,
+            # Counted as it arrives on the wire, so not compressed (refused if it is anyway).
+            headers={**self.headers, "Accept-Encoding": "identity"},
+            content_type=request.content_type,
+            timeout=request.timeout,
             runtime=True,
-            **kw,
+            ok=request.ok,
+            sink=sink,
+            limit=self.max_answer_bytes,
         )
+
+    def over(self, op: runtimeapi.Op[T]) -> Op[T]:
+        """A runtime API operation as an SDK operation: its requests through the pod proxy, its answers read
+        within the limit; an answer it cannot use fails it with RuntimeRefused."""
+        try:
+            request = next(op)
+            while True:
+                response = yield self.call(request)
+                answer = runtimeapi.Answer(
+                    response.status_code, response.content, response.headers, request.max_containers
+                )
+                try:
+                    request = op.send(answer)
+                except runtimeapi.AnswerRefused as exc:
+                    raise RuntimeRefused(answer.status, f"an answer {exc}", what=request.what) from None
+        except StopIteration as done:
+            return cast(T, done.value)
 
 
 def endpoint(namespace: str, pod: str, port: int, token: str) -> RuntimeEndpoint:
@@ -129,26 +158,14 @@ def read_token(namespace: str, secret: str) -> Op[str]:
     return base64.b64decode(encoded).decode().strip()
 
 
-def _exec_body(
-    command: str | list[str],
-    *,
-    cwd: str,
-    env: dict[str, str] | None,
-    timeout: float | None,
-    stdin: str | None,
-    journal: bool,
-) -> dict[str, Any]:
-    body: dict[str, Any] = {"argv": command} if isinstance(command, list) else {"command": command}
-    body.update(cwd=cwd, env=env or {}, journal=journal)
-    if timeout is not None:
-        body["timeout_seconds"] = timeout
-    if stdin is not None:
-        body["stdin"] = stdin
-    return body
+class ExecOptions(TypedDict, total=False):
+    """Where a command runs, for the SDK's `exec` and `commands.run` (sync and async alike)."""
+
+    cwd: str  # the directory, relative to the workspace ("": the workspace)
+    env: dict[str, str] | None  # variables added to the command's environment
 
 
-def exec_call(
-    ep: RuntimeEndpoint,
+def exec_body(
     command: str | list[str],
     *,
     cwd: str = "",
@@ -156,28 +173,25 @@ def exec_call(
     timeout: float | None = 300.0,
     stdin: str | None = None,
     journal: bool = True,
-    stream: bool = False,
-) -> Call:
-    """POST /v1/exec (or /v1/exec/stream): a string runs under `sh -c`, a list without a shell."""
-    body = _exec_body(command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, journal=journal)
+) -> dict[str, Any]:
+    """The body of POST /v1/exec: a string runs under `sh -c`, a list without a shell."""
+    return runtimeapi.exec_body(command, cwd=cwd, env=env, timeout=timeout, stdin=stdin, journal=journal)
+
+
+def exec_call(ep: RuntimeEndpoint, command: str | list[str], *, stream: bool = False, **kw: Any) -> Call:
+    """POST /v1/exec (or /v1/exec/stream, which keeps no journal flag)."""
+    body = exec_body(command, **kw)
     if stream:
         body.pop("journal")
-    wait = (timeout or 600.0) + 30.0
-    return ep.call("POST", "/v1/exec/stream" if stream else "/v1/exec", "exec", body=body, timeout=wait)
+    return ep.call(runtimeapi.exec_request(body, stream=stream))
 
 
 def run_command(ep: RuntimeEndpoint, command: str | list[str], **kw: Any) -> Op[ExecutionResult]:
-    response = yield exec_call(ep, command, **kw)
-    return ExecutionResult.model_validate(response.json())
-
-
-def _file_path(path: str) -> str:
-    return "/v1/files/" + quote(path.lstrip("/"))
+    return ExecutionResult.model_validate((yield from ep.over(runtimeapi.run(exec_body(command, **kw)))))
 
 
 def read_file(ep: RuntimeEndpoint, path: str) -> Op[bytes]:
-    response = yield ep.call("GET", _file_path(path), f"read {path}", timeout=300.0)
-    return bytes(response.content)
+    return (yield from ep.over(runtimeapi.read_file(path)))
 
 
 def read_head(ep: RuntimeEndpoint, path: str, limit: int) -> Op[tuple[bytes, bool]]:
@@ -190,133 +204,87 @@ def read_head(ep: RuntimeEndpoint, path: str, limit: int) -> Op[tuple[bytes, boo
         kept.extend(piece[: limit + 1 - len(kept)])
 
     params = {"offset": "0", "length": str(limit + 1)}
-    yield ep.call("GET", _file_path(path), f"read {path}", params=params, timeout=300.0, sink=keep)
+    yield ep.call(runtimeapi.read_request(path, params), sink=keep)
     return bytes(kept[:limit]), len(kept) > limit
 
 
 def tree(ep: RuntimeEndpoint, path: str, *, depth: int = 1) -> Op[list[dict[str, Any]]]:
     """The entries under a directory (name, path, type, size, mode, modified_at), `depth` levels down."""
-    params = {"depth": str(depth)}
-    response = yield ep.call(
-        "GET", "/v1/tree/" + quote(path.strip("/")), f"list {path or '.'}", params=params
-    )
-    entries: list[dict[str, Any]] = response.json().get("entries") or []
-    return entries
+    return (yield from ep.over(runtimeapi.tree(path, depth=depth)))
 
 
 def read_into(ep: RuntimeEndpoint, path: str, sink: Callable[[bytes], None]) -> Op[None]:
     """GET a file and hand its bytes to `sink` as they arrive (never whole in memory)."""
-    yield ep.call("GET", _file_path(path), f"read {path}", timeout=300.0, sink=sink)
+    yield ep.call(runtimeapi.read_request(path), sink=sink)
 
 
 def write_file(ep: RuntimeEndpoint, path: str, data: bytes, *, mode: int | None = None) -> Op[None]:
-    yield ep.call(
-        "PUT",
-        _file_path(path),
-        f"write {path}",
-        content=data,
-        content_type="application/octet-stream",
-        params={"mode": f"{mode:04o}"} if mode is not None else None,
-        timeout=300.0,
-    )
+    yield from ep.over(runtimeapi.write_file(path, data, mode=mode))
 
 
 def delete_path(ep: RuntimeEndpoint, path: str, *, recursive: bool = False) -> Op[None]:
-    params = {"recursive": "true"} if recursive else None
-    yield ep.call("DELETE", _file_path(path), f"delete {path}", params=params)
+    yield from ep.over(runtimeapi.delete(path, recursive=recursive))
 
 
 def stat(ep: RuntimeEndpoint, path: str) -> Op[dict[str, Any] | None]:
     """The file's metadata, or None when nothing is at that path."""
-    response = yield ep.call("GET", "/v1/stat/" + quote(path.lstrip("/")), f"stat {path}", ok=(404,))
-    if response.status_code == 404:
-        return None
-    info: dict[str, Any] = response.json()
-    return info
+    return (yield from ep.over(runtimeapi.stat(path)))
 
 
 def diff(ep: RuntimeEndpoint, *, paths_only: bool = False) -> Op[Diff]:
-    params = {"paths_only": str(paths_only).lower()}
-    response = yield ep.call("GET", "/v1/diff", "diff", params=params, timeout=300.0)
-    return Diff.model_validate(response.json())
+    return Diff.model_validate((yield from ep.over(runtimeapi.diff(paths_only=paths_only))))
 
 
 def archive_call(ep: RuntimeEndpoint, path: str, exclude: list[str] | None = None) -> Call:
     """GET /v1/archive/{path}: the directory as tar.gz (stream the answer)."""
-    params = {"exclude": exclude} if exclude else None
-    return ep.call("GET", "/v1/archive/" + quote(path.strip("/")), f"download {path or '.'}", params=params)
+    return ep.call(runtimeapi.archive_request(path, exclude))
 
 
 def import_archive(ep: RuntimeEndpoint, dest: str, chunks: Iterator[bytes]) -> Op[ImportResult]:
     """POST /v1/archive/{dest}: extract a tar.gz stream under a directory of the workspace."""
-    response = yield ep.call(
-        "POST",
-        "/v1/archive/" + quote(dest.strip("/")),
-        f"upload into {dest or '.'}",
-        content=chunks,
-        content_type="application/gzip",
-        timeout=300.0,
-    )
-    return ImportResult.model_validate(response.json())
+    return ImportResult.model_validate((yield from ep.over(runtimeapi.import_archive(dest, chunks))))
 
 
 def journal(ep: RuntimeEndpoint, *, since: int = 0, significant: bool = False) -> Op[list[JournalEntry]]:
-    params = {"since": str(since), "significant": str(significant).lower()}
-    response = yield ep.call("GET", "/v1/journal", "journal", params=params)
-    return [JournalEntry.model_validate(e) for e in response.json()["entries"]]
+    entries = yield from ep.over(runtimeapi.journal(since=since, significant=significant))
+    return [JournalEntry.model_validate(e) for e in entries]
 
 
 def decide(ep: RuntimeEndpoint, text: str, author: str | None = None) -> Op[JournalEntry]:
     """Record a decision in the journal (HANDOFF.md's Decision Log, where the runtime keeps one)."""
     if not text.strip():
         raise ShadowError("a decision needs its text", hint='e.g. shadowctl decide NAME "keep the v1 API"')
-    body = {"text": text, **({"author": author} if author else {})}
-    response = yield ep.call("POST", "/v1/journal/decisions", "record a decision", body=body)
-    return JournalEntry.model_validate(response.json())
+    return JournalEntry.model_validate((yield from ep.over(runtimeapi.decide(text, author))))
 
 
 def journal_follow_call(ep: RuntimeEndpoint, *, since: int = 0, significant: bool = False) -> Call:
-    params = {"since": str(since), "significant": str(significant).lower(), "follow": "true"}
-    return ep.call("GET", "/v1/journal", "journal", params=params)
+    return ep.call(runtimeapi.journal_follow_request(since=since, significant=significant))
 
 
 def handoff(ep: RuntimeEndpoint) -> Op[str | None]:
     """HANDOFF.md of the workspace, or None when the runtime keeps none."""
-    response = yield ep.call("GET", _file_path("HANDOFF.md"), "read HANDOFF.md", ok=(404,))
-    return None if response.status_code == 404 else response.text
+    return (yield from ep.over(runtimeapi.handoff()))
 
 
 def stream_events(http: httpx.Client, call: Call) -> Iterator[dict[str, Any]]:
-    """The NDJSON events of a streamed call (exec/stream, journal follow), as they come."""
-    timeout = httpx.Timeout(call.timeout, connect=10.0)
-    with http.stream(
-        call.method,
-        call.path,
-        json=call.body,
-        params=call.params,
-        headers=dict(call.headers),
-        timeout=timeout,
-    ) as response:
+    """The NDJSON events of a streamed call (exec/stream, journal follow), as they come, each line bounded."""
+    with http.stream(call.method, call.path, **kube.stream_args(call)) as response:
         if not response.is_success:
-            response.read()
-            raise kube.error_of(response, call)
-        yield from kube.iter_lines(response)
+            raise kube.error_of(kube.held(call, response, response.iter_raw()), call)
+        lines = kube.lines_of(call, response)
+        for piece in response.iter_raw():
+            yield from kube.events(call, lines, piece)
+        yield from kube.events(call, lines, None)
 
 
 async def astream_events(http: httpx.AsyncClient, call: Call) -> AsyncIterator[dict[str, Any]]:
     """The async twin of stream_events."""
-    timeout = httpx.Timeout(call.timeout, connect=10.0)
-    async with http.stream(
-        call.method,
-        call.path,
-        json=call.body,
-        params=call.params,
-        headers=dict(call.headers),
-        timeout=timeout,
-    ) as response:
+    async with http.stream(call.method, call.path, **kube.stream_args(call)) as response:
         if not response.is_success:
-            await response.aread()
-            raise kube.error_of(response, call)
-        async for line in response.aiter_lines():
-            if line.strip():
-                yield json.loads(line)
+            raise kube.error_of(await kube.aheld(call, response, response.aiter_raw()), call)
+        lines = kube.lines_of(call, response)
+        async for piece in response.aiter_raw():
+            for event in kube.events(call, lines, piece):
+                yield event
+        for event in kube.events(call, lines, None):
+            yield event

@@ -16,36 +16,30 @@ from __future__ import annotations
 import contextlib
 import secrets
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar, Unpack
 
 import httpx
 
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
 from shadow_operator.api.kinds import SANDBOX, SANDBOX_CLAIM
-from shadow_operator.sdk import kube, runtime
-from shadow_operator.sdk.errors import (
-    NotFound,
-    SandboxClaimFailedError,
-    SandboxNotFoundError,
-    SandboxNotReadyError,
-    SandboxTemplateNotFoundError,
-    SandboxWarmPoolNotFoundError,
-    ShadowError,
-    WaitTimeout,
-)
+from shadow_operator.sdk import errors, kube, runtime
+from shadow_operator.sdk.errors import NotFound, ShadowError, WaitTimeout
 from shadow_operator.sdk.kube import Body, Call, Op
-from shadow_operator.sdk.runtime import ExecutionResult, RuntimeEndpoint
+from shadow_operator.sdk.runtime import ExecOptions, ExecutionResult, RuntimeEndpoint
+
+T = TypeVar("T")
+S = TypeVar("S")
 
 # Claim conditions that will not resolve by waiting: the claim names something that does not exist.
 BLOCKING_REASONS = {
-    c.REASON_TEMPLATE_NOT_FOUND: SandboxTemplateNotFoundError,
-    c.REASON_WARM_POOL_NOT_FOUND: SandboxWarmPoolNotFoundError,
-    c.REASON_ENV_INJECTION_REJECTED: SandboxClaimFailedError,
-    c.REASON_VOLUME_CLAIM_TEMPLATES_ERROR: SandboxClaimFailedError,
-    c.REASON_INVALID_METADATA: SandboxClaimFailedError,
+    c.REASON_TEMPLATE_NOT_FOUND: errors.SandboxTemplateNotFoundError,
+    c.REASON_WARM_POOL_NOT_FOUND: errors.SandboxWarmPoolNotFoundError,
+    c.REASON_ENV_INJECTION_REJECTED: errors.SandboxClaimFailedError,
+    c.REASON_VOLUME_CLAIM_TEMPLATES_ERROR: errors.SandboxClaimFailedError,
+    c.REASON_INVALID_METADATA: errors.SandboxClaimFailedError,
 }
 
 
@@ -139,7 +133,7 @@ def wait_claim(current: Body, timeout: float) -> Op[SandboxRef]:
             time.monotonic() + timeout,
             time.monotonic,
             timed_out,
-            lambda: SandboxNotFoundError(f"{what} was deleted while waiting"),
+            lambda: errors.SandboxNotFoundError(f"{what} was deleted while waiting"),
         )
     )
 
@@ -149,10 +143,10 @@ def get(claim_name: str, namespace: str) -> Op[SandboxRef]:
     try:
         body = yield from kube.get(SANDBOX_CLAIM.path(namespace, claim_name), what)
     except NotFound:
-        raise SandboxNotFoundError(f"{what} does not exist") from None
+        raise errors.SandboxNotFoundError(f"{what} does not exist") from None
     ref = claim_ready(body)
     if ref is None:
-        raise SandboxNotReadyError(
+        raise errors.SandboxNotReadyError(
             f"{what} is not ready", hint=f"kubectl -n {namespace} describe sandboxclaim {claim_name}"
         )
     return ref
@@ -170,7 +164,7 @@ def delete(claim_name: str, namespace: str) -> Op[None]:
     try:
         yield Call("DELETE", SANDBOX_CLAIM.path(namespace, claim_name), f"delete {what}")
     except NotFound:
-        raise SandboxNotFoundError(f"{what} does not exist") from None
+        raise errors.SandboxNotFoundError(f"{what} does not exist") from None
 
 
 def endpoint(ref: SandboxRef) -> Op[RuntimeEndpoint]:
@@ -196,16 +190,12 @@ class CommandExecutor:
         self._sandbox = sandbox
 
     def run(
-        self,
-        command: str | list[str],
-        timeout: float = 60.0,
-        *,
-        cwd: str = "",
-        env: dict[str, str] | None = None,
+        self, command: str | list[str], timeout: float = 60.0, **options: Unpack[ExecOptions]
     ) -> ExecutionResult:
-        """Run a command (a string under `sh -c`, a list without a shell)."""
+        """Run a command (a string under `sh -c`, a list without a shell); `cwd` and `env` as
+        `runtime.ExecOptions`."""
         result: ExecutionResult = self._sandbox._run(
-            lambda ep: runtime.run_command(ep, command, cwd=cwd, env=env, timeout=timeout)
+            lambda ep: runtime.run_command(ep, command, timeout=timeout, **options)
         )
         return result
 
@@ -222,7 +212,7 @@ class Filesystem:
         self._sandbox = sandbox
 
     def read(self, path: str) -> bytes:
-        return self._sandbox._run(lambda ep: runtime.read_file(ep, path))  # type: ignore[no-any-return]
+        return self._sandbox._run(lambda ep: runtime.read_file(ep, path))
 
     def write(self, path: str, content: bytes | str) -> None:
         data = content.encode() if isinstance(content, str) else content
@@ -258,7 +248,7 @@ class Sandbox:
             self._ep = kube.run(self._http, endpoint(self.ref))
         return self._ep
 
-    def _run(self, make: Any) -> Any:
+    def _run(self, make: Callable[[RuntimeEndpoint], Op[T]]) -> T:
         return kube.run(self._http, make(self.endpoint()))
 
     def run(self, command: str | list[str], timeout: float = 60.0) -> ExecutionResult:
@@ -270,14 +260,36 @@ class Sandbox:
         kube.run(self._http, delete(self.claim_name, self.namespace))
 
 
-class SandboxClient(kube.ClientHolder):
-    """Claims sandboxes; as a context manager it deletes, on exit, the ones it created."""
+class ClaimsHolder(kube.Holder[kube.C], Generic[kube.C, S]):
+    """What both SandboxClient twins are made of: a namespace, an httpx client, the sandboxes (`S`) created."""
 
-    def __init__(self, *, namespace: str | None = None, client: httpx.Client | None = None) -> None:
+    def __init__(self, *, namespace: str | None = None, client: kube.C | None = None) -> None:
         super().__init__(client)
         # As kubectl: the kubeconfig context's namespace unless one is named.
         self.namespace = namespace or kube.context_namespace()
-        self._created: list[Sandbox] = []
+        self._created: list[S] = []
+
+    def _claim(
+        self,
+        template: str | None,
+        warmpool: str | None,
+        namespace: str | None,
+        claim_name: str | None,
+        labels: dict[str, str] | None,
+        env: dict[str, str] | None,
+    ) -> Body:
+        return build_claim(
+            claim_name or claim_name_for(),
+            namespace or self.namespace,
+            template=template,
+            warmpool=warmpool,
+            labels=labels,
+            env=env,
+        )
+
+
+class SandboxClient(ClaimsHolder[httpx.Client, "Sandbox"], kube.ClientHolder):
+    """Claims sandboxes; as a context manager it deletes, on exit, the ones it created."""
 
     def create_sandbox(
         self,
@@ -291,14 +303,7 @@ class SandboxClient(kube.ClientHolder):
         env: dict[str, str] | None = None,
     ) -> Sandbox:
         """Claim a sandbox from a template (cold start) or a warm pool, and wait (watching) until Ready."""
-        body = build_claim(
-            claim_name or claim_name_for(),
-            namespace or self.namespace,
-            template=template,
-            warmpool=warmpool,
-            labels=labels,
-            env=env,
-        )
+        body = self._claim(template, warmpool, namespace, claim_name, labels, env)
         ref = kube.run(self._http, create(body, sandbox_ready_timeout))
         sandbox = Sandbox(self._http, ref)
         self._created.append(sandbox)
@@ -319,7 +324,7 @@ class SandboxClient(kube.ClientHolder):
     def delete_all(self) -> None:
         """Delete every claim this client created."""
         for sandbox in self._created:
-            with contextlib.suppress(SandboxNotFoundError):
+            with contextlib.suppress(errors.SandboxNotFoundError):
                 sandbox.terminate()
         self._created.clear()
 
@@ -336,15 +341,10 @@ class AsyncCommandExecutor:
         self._sandbox = sandbox
 
     async def run(
-        self,
-        command: str | list[str],
-        timeout: float = 60.0,
-        *,
-        cwd: str = "",
-        env: dict[str, str] | None = None,
+        self, command: str | list[str], timeout: float = 60.0, **options: Unpack[ExecOptions]
     ) -> ExecutionResult:
         result: ExecutionResult = await self._sandbox._run(
-            lambda ep: runtime.run_command(ep, command, cwd=cwd, env=env, timeout=timeout)
+            lambda ep: runtime.run_command(ep, command, timeout=timeout, **options)
         )
         return result
 
@@ -363,7 +363,7 @@ class AsyncFilesystem:
         self._sandbox = sandbox
 
     async def read(self, path: str) -> bytes:
-        return await self._sandbox._run(lambda ep: runtime.read_file(ep, path))  # type: ignore[no-any-return]
+        return await self._sandbox._run(lambda ep: runtime.read_file(ep, path))
 
     async def write(self, path: str, content: bytes | str) -> None:
         data = content.encode() if isinstance(content, str) else content
@@ -394,7 +394,7 @@ class AsyncSandbox:
             self._ep = await kube.arun(self._http, endpoint(self.ref))
         return self._ep
 
-    async def _run(self, make: Any) -> Any:
+    async def _run(self, make: Callable[[RuntimeEndpoint], Op[T]]) -> T:
         return await kube.arun(self._http, make(await self.endpoint()))
 
     async def run(self, command: str | list[str], timeout: float = 60.0) -> ExecutionResult:
@@ -405,14 +405,8 @@ class AsyncSandbox:
 
 
 @kube.documented_as(SandboxClient)
-class AsyncSandboxClient(kube.AsyncClientHolder):
+class AsyncSandboxClient(ClaimsHolder[httpx.AsyncClient, "AsyncSandbox"], kube.AsyncClientHolder):
     """The async twin of SandboxClient."""
-
-    def __init__(self, *, namespace: str | None = None, client: httpx.AsyncClient | None = None) -> None:
-        super().__init__(client)
-        # As kubectl: the kubeconfig context's namespace unless one is named.
-        self.namespace = namespace or kube.context_namespace()
-        self._created: list[AsyncSandbox] = []
 
     async def create_sandbox(
         self,
@@ -425,14 +419,7 @@ class AsyncSandboxClient(kube.AsyncClientHolder):
         labels: dict[str, str] | None = None,
         env: dict[str, str] | None = None,
     ) -> AsyncSandbox:
-        body = build_claim(
-            claim_name or claim_name_for(),
-            namespace or self.namespace,
-            template=template,
-            warmpool=warmpool,
-            labels=labels,
-            env=env,
-        )
+        body = self._claim(template, warmpool, namespace, claim_name, labels, env)
         ref = await kube.arun(self._http, create(body, sandbox_ready_timeout))
         sandbox = AsyncSandbox(self._http, ref)
         self._created.append(sandbox)
@@ -451,7 +438,7 @@ class AsyncSandboxClient(kube.AsyncClientHolder):
 
     async def delete_all(self) -> None:
         for sandbox in self._created:
-            with contextlib.suppress(SandboxNotFoundError):
+            with contextlib.suppress(errors.SandboxNotFoundError):
                 await sandbox.terminate()
         self._created.clear()
 

@@ -171,12 +171,9 @@ class CopyInStep:
     async def push_request(self, state: Pass, token: str | None) -> None:
         """Answer the client's shadow.dev/push-request (pushes.py) in status.lastPush."""
         env, deps = state.env, self.deps
-        last = state.status.last_push
-        request = pushes.pending_request(
-            env.metadata.annotations, last.model_dump(by_alias=True) if last is not None else None
-        )
-        if isinstance(request, dict):  # not a valid request: answered with the reason
-            state.status.last_push = PushStatus.model_validate(request)
+        request = pushes.pending_request(env.metadata.annotations, state.status.last_push)
+        if isinstance(request, PushStatus):  # not a valid request: answered with the reason
+            state.status.last_push = request
             return
         if request is None or not token:
             return
@@ -199,9 +196,8 @@ class CopyInStep:
                 )
         except RuntimeUnavailable as exc:
             raise StepFailed(None, "RuntimeUnreachable", str(exc)) from None
-        state.status.last_push = PushStatus.model_validate(answer)
-        error = answer.get("error")
-        outcome = f"failed: {error}" if error else f"{answer['repo']}@{answer['commit'][:12]}"
+        state.status.last_push = answer
+        outcome = f"failed: {answer.error}" if answer.error else f"{answer.repo}@{(answer.commit or '')[:12]}"
         deps.recorder.info(
-            env.body, reason="Pushed", message=f"push {request.id} ({answer.get('branch')}) {outcome}"[:1000]
+            env.body, reason="Pushed", message=f"push {request.id} ({answer.branch}) {outcome}"[:1000]
         )

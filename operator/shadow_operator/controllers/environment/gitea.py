@@ -20,7 +20,7 @@ from shadow_operator.controllers.environment.state import Pass, Ports, StepFaile
 from shadow_operator.engine.cache import Body, Key
 from shadow_operator.resources import copyin, gitea_policy
 from shadow_operator.resources import environment as res
-from shadow_operator.resources.sandbox import controller_uid
+from shadow_operator.resources.metadata import controller_uid
 
 RETRY_SECONDS = 30.0
 BOOTSTRAP_ATTEMPTS = 20  # consecutive failures of a ready Gitea before GiteaBootstrapFailed
@@ -71,7 +71,7 @@ class GiteaStep:
             state.set(c.COND_GITEA_READY, False, "GiteaStarting", "waiting for the Gitea Pod")
             return False
         # The Pod whose data the bootstrap saw (None while the cache has not seen it: nothing to compare).
-        pod_uid = (pod or {}).get("metadata", {}).get("uid")
+        pod_uid = (ObjectMeta.model_validate(pod["metadata"]).uid or None) if pod is not None else None
         done = state.conditions.find(c.COND_GITEA_READY)
         if (
             done

@@ -23,7 +23,7 @@ from shadow_operator.engine.cache import Body
 from shadow_operator.resources import environment as res
 from shadow_operator.resources import indexes as ix
 from shadow_operator.resources import pool as pools
-from shadow_operator.resources.sandbox import controller_uid, owner_reference
+from shadow_operator.resources.metadata import controller_uid, owner_reference
 
 # Conditional patches of one instance's Sandbox before moving on to the next instance.
 TAKE_ATTEMPTS = 3

@@ -13,12 +13,11 @@ import re
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from pydantic import ValidationError
 
 from shadow_operator.api import constants as c
-from shadow_operator.api.environment import PushRequest
+from shadow_operator.api.environment import PushRequest, PushStatus
 from shadow_operator.clients import gitpush
 from shadow_operator.clients.gitea import Gitea, GiteaError
 from shadow_operator.clients.runtime import Runtime, RuntimeRefused
@@ -94,11 +93,9 @@ async def snapshot_and_push(
     return commit, pushed
 
 
-def pending_request(
-    annotations: dict[str, str], last: dict[str, Any] | None
-) -> PushRequest | dict[str, Any] | None:
-    """The push request to act on: None when there is none or it was answered; a ready answer (a status
-    dict with the error) when the annotation is not a valid request."""
+def pending_request(annotations: dict[str, str], last: PushStatus | None) -> PushRequest | PushStatus | None:
+    """The push request to act on: None when there is none or it was answered; a ready answer (with the
+    error) when the annotation is not a valid request."""
     raw = annotations.get(c.ANNOTATION_PUSH_REQUEST)
     if not raw:
         return None
@@ -106,31 +103,41 @@ def pending_request(
         request = PushRequest.model_validate_json(raw)
     except ValidationError as exc:
         try:
-            ident = json.loads(raw).get("id")
-        except (ValueError, AttributeError):
+            ident = json.loads(raw)["id"]
+        except (ValueError, KeyError, TypeError):
             ident = None
         ident = ident if isinstance(ident, str) else ""
-        if last and last.get("id") == ident:
+        if last is not None and last.id == ident:
             return None
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or 'request'}: {e['msg']}" for e in exc.errors()[:3]
         )
         return answer(ident, error=f"invalid {c.ANNOTATION_PUSH_REQUEST} annotation: {problems}")
-    if last and last.get("id") == request.id:
+    if last is not None and last.id == request.id:
         return None
     return request
 
 
-def answer(ident: str, *, error: str | None = None, **fields: str) -> dict[str, Any]:
+def answer(
+    ident: str,
+    *,
+    error: str | None = None,
+    repo: str | None = None,
+    branch: str | None = None,
+    commit: str | None = None,
+    clone_url: str | None = None,
+) -> PushStatus:
     """status.lastPush for a request."""
-    out: dict[str, Any] = {
-        "id": ident,
-        **fields,
-        "finishedAt": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-    }
-    if error is not None:
-        out["error"] = error
-    return out
+    finished = datetime.now(UTC).replace(microsecond=0)
+    return PushStatus(
+        id=ident,
+        repo=repo,
+        branch=branch,
+        commit=commit,
+        cloneURL=clone_url,
+        error=error,
+        finished_at=finished,
+    )
 
 
 async def perform(
@@ -144,7 +151,7 @@ async def perform(
     clone_base: str,
     token: str,
     settings: gitpush.PushSettings,
-) -> dict[str, Any]:
+) -> PushStatus:
     """Carry out a push request; its answer for status.lastPush. Raises RuntimeUnavailable when the
     workspace cannot be reached (try again later)."""
     try:
@@ -168,4 +175,4 @@ async def perform(
             await gitea.set_default_branch(plan.org, plan.repo, branch)
     except (SnapshotFailed, gitpush.PushFailed, GiteaError, RuntimeRefused) as exc:
         return answer(request.id, error=copyin.redact(str(exc), [token]))
-    return answer(request.id, repo=plan.full_repo, branch=branch, commit=commit, cloneURL=target.clone_url)
+    return answer(request.id, repo=plan.full_repo, branch=branch, commit=commit, clone_url=target.clone_url)

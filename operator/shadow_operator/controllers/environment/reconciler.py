@@ -157,8 +157,6 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
 
     # ------------------------------------------------------------------------------------------ the pass
     async def reconcile(self, env: ShadowEnvironment) -> float | None:
-        if env.deleting:
-            return None
         state = Pass(env)
         try:
             retry = await self._steps(state)

@@ -7,7 +7,6 @@ boundary; a step changes its fields and the reconciler writes the model back (by
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -22,6 +21,7 @@ from shadow_operator.api.environment import (
     ShadowEnvironmentStatus,
 )
 from shadow_operator.api.kinds import SECRET, ResourceKind
+from shadow_operator.api.models import Secret
 from shadow_operator.clients.gitea import Gitea
 from shadow_operator.clients.gitpush import PushSettings
 from shadow_operator.clients.runtime import Runtime
@@ -130,12 +130,8 @@ class Ports:
 
 
 def secret_data(secret: Body | None) -> dict[str, str]:
-    data: dict[str, str] = {}
-    for key, value in ((secret or {}).get("data") or {}).items():
-        data[key] = base64.b64decode(value).decode()
-    for key, value in ((secret or {}).get("stringData") or {}).items():
-        data[key] = value
-    return data
+    """A Secret's values as text (none when there is no Secret)."""
+    return Secret.model_validate(secret).values() if secret is not None else {}
 
 
 # ------------------------------------------------------------------------------------------- the pass

@@ -7,18 +7,19 @@ import contextlib
 from datetime import UTC, datetime
 
 from shadow_operator.api import constants as c
-from shadow_operator.api.environment import SourceStatus, Verdict
+from shadow_operator.api.environment import SourceStatus
 from shadow_operator.clients.gitea import Gitea, GiteaError
 from shadow_operator.clients.runtime import ExecResult, Runtime, RuntimeAnswerTooLarge, RuntimeUnavailable
-from shadow_operator.controllers.environment.state import Pass, Ports, StepFailed
-from shadow_operator.resources import copyin
-from shadow_operator.resources.verdict import (
+from shadow_operator.common.verdict import (
     CODE_EXECUTION,
     INSTALLATION_HEALTH,
+    SHADOW,
     SOURCE_VERIFICATION,
     CheckResult,
-    score_verdict,
+    score,
 )
+from shadow_operator.controllers.environment.state import Pass, Ports, StepFailed
+from shadow_operator.resources import copyin
 
 
 class VerifyStep:
@@ -64,26 +65,24 @@ class VerifyStep:
                     checks[CODE_EXECUTION].append(CheckResult(command.name, result.ok, detail))
             except RuntimeUnavailable as exc:
                 raise StepFailed(None, "RuntimeUnreachable", str(exc)) from None
-        new = score_verdict(
+        new = score(
             checks,
+            SHADOW,
             pass_threshold=verify.pass_threshold,
             verified_at=datetime.now(UTC),
             generation=env.metadata.generation,
         )
-        if trigger is not None:
-            new["trigger"] = trigger
-        state.status.verdict = Verdict.model_validate(new)
+        new.trigger = trigger
+        state.status.verdict = new
         state.mark("verified")
-        passed = new["result"] == "PASS"
-        message = (
-            f"{new['result']}: score {new['score']}/{new['maxScore']} (threshold {new['passThreshold']})"
-        )
+        passed = new.result == "PASS"
+        message = f"{new.result}: score {new.score}/{new.max_score} (threshold {new.pass_threshold})"
         state.set(c.COND_VERIFIED, passed, "VerificationPassed" if passed else "VerificationFailed", message)
         if passed:
             deps.recorder.info(env.body, reason="VerificationPassed", message=message)
         else:
             deps.recorder.warn(
-                env.body, reason="VerificationFailed", message=message + "; " + "; ".join(new["issues"])[:600]
+                env.body, reason="VerificationFailed", message=message + "; " + "; ".join(new.issues)[:600]
             )
 
     async def _check_sources(
