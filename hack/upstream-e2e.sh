@@ -16,6 +16,10 @@
 #    `agent-sandbox-controller` in `agent-sandbox-system` with 0 replicas (our operator does the work).
 # 4. Both binaries, one test at a time (-test.parallel=1, as upstream's README runs them), then a summary: tests
 #    run, passed, failed, not applicable (with why). Logs: ~/.cache/shadow-operator/logs/upstream-e2e-*.log.
+# 5. Whatever happened, the cluster is left as make e2e expects it: the namespaces the suite made are deleted,
+#    after taking off the finalizers its tests put on objects to hold their deletion (a failing or interrupted
+#    test leaves them, and its namespace would stay Terminating with a Sandbox in it for ever), and the
+#    install-check namespace goes too.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -141,6 +145,37 @@ summarize() {
   ((failed == 0))
 }
 
+namespaces() { kubectl get namespaces -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}' | sort; }
+
+# strip_test_finalizers NS: remove the suite's own finalizers (e2e.agent-sandbox.dev/...) from the objects of NS,
+# keeping any other.
+strip_test_finalizers() {
+  local ns=$1 kind name finalizers keep
+  for kind in pods sandboxes.agents.x-k8s.io sandboxclaims.extensions.agents.x-k8s.io \
+    sandboxwarmpools.extensions.agents.x-k8s.io sandboxtemplates.extensions.agents.x-k8s.io; do
+    while read -r name finalizers; do
+      [[ $finalizers == *e2e.agent-sandbox.dev/* ]] || continue
+      keep=$(tr ' ' '\n' <<<"$finalizers" | grep -v '^e2e\.agent-sandbox\.dev/' | sed 's/.*/"&"/' | paste -sd, -) || true
+      kubectl patch -n "$ns" "$kind/$name" --type=merge -p "{\"metadata\":{\"finalizers\":[${keep}]}}" >/dev/null
+    done < <(kubectl get "$kind" -n "$ns" \
+      -o jsonpath='{range .items[*]}{.metadata.name}{" "}{.metadata.finalizers[*]}{"\n"}{end}' 2>/dev/null)
+  done
+}
+
+terminating() {
+  kubectl get namespaces -o jsonpath='{range .items[?(@.status.phase=="Terminating")]}{.metadata.name}{"\n"}{end}'
+}
+
+# The namespaces made since the start, the install check's, and any left Terminating (by an earlier run).
+cleanup() {
+  local ns
+  step "cleaning up: the suite's namespaces and the install-check Deployment"
+  for ns in $({ comm -13 <(echo "${NAMESPACES_BEFORE}") <(namespaces); terminating; echo agent-sandbox-system; } | sort -u); do
+    strip_test_finalizers "$ns"
+    kubectl delete namespace "$ns" --ignore-not-found --wait=false >/dev/null
+  done
+}
+
 KUBECONFIG=$("${HACK_DIR}/kind/cluster.sh" kubeconfig)
 export KUBECONFIG
 [[ -f $KUBECONFIG ]] || die "no kind cluster: run make e2e (or hack/kind/cluster.sh up and hack/kind/deploy.sh)"
@@ -150,6 +185,8 @@ for f in "$@"; do
 done
 checkout
 build
+NAMESPACES_BEFORE=$(namespaces)
+trap cleanup EXIT
 prepare_cluster
 rm -f "${LOG_DIR}"/upstream-e2e-test-e2e*.log
 for pkg in "${PACKAGES[@]}"; do run "$pkg" "${flags[@]}"; done
