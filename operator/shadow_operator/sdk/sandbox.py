@@ -18,7 +18,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar, Unpack
+from typing import Any, Generic, TypedDict, TypeVar, Unpack
 
 import httpx
 
@@ -260,6 +260,17 @@ class Sandbox:
         kube.run(self._http, delete(self.claim_name, self.namespace))
 
 
+class ClaimOptions(TypedDict, total=False):
+    """How `create_sandbox` claims (sync and async alike); all optional."""
+
+    warmpool: str | None  # adopt a sandbox of this warm pool instead of starting one from the template
+    namespace: str | None  # the claim's namespace (default: the client's)
+    claim_name: str | None  # the claim's name (default: sandbox-<random>)
+    sandbox_ready_timeout: float  # seconds to wait for Ready (default 180)
+    labels: dict[str, str] | None  # added to the claim
+    env: dict[str, str] | None  # variables injected into the sandbox's container
+
+
 class ClaimsHolder(kube.Holder[kube.C], Generic[kube.C, S]):
     """What both SandboxClient twins are made of: a namespace, an httpx client, the sandboxes (`S`) created."""
 
@@ -269,31 +280,9 @@ class ClaimsHolder(kube.Holder[kube.C], Generic[kube.C, S]):
         self.namespace = namespace or kube.context_namespace()
         self._created: list[S] = []
 
-    def _claim(
+    def _claim_op(
         self,
         template: str | None,
-        warmpool: str | None,
-        namespace: str | None,
-        claim_name: str | None,
-        labels: dict[str, str] | None,
-        env: dict[str, str] | None,
-    ) -> Body:
-        return build_claim(
-            claim_name or claim_name_for(),
-            namespace or self.namespace,
-            template=template,
-            warmpool=warmpool,
-            labels=labels,
-            env=env,
-        )
-
-
-class SandboxClient(ClaimsHolder[httpx.Client, "Sandbox"], kube.ClientHolder):
-    """Claims sandboxes; as a context manager it deletes, on exit, the ones it created."""
-
-    def create_sandbox(
-        self,
-        template: str | None = None,
         *,
         warmpool: str | None = None,
         namespace: str | None = None,
@@ -301,11 +290,23 @@ class SandboxClient(ClaimsHolder[httpx.Client, "Sandbox"], kube.ClientHolder):
         sandbox_ready_timeout: float = 180.0,
         labels: dict[str, str] | None = None,
         env: dict[str, str] | None = None,
-    ) -> Sandbox:
-        """Claim a sandbox from a template (cold start) or a warm pool, and wait (watching) until Ready."""
-        body = self._claim(template, warmpool, namespace, claim_name, labels, env)
-        ref = kube.run(self._http, create(body, sandbox_ready_timeout))
-        sandbox = Sandbox(self._http, ref)
+    ) -> Op[SandboxRef]:
+        """create_sandbox's operation, for both twins: its options' defaults, and the refusal of a name
+        that is not one of them (`ClaimOptions` types them for the caller)."""
+        name = claim_name or claim_name_for()
+        body = build_claim(
+            name, namespace or self.namespace, template=template, warmpool=warmpool, labels=labels, env=env
+        )
+        return create(body, sandbox_ready_timeout)
+
+
+class SandboxClient(ClaimsHolder[httpx.Client, "Sandbox"], kube.ClientHolder):
+    """Claims sandboxes; as a context manager it deletes, on exit, the ones it created."""
+
+    def create_sandbox(self, template: str | None = None, **options: Unpack[ClaimOptions]) -> Sandbox:
+        """Claim a sandbox from a template (cold start) or a warm pool, and wait (watching) until Ready;
+        `warmpool`, `namespace`, `claim_name`, `sandbox_ready_timeout`, `labels`, `env` as `ClaimOptions`."""
+        sandbox = Sandbox(self._http, kube.run(self._http, self._claim_op(template, **options)))
         self._created.append(sandbox)
         return sandbox
 
@@ -409,19 +410,9 @@ class AsyncSandboxClient(ClaimsHolder[httpx.AsyncClient, "AsyncSandbox"], kube.A
     """The async twin of SandboxClient."""
 
     async def create_sandbox(
-        self,
-        template: str | None = None,
-        *,
-        warmpool: str | None = None,
-        namespace: str | None = None,
-        claim_name: str | None = None,
-        sandbox_ready_timeout: float = 180.0,
-        labels: dict[str, str] | None = None,
-        env: dict[str, str] | None = None,
+        self, template: str | None = None, **options: Unpack[ClaimOptions]
     ) -> AsyncSandbox:
-        body = self._claim(template, warmpool, namespace, claim_name, labels, env)
-        ref = await kube.arun(self._http, create(body, sandbox_ready_timeout))
-        sandbox = AsyncSandbox(self._http, ref)
+        sandbox = AsyncSandbox(self._http, await kube.arun(self._http, self._claim_op(template, **options)))
         self._created.append(sandbox)
         return sandbox
 
