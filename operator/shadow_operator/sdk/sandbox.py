@@ -225,15 +225,14 @@ class Filesystem:
         self._sandbox._run(lambda ep: runtime.delete_path(ep, path, recursive=recursive))
 
 
-class Sandbox:
-    """A claimed sandbox: `commands`, `files`, `terminate()`."""
+class SandboxHandle(Generic[kube.C]):
+    """What both Sandbox twins are made of: the claim's reference, an httpx client (`C`: sync or async), and
+    the runtime's endpoint once read."""
 
-    def __init__(self, http: httpx.Client, ref: SandboxRef) -> None:
+    def __init__(self, http: kube.C, ref: SandboxRef) -> None:
         self._http = http
         self.ref = ref
         self._ep: RuntimeEndpoint | None = None
-        self.commands = CommandExecutor(self)
-        self.files = Filesystem(self)
 
     claim_name = property(lambda self: self.ref.claim_name, doc="The SandboxClaim's name.")
     sandbox_name = property(
@@ -241,6 +240,15 @@ class Sandbox:
         doc="The Sandbox's name (the claim's, or the warm pool's sandbox it adopted).",
     )
     namespace = property(lambda self: self.ref.namespace, doc="The namespace of the claim and its sandbox.")
+
+
+class Sandbox(SandboxHandle[httpx.Client]):
+    """A claimed sandbox: `commands`, `files`, `terminate()`."""
+
+    def __init__(self, http: httpx.Client, ref: SandboxRef) -> None:
+        super().__init__(http, ref)
+        self.commands = CommandExecutor(self)
+        self.files = Filesystem(self)
 
     def endpoint(self) -> RuntimeEndpoint:
         """The sandbox's runtime through the API server's pod proxy (read once)."""
@@ -378,17 +386,11 @@ class AsyncFilesystem:
 
 
 @kube.documented_as(Sandbox)
-class AsyncSandbox:
+class AsyncSandbox(SandboxHandle[httpx.AsyncClient]):
     def __init__(self, http: httpx.AsyncClient, ref: SandboxRef) -> None:
-        self._http = http
-        self.ref = ref
-        self._ep: RuntimeEndpoint | None = None
+        super().__init__(http, ref)
         self.commands = AsyncCommandExecutor(self)
         self.files = AsyncFilesystem(self)
-
-    claim_name = property(lambda self: self.ref.claim_name)
-    sandbox_name = property(lambda self: self.ref.sandbox_name)
-    namespace = property(lambda self: self.ref.namespace)
 
     async def endpoint(self) -> RuntimeEndpoint:
         if self._ep is None:
