@@ -78,7 +78,10 @@ async def test_waits_for_the_upload_then_copies_both_and_captures_the_baseline_o
 async def test_a_source_that_cannot_be_fetched_fails_with_its_code() -> None:
     world = World()
     world.runtime(URL).answers = [
-        (copyin.SNAPSHOT, ExecutionResult(exit_code=128, stdout="", stderr="fatal: not found", timed_out=False))
+        (
+            copyin.SNAPSHOT,
+            ExecutionResult(exit_code=128, stdout="", stderr="fatal: not found", timed_out=False),
+        )
     ]
     state = new_pass(environment(spec=SPEC, status={"runtimeURL": URL}))
     with pytest.raises(StepFailed) as failed:
@@ -173,7 +176,10 @@ async def test_while_gitea_starts_sources_are_fetched_into_the_workspace_once() 
 async def test_a_source_that_cannot_be_cloned_fails_before_gitea_is_up() -> None:
     world = World()
     world.runtime(URL).answers = [
-        (copyin.SNAPSHOT, ExecutionResult(exit_code=128, stdout="", stderr="fatal: no such repo", timed_out=False))
+        (
+            copyin.SNAPSHOT,
+            ExecutionResult(exit_code=128, stdout="", stderr="fatal: no such repo", timed_out=False),
+        )
     ]
     state = new_pass(environment(spec={**SPEC, "gitea": {"enabled": True}}, status={"runtimeURL": URL}))
     with pytest.raises(StepFailed) as failed:
