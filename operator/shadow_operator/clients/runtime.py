@@ -20,7 +20,13 @@ import httpx
 from shadow_operator.common import runtimeapi
 from shadow_operator.common.runtimeapi import DEFAULT_MAX_ANSWER_BYTES, ERROR_DETAIL_BYTES, ExecutionResult
 
-__all__ = ["DEFAULT_MAX_ANSWER_BYTES", "ExecutionResult", "Runtime", "RuntimeAnswerTooLarge", "RuntimeRefused"]
+__all__ = [
+    "DEFAULT_MAX_ANSWER_BYTES",
+    "ExecutionResult",
+    "Runtime",
+    "RuntimeAnswerTooLarge",
+    "RuntimeRefused",
+]
 T = TypeVar("T")
 
 

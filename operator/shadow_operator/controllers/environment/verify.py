@@ -9,7 +9,12 @@ from datetime import UTC, datetime
 from shadow_operator.api import constants as c
 from shadow_operator.api.environment import SourceStatus
 from shadow_operator.clients.gitea import Gitea, GiteaError
-from shadow_operator.clients.runtime import ExecutionResult, Runtime, RuntimeAnswerTooLarge, RuntimeUnavailable
+from shadow_operator.clients.runtime import (
+    ExecutionResult,
+    Runtime,
+    RuntimeAnswerTooLarge,
+    RuntimeUnavailable,
+)
 from shadow_operator.common.verdict import (
     CODE_EXECUTION,
     INSTALLATION_HEALTH,
