@@ -21,7 +21,7 @@ from shadow_operator.api.kinds import ResourceKind
 from shadow_operator.clients.gitea import Gitea, GiteaError
 from shadow_operator.clients.gitpush import PushSettings
 from shadow_operator.clients.kube import ApiError
-from shadow_operator.clients.runtime import ExecResult, Runtime, RuntimeUnavailable
+from shadow_operator.clients.runtime import ExecutionResult, Runtime, RuntimeUnavailable
 from shadow_operator.controllers.config import Config
 from shadow_operator.controllers.environment.state import Pass, Ports
 from shadow_operator.engine import Client, Deps, NotOwned, Reconciler
@@ -143,7 +143,7 @@ class FakeRuntime:
 
     def __init__(self, url: str, token: str | None = None) -> None:
         self.url, self.token = url, token
-        self.answers: list[tuple[str, ExecResult]] = []
+        self.answers: list[tuple[str, ExecutionResult]] = []
         self.calls: list[str] = []
         self.idle = 0.0
         self.baseline = False
@@ -169,12 +169,12 @@ class FakeRuntime:
         cwd: str = "",
         timeout: float = 60.0,
         tag: str = "",
-    ) -> ExecResult:
+    ) -> ExecutionResult:
         self._reach(f"sh {tag}")
         for fragment, result in self.answers:
             if fragment in script:
                 return result
-        return ExecResult(exit_code=0, stdout="", stderr="", timed_out=False)
+        return ExecutionResult(exit_code=0, stdout="", stderr="", timed_out=False)
 
     async def idle_seconds(self) -> float:
         self._reach("idle")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from shadow_operator.api import constants as c
-from shadow_operator.clients.runtime import ExecResult
+from shadow_operator.clients.runtime import ExecutionResult
 from shadow_operator.controllers.environment.state import StepFailed
 from shadow_operator.controllers.environment.verify import VerifyStep
 from shadow_operator.resources import copyin
@@ -38,8 +38,8 @@ def env_with(
     )
 
 
-def result(code: int, out: str = "", truncated: bool = False) -> ExecResult:
-    return ExecResult(exit_code=code, stdout=out, stderr="", timed_out=False, truncated=truncated)
+def result(code: int, out: str = "", truncated: bool = False) -> ExecutionResult:
+    return ExecutionResult(exit_code=code, stdout=out, stderr="", timed_out=False, truncated=truncated)
 
 
 async def test_passing_rubric_writes_a_typed_verdict_and_the_verified_time() -> None:

@@ -12,16 +12,21 @@ anywhere, should a runtime ignore the cap.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import httpx
 
 from shadow_operator.common import runtimeapi
-from shadow_operator.common.runtimeapi import DEFAULT_MAX_ANSWER_BYTES, ERROR_DETAIL_BYTES
+from shadow_operator.common.runtimeapi import DEFAULT_MAX_ANSWER_BYTES, ERROR_DETAIL_BYTES, ExecutionResult
 
-__all__ = ["DEFAULT_MAX_ANSWER_BYTES", "ExecResult", "Runtime", "RuntimeAnswerTooLarge", "RuntimeRefused"]
+__all__ = [
+    "DEFAULT_MAX_ANSWER_BYTES",
+    "ExecutionResult",
+    "Runtime",
+    "RuntimeAnswerTooLarge",
+    "RuntimeRefused",
+]
 T = TypeVar("T")
 
 
@@ -55,24 +60,6 @@ class RuntimeAnswerTooLarge(RuntimeUnavailable):
             "(operator setting SHADOW_RUNTIME_MAX_ANSWER_BYTES, chart value operator.runtimeMaxAnswerBytes)"
         )
         self.limit = limit
-
-
-@dataclass(frozen=True)
-class ExecResult:
-    exit_code: int
-    stdout: str
-    stderr: str
-    timed_out: bool
-    # Output was cut (by the runtime or here): stdout and stderr hold only their tails.
-    truncated: bool = False
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_code == 0 and not self.timed_out
-
-    @property
-    def output(self) -> str:
-        return (self.stdout + ("\n" if self.stdout and self.stderr else "") + self.stderr).strip()
 
 
 def _tail(text: str, limit: int) -> tuple[str, bool]:
@@ -167,7 +154,7 @@ class Runtime:
         cwd: str = "",
         timeout: float = 600.0,
         tag: str,
-    ) -> ExecResult:
+    ) -> ExecutionResult:
         """Run a shell program to completion (`sh -c`), its inputs in `env`."""
         body = runtimeapi.exec_body(
             script,
@@ -192,7 +179,7 @@ class Runtime:
         try:
             stdout, cut_out = _tail(str(data["stdout"]), self.max_output_bytes)
             stderr, cut_err = _tail(str(data["stderr"]), self.max_output_bytes)
-            return ExecResult(
+            return ExecutionResult(
                 exit_code=int(data["exit_code"]),
                 stdout=stdout,
                 stderr=stderr,

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import quote
 
+from pydantic import BaseModel
+
 T = TypeVar("T")
 
 # What the operator reads of one answer by default (SHADOW_RUNTIME_MAX_ANSWER_BYTES).
@@ -225,6 +227,30 @@ def exec_request(body: Mapping[str, Any], *, stream: bool = False) -> Request:
     wait = float(body.get("timeout_seconds") or 600.0) + 30.0
     path = "/v1/exec/stream" if stream else "/v1/exec"
     return Request("POST", path, "exec", body=dict(body), timeout=wait, max_containers=MAX_JSON_CONTAINERS)
+
+
+class ExecutionResult(BaseModel):
+    """What a command did, for the operator and the SDK alike (the `k8s-agent-sandbox` SDK's name and first
+    four fields). `truncated`: output was cut (by the runtime, or by a reader with a smaller limit), so stdout
+    and stderr hold only their tails."""
+
+    stdout: str = ""
+    stderr: str = ""
+    exit_code: int = -1
+    timed_out: bool = False
+    signal: int | None = None
+    truncated: bool = False
+    duration_seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """Whether the command exited 0 (not killed, not timed out)."""
+        return self.exit_code == 0 and not self.timed_out
+
+    @property
+    def output(self) -> str:
+        """stdout and stderr together, one line between them, stripped."""
+        return (self.stdout + ("\n" if self.stdout and self.stderr else "") + self.stderr).strip()
 
 
 def run(body: Mapping[str, Any]) -> Op[dict[str, Any]]:

@@ -9,7 +9,12 @@ from datetime import UTC, datetime
 from shadow_operator.api import constants as c
 from shadow_operator.api.environment import SourceStatus
 from shadow_operator.clients.gitea import Gitea, GiteaError
-from shadow_operator.clients.runtime import ExecResult, Runtime, RuntimeAnswerTooLarge, RuntimeUnavailable
+from shadow_operator.clients.runtime import (
+    ExecutionResult,
+    Runtime,
+    RuntimeAnswerTooLarge,
+    RuntimeUnavailable,
+)
 from shadow_operator.common.verdict import (
     CODE_EXECUTION,
     INSTALLATION_HEALTH,
@@ -139,7 +144,7 @@ async def _check_installs(runtime: Runtime, sources: list[SourceStatus], out: li
         out.append(CheckResult(check, result.ok, detail))
 
 
-def _evidence(result: ExecResult, limit: int) -> str:
+def _evidence(result: ExecutionResult, limit: int) -> str:
     """The tail of a command's output for a verdict, saying when the output was longer than what was kept."""
     tail = copyin.tail(result.output, limit)
     return f"(output truncated) {tail}" if result.truncated else tail
