@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import itertools
 import re
@@ -21,7 +20,8 @@ from shadow_operator.api.kinds import ResourceKind
 from shadow_operator.clients.gitea import Gitea, GiteaError
 from shadow_operator.clients.gitpush import PushSettings
 from shadow_operator.clients.kube import ApiError
-from shadow_operator.clients.runtime import ExecResult, Runtime, RuntimeUnavailable
+from shadow_operator.clients.pacing import Slots
+from shadow_operator.clients.runtime import ExecResult, Runtime, RuntimeStalled, RuntimeUnavailable
 from shadow_operator.controllers.config import Config
 from shadow_operator.controllers.environment.state import Pass, Ports
 from shadow_operator.engine import Client, Deps, NotOwned, Reconciler
@@ -148,6 +148,7 @@ class FakeRuntime:
         self.idle = 0.0
         self.baseline = False
         self.unavailable: str | None = None
+        self.stalled: str | None = None  # a real runtime's stall: tests/runtime/test_transfer_pace.py
         self.tree_bytes = 0
 
     async def __aenter__(self) -> FakeRuntime:
@@ -160,6 +161,8 @@ class FakeRuntime:
         self.calls.append(call)
         if self.unavailable:
             raise RuntimeUnavailable(self.unavailable)
+        if self.stalled:
+            raise RuntimeStalled(self.stalled)
 
     async def sh(
         self,
@@ -277,7 +280,9 @@ class World:
             cache=self.cache,
             recorder=self.recorder,
             config=config or Config(),
-            push_settings=PushSettings(work_dir=None, max_bundle_bytes=1 << 20, slots=asyncio.Semaphore(1)),
+            push_settings=PushSettings(
+                work_dir=None, max_bundle_bytes=1 << 20, slots=Slots(total=1, per_namespace=1)
+            ),
             open_runtime=self._open_runtime,
             open_gitea=self.gitea.open,
         )
@@ -285,7 +290,7 @@ class World:
     def runtime(self, url: str) -> FakeRuntime:
         return self.runtimes.setdefault(url, FakeRuntime(url))
 
-    def _open_runtime(self, url: str, token: str | None, limit: int) -> Runtime:
+    def _open_runtime(self, url: str, token: str | None, config: Config) -> Runtime:
         runtime = self.runtime(url)
         runtime.token = token
         return cast(Runtime, runtime)

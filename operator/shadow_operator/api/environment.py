@@ -56,6 +56,7 @@ FailureCode = Literal[
     "SnapshotFailed",
     "SnapshotTimeout",
     "CopyFailed",
+    "RuntimeStalled",
 ]
 CloneMethod = Literal["Snapshot", "Copy"]
 

@@ -7,22 +7,37 @@ by default) and an answer past it fails its call with `RuntimeAnswerTooLarge` af
 Command output is asked for capped at a sixteenth of the limit per stream (even escaped control characters,
 six bytes of JSON each, then fit) and cut again here, its tail kept and `truncated` set, before it goes
 anywhere, should a runtime ignore the cap.
+
+Nor is any transfer bounded only per read (`clients.pacing`): downloads, workspace copies and the bodies of
+answers must keep a minimum pace (64 KiB/s over 30 s by default, SHADOW_TRANSFER_MIN_RATE and
+SHADOW_TRANSFER_WINDOW) and end within their deadline in total, or fail with `RuntimeStalled`: a runtime stopped
+and woken by the workspace's code cannot hold an operator worker or a push slot for ever.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import httpx
 
+from shadow_operator.clients.pacing import Meter, Pace, TransferStalled, paced
 from shadow_operator.common import runtimeapi
 from shadow_operator.common.runtimeapi import DEFAULT_MAX_ANSWER_BYTES, ERROR_DETAIL_BYTES
 
-__all__ = ["DEFAULT_MAX_ANSWER_BYTES", "ExecResult", "Runtime", "RuntimeAnswerTooLarge", "RuntimeRefused"]
+__all__ = [
+    "DEFAULT_MAX_ANSWER_BYTES",
+    "ExecResult",
+    "Runtime",
+    "RuntimeAnswerTooLarge",
+    "RuntimeRefused",
+    "RuntimeStalled",
+]
 T = TypeVar("T")
+DEFAULT_PACE = Pace()
 
 
 class RuntimeUnavailable(Exception):
@@ -44,6 +59,11 @@ class RuntimeRefused(RuntimeUnavailable):
         super().__init__(f"{message}: {detail}")
         self.status = status
         self.detail = detail
+
+
+class RuntimeStalled(RuntimeUnavailable):
+    """A transfer with the runtime fell below its minimum pace or ran past its deadline (the workspace's code
+    may have stopped its runtime); the message says which."""
 
 
 class RuntimeAnswerTooLarge(RuntimeUnavailable):
@@ -87,6 +107,7 @@ class Runtime:
         *,
         timeout: float = 30.0,
         max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
+        pace: Pace = DEFAULT_PACE,
     ) -> None:
         # Answers are counted as they arrive on the wire: compressed ones (whose size says nothing about what
         # they expand to) are not asked for, and refused.
@@ -97,6 +118,7 @@ class Runtime:
             base_url=base_url.rstrip("/"), headers=headers, timeout=timeout, trust_env=False
         )
         self.max_answer_bytes = max_answer_bytes
+        self.pace = pace
         # Per stream (stdout, stderr): JSON escapes a control character in six bytes, so both fit the limit.
         self.max_output_bytes = max_answer_bytes // 16
         self._journal_flag = True
@@ -129,23 +151,35 @@ class Runtime:
         elif request.content is not None:
             args.update(content=request.content, headers={"content-type": request.content_type})
         try:
-            async with self._http.stream(
-                method,
-                path,
-                timeout=request.timeout if request.timeout is not None else httpx.USE_CLIENT_DEFAULT,
-                **args,
-            ) as resp:
+            # The pace is kept from the answer's head on (an exec's comes only when its command ended).
+            async with (
+                self._http.stream(
+                    method,
+                    path,
+                    timeout=request.timeout if request.timeout is not None else httpx.USE_CLIENT_DEFAULT,
+                    **args,
+                ) as resp,
+                self._paced(f"the answer to {method} {path}", request.timeout) as meter,
+            ):
                 if resp.status_code >= 400 and resp.status_code not in request.ok:
-                    detail = await _read_bounded(resp, ERROR_DETAIL_BYTES, method, path, cut=True)
+                    detail = await _read_bounded(resp, ERROR_DETAIL_BYTES, method, path, meter, cut=True)
                     raise RuntimeRefused(
                         resp.status_code,
                         f"runtime answered {resp.status_code} to {method} {path}",
                         detail.decode(errors="replace"),
                     )
-                content = await _read_bounded(resp, self.max_answer_bytes, method, path)
+                content = await _read_bounded(resp, self.max_answer_bytes, method, path, meter)
         except httpx.HTTPError as exc:
             raise RuntimeUnavailable(f"runtime unreachable: {type(exc).__name__}: {exc}") from None
         return runtimeapi.Answer(resp.status_code, content, resp.headers, request.max_containers)
+
+    @asynccontextmanager
+    async def _paced(self, what: str, deadline: float | None) -> AsyncIterator[Meter]:
+        try:
+            async with paced(what, self.pace, deadline) as meter:
+                yield meter
+        except TransferStalled as exc:
+            raise RuntimeStalled(str(exc)) from None
 
     async def healthy(self) -> bool:
         try:
@@ -220,14 +254,18 @@ class Runtime:
         written = 0
         try:
             request = runtimeapi.read_request(path, timeout=timeout)
-            async with self._http.stream("GET", request.path, timeout=timeout) as resp:
+            async with (
+                self._paced(f"the download of {path}", timeout) as meter,
+                self._http.stream("GET", request.path, timeout=timeout) as resp,
+            ):
                 if resp.status_code >= 400:
-                    head = await _read_bounded(resp, ERROR_DETAIL_BYTES, "GET", request.path, cut=True)
+                    head = await _read_bounded(resp, ERROR_DETAIL_BYTES, "GET", request.path, meter, cut=True)
                     raise RuntimeRefused(
                         resp.status_code, f"download of {path} refused", head.decode(errors="replace")
                     )
                 with dest.open("wb") as out:
                     async for chunk in resp.aiter_raw():
+                        meter(len(chunk))
                         written += len(chunk)
                         if written > limit:
                             raise DownloadTooLarge(path, limit)
@@ -248,17 +286,20 @@ class Runtime:
         """
         streamed = 0
         try:
-            async with self._http.stream(
-                # Uncompressed (gzip level 0): inside the cluster, compressing costs both runtimes more CPU than
-                # it saves on the wire (a mixed 116 MiB tree copied in 6-9 s instead of 15 s on 2 cores).
-                "GET",
-                f"/v1/archive/{path}",
-                params={"level": 0},
-                timeout=timeout,
-            ) as resp:
+            async with (
+                self._paced(f"the copy of {path or 'the workspace'}", timeout) as meter,
+                self._http.stream(
+                    # Uncompressed (gzip level 0): inside the cluster, compressing costs both runtimes more CPU
+                    # than it saves on the wire (a mixed 116 MiB tree copied in 6-9 s instead of 15 s on 2 cores).
+                    "GET",
+                    f"/v1/archive/{path}",
+                    params={"level": 0},
+                    timeout=timeout,
+                ) as resp,
+            ):
                 if resp.status_code >= 400:
                     detail = (
-                        await _read_bounded(resp, ERROR_DETAIL_BYTES, "GET", "/v1/archive", cut=True)
+                        await _read_bounded(resp, ERROR_DETAIL_BYTES, "GET", "/v1/archive", meter, cut=True)
                     ).decode(errors="replace")
                     raise RuntimeRefused(
                         resp.status_code, f"export of {path or 'the workspace'} refused", detail
@@ -267,6 +308,7 @@ class Runtime:
                 async def body() -> AsyncIterator[bytes]:
                     nonlocal streamed
                     async for chunk in resp.aiter_raw():
+                        meter(len(chunk))
                         streamed += len(chunk)
                         yield chunk
 
@@ -277,13 +319,14 @@ class Runtime:
 
 
 async def _read_bounded(
-    resp: httpx.Response, limit: int, method: str, path: str, *, cut: bool = False
+    resp: httpx.Response, limit: int, method: str, path: str, meter: Meter, *, cut: bool = False
 ) -> bytes:
     """At most `limit` bytes of the answer: past them, `cut` keeps the first `limit`, else the call fails."""
     reader = runtimeapi.BoundedRead(limit, cut=cut)
     try:
         reader.start(resp.headers)
         async for chunk in resp.aiter_raw():
+            meter(len(chunk))
             if not reader.feed(chunk):
                 break
     except runtimeapi.AnswerTooLarge:

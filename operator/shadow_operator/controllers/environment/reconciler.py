@@ -25,7 +25,6 @@ writes it back. When each phase first finished goes to status.timings and to a h
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
@@ -50,6 +49,7 @@ from shadow_operator.api.kinds import (
 )
 from shadow_operator.api.models import ObjectMeta, Sandbox, SandboxStatus
 from shadow_operator.clients import gitpush
+from shadow_operator.clients.pacing import Slots
 from shadow_operator.controllers import metrics
 from shadow_operator.controllers.environment.clone import CloneStep, Restore
 from shadow_operator.controllers.environment.copyin import CopyInStep
@@ -141,7 +141,11 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
             push_settings=gitpush.PushSettings(
                 work_dir=self.config.git_work_dir,
                 max_bundle_bytes=self.config.max_bundle_bytes,
-                slots=asyncio.Semaphore(self.config.git_push_concurrency),
+                slots=Slots(
+                    total=self.config.git_push_concurrency,
+                    per_namespace=self.config.git_push_concurrency_per_namespace,
+                ),
+                timeout=self.config.git_push_timeout,
             ),
         )
         self.pool = PoolStep(self.steps)
