@@ -150,6 +150,8 @@ class FakeRuntime:
         self.unavailable: str | None = None
         self.stalled: str | None = None  # a real runtime's stall: tests/runtime/test_transfer_pace.py
         self.tree_bytes = 0
+        self.processes: dict[str, ExecResult] = {}  # background processes, by id
+        self.removed: list[str] = []
 
     async def __aenter__(self) -> FakeRuntime:
         return self
@@ -174,10 +176,34 @@ class FakeRuntime:
         tag: str = "",
     ) -> ExecResult:
         self._reach(f"sh {tag}")
+        return self._answer(script)
+
+    def _answer(self, script: str) -> ExecResult:
         for fragment, result in self.answers:
             if fragment in script:
                 return result
         return ExecResult(exit_code=0, stdout="", stderr="", timed_out=False)
+
+    async def start(
+        self, script: str, *, env: dict[str, str] | None = None, cwd: str = "", timeout: float, tag: str
+    ) -> str:
+        """A background process, ended at once with the answer `sh` would give."""
+        self._reach(f"start {tag}")
+        process_id = f"p{len(self.processes) + 1}"
+        self.processes[process_id] = self._answer(script)
+        return process_id
+
+    async def running(self, process_id: str) -> bool | None:
+        self._reach("running")
+        return False if process_id in self.processes else None
+
+    async def result(self, process_id: str) -> ExecResult | None:
+        self._reach("result")
+        return self.processes.get(process_id)
+
+    async def remove(self, process_id: str) -> None:
+        self._reach("remove")
+        self.removed.append(process_id)
 
     async def idle_seconds(self) -> float:
         self._reach("idle")

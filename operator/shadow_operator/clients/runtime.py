@@ -236,6 +236,95 @@ class Runtime:
         except (KeyError, TypeError, ValueError, AttributeError):
             raise RuntimeRefused(200, "runtime's answer to POST /v1/exec is malformed", "") from None
 
+    async def start(
+        self, script: str, *, env: dict[str, str] | None = None, cwd: str = "", timeout: float, tag: str
+    ) -> str:
+        """Start a shell program as the runtime's background process (it runs whether or not anyone waits, and
+        the runtime ends it after `timeout`): its id, to look in on it with `process` and `result`."""
+        body = runtimeapi.exec_body(
+            script,
+            env=env,
+            cwd=cwd,
+            timeout=timeout,
+            tag=tag,
+            journal=None,
+            max_output_bytes=self.max_output_bytes,  # the log keeps that much of each process' output, its tail
+        )
+        data = await self._run(runtimeapi.start_process(body))
+        process_id = data.get("id")
+        if not isinstance(process_id, str) or not 0 < len(process_id) <= 128:
+            raise RuntimeRefused(200, "runtime's answer to POST /v1/processes is malformed", "no id")
+        return process_id
+
+    async def running(self, process_id: str) -> bool | None:
+        """Whether the background process runs still; None when the runtime knows no such process."""
+        data = await self._run(runtimeapi.process(process_id))
+        if data is None:
+            return None
+        return data.get("state") == "running"
+
+    async def result(self, process_id: str) -> ExecResult | None:
+        """An exited background process' exit status and the tails of its output (`max_output_bytes` each);
+        None when the runtime knows no such process."""
+        data = await self._run(runtimeapi.process(process_id))
+        if data is None:
+            return None
+        request = runtimeapi.process_logs_request(process_id)
+        tails = {"stdout": bytearray(), "stderr": bytearray()}
+        cut = False
+        # A line is one chunk of output (64 KiB read at a time, up to six bytes each once escaped); the runtime
+        # keeps the last 4 MiB of a process' output, so eight answers' worth covers it escaped. Only the tails
+        # are held.
+        lines = runtimeapi.Lines(1 << 20)
+        limit, read = 8 * self.max_answer_bytes, 0
+        try:
+            async with (
+                self._paced("the output of a process", request.timeout) as meter,
+                self._http.stream("GET", request.path, timeout=request.timeout) as resp,
+            ):
+                if resp.status_code == 404:
+                    return None
+                if resp.status_code >= 400:
+                    raise RuntimeRefused(
+                        resp.status_code, f"runtime answered {resp.status_code}", "process output"
+                    )
+                runtimeapi.refuse_encoded(resp.headers)
+                async for chunk in resp.aiter_raw():
+                    meter(len(chunk))
+                    read += len(chunk)
+                    if read > limit:
+                        raise RuntimeAnswerTooLarge("GET", request.path, limit)
+                    for event in lines.feed(chunk):
+                        kind = event.get("type") if isinstance(event, dict) else None
+                        if kind in tails and isinstance(event.get("data"), str):
+                            tail = tails[kind]
+                            tail += event["data"].encode()
+                            if len(tail) > self.max_output_bytes:
+                                del tail[: len(tail) - self.max_output_bytes]
+                                cut = True
+                        elif kind == "dropped":
+                            cut = True
+        except runtimeapi.AnswerTooLarge as exc:
+            raise RuntimeAnswerTooLarge("GET", request.path, exc.limit) from None
+        except runtimeapi.AnswerRefused as exc:
+            raise RuntimeRefused(200, f"runtime's process output is {exc}", "") from None
+        except httpx.HTTPError as exc:
+            raise RuntimeUnavailable(f"runtime unreachable: {type(exc).__name__}: {exc}") from None
+        try:
+            return ExecResult(
+                exit_code=int(data["exit_code"]) if data.get("exit_code") is not None else -1,
+                stdout=tails["stdout"].decode(errors="replace"),
+                stderr=tails["stderr"].decode(errors="replace"),
+                timed_out=bool(data.get("timed_out")),
+                truncated=cut,
+            )
+        except (TypeError, ValueError):
+            raise RuntimeRefused(200, "runtime's process summary is malformed", "") from None
+
+    async def remove(self, process_id: str) -> None:
+        """Kill (if it runs) and forget a background process."""
+        await self._run(runtimeapi.remove_process(process_id))
+
     async def capture_baseline(self, exclude: list[str] | None = None) -> dict[str, Any]:
         return await self._run(runtimeapi.capture_baseline(exclude))
 

@@ -271,7 +271,9 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
             return 0.0  # Ready now (written at the end of this pass); verification runs in the next one
         if gitea_on:
             await self.copy_in.push_request(state, creds.get(c.GITEA_SECRET_TOKEN))
-        await self.verify.verify(state)
+        verifying = await self.verify.verify(state)
+        if verifying is not None:
+            return verifying  # a check runs in the workspace: look in on it then
         return await self.idle.suspend_if_idle(state)
 
     async def _workspace(self, state: Pass, sb_status: SandboxStatus) -> bool:
