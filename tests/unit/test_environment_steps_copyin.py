@@ -89,6 +89,16 @@ async def test_a_source_that_cannot_be_fetched_fails_with_its_code() -> None:
     assert failed.value.code == "SourceFetchFailed" and "fatal: not found" in failed.value.message
 
 
+async def test_a_runtime_that_stalls_the_copy_in_fails_it_with_its_own_code() -> None:
+    """Before, a stalled transfer was `RuntimeUnreachable`: no failure code, retried for ever in silence."""
+    world = World()
+    world.runtime(URL).stalled = "the download of x moved fewer than 1966080 bytes in 30s"
+    state = new_pass(environment(spec=SPEC, status={"runtimeURL": URL}))
+    with pytest.raises(StepFailed) as failed:
+        await CopyInStep(world.deps).copy_in(state, None)
+    assert failed.value.code == "RuntimeStalled" and "source 'lib': the download" in failed.value.message
+
+
 async def test_a_fork_keeps_the_baseline_its_clone_brought() -> None:
     world = World()
     world.runtime(URL).answers = [snapshot_ok()]

@@ -342,6 +342,45 @@ def import_archive(
     return _object(answer)
 
 
+def start_process(body: Mapping[str, Any]) -> Op[dict[str, Any]]:
+    """POST /v1/processes: a background process (exec_body's fields); its summary, with the runtime's `id`."""
+    answer = yield Request(
+        "POST",
+        "/v1/processes",
+        "start a process",
+        body=dict(body),
+        timeout=60.0,
+        max_containers=MAX_JSON_CONTAINERS,
+    )
+    return _object(answer)
+
+
+def process(process_id: str) -> Op[dict[str, Any] | None]:
+    """A background process' summary (state, exit_code, timed_out ...), or None when the runtime has none of
+    that id (it restarted, or forgot the process)."""
+    answer = yield Request(
+        "GET",
+        "/v1/processes/" + quote(process_id, safe=""),
+        "process",
+        timeout=30.0,
+        ok=(404,),
+        max_containers=MAX_JSON_CONTAINERS,
+    )
+    return None if answer.status == 404 else _object(answer)
+
+
+def process_logs_request(process_id: str) -> Request:
+    """GET /v1/processes/{id}/logs: its kept output as NDJSON events (stream the answer)."""
+    return Request("GET", f"/v1/processes/{quote(process_id, safe='')}/logs", "process output", timeout=60.0)
+
+
+def remove_process(process_id: str) -> Op[None]:
+    """Kill (if running) and forget a background process; gone already is fine."""
+    yield Request(
+        "DELETE", "/v1/processes/" + quote(process_id, safe=""), "remove a process", timeout=30.0, ok=(404,)
+    )
+
+
 def journal_params(since: int, significant: bool) -> dict[str, str]:
     return {"since": str(since), "significant": str(significant).lower()}
 
