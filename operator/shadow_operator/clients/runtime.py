@@ -16,6 +16,7 @@ and woken by the workspace's code cannot hold an operator worker or a push slot 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -102,6 +103,8 @@ class Runtime:
         self.pace = pace
         # Per stream (stdout, stderr): JSON escapes a control character in six bytes, so both fit the limit.
         self.max_output_bytes = max_answer_bytes // 16
+        # A command's request body, its output capped at what this client keeps.
+        self._exec_body = functools.partial(runtimeapi.exec_body, max_output_bytes=self.max_output_bytes)
         self._journal_flag = True
 
     async def __aenter__(self) -> Runtime:
@@ -184,16 +187,9 @@ class Runtime:
         tag: str,
     ) -> ExecutionResult:
         """Run a shell program to completion (`sh -c`), its inputs in `env`."""
-        body = runtimeapi.exec_body(
-            script,
-            env=env,
-            cwd=cwd,
-            timeout=timeout,
-            max_output_bytes=self.max_output_bytes,
-            tag=tag,
-            # The operator's plumbing is not the agent's work: keep it out of the journal and HANDOFF.md.
-            journal=False if self._journal_flag else None,
-        )
+        # The operator's plumbing is not the agent's work: keep it out of the journal and HANDOFF.md.
+        journal = False if self._journal_flag else None
+        body = self._exec_body(script, env=env, cwd=cwd, timeout=timeout, tag=tag, journal=journal)
         try:
             data = await self._run(runtimeapi.run(body))
         except RuntimeRefused as exc:
@@ -222,15 +218,8 @@ class Runtime:
     ) -> str:
         """Start a shell program as the runtime's background process (it runs whether or not anyone waits, and
         the runtime ends it after `timeout`): its id, to look in on it with `process` and `result`."""
-        body = runtimeapi.exec_body(
-            script,
-            env=env,
-            cwd=cwd,
-            timeout=timeout,
-            tag=tag,
-            journal=None,
-            max_output_bytes=self.max_output_bytes,  # the log keeps that much of each process' output, its tail
-        )
+        # Background processes are not journaled; the log keeps max_output_bytes of each stream, its tail.
+        body = self._exec_body(script, env=env, cwd=cwd, timeout=timeout, tag=tag, journal=None)
         data = await self._run(runtimeapi.start_process(body))
         process_id = data.get("id")
         if not isinstance(process_id, str) or not 0 < len(process_id) <= 128:
