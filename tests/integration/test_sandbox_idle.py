@@ -7,9 +7,11 @@ controls activity through the annotation shadow.dev/last-activity and its policy
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,6 +25,7 @@ from tests.runtime.conftest import Server
 from tests.support.controlplane import wait_for
 from tests.support.sandbox_operator import (
     CLAIM,
+    ENVIRONMENT,
     POOL,
     SANDBOX,
     TEMPLATE,
@@ -33,6 +36,7 @@ from tests.support.sandbox_operator import (
     sandbox_body,
     template_body,
 )
+from tests.support.volumes import bind_volumes, wait_bound
 
 pytestmark = pytest.mark.integration
 
@@ -269,3 +273,77 @@ def test_a_claim_cannot_widen_its_templates_policy(objs: Objects) -> None:
         "86400" in condition(refused, "Ready")["message"] and "300" in condition(refused, "Ready")["message"]
     )
     assert objs.get(SANDBOX, "greedy") is None
+
+
+def test_environment_suspends_through_its_sandbox_and_resumes_on_its_annotation(
+    objs: Objects, tmp_path: Path
+) -> None:
+    """One mechanism: the environment gives its workspace Sandbox the policy, reports the Sandbox's idle
+    suspension, and its own annotation (shadowctl start) resumes it."""
+    objs.create(TEMPLATE, template_body("workspace"))
+    volumes = bind_volumes(objs, ["workspace-dozy"], tmp_path)
+    try:
+        spec = {
+            "sources": [{"name": "app", "repo": "shadow/app", "upload": {}}],
+            "gitea": {"enabled": False},
+            "autoSuspendPolicy": policy(),
+        }
+        objs.create(ENVIRONMENT, {"metadata": {"name": "dozy"}, "spec": spec}, version="v1alpha1")
+        wait_bound(objs, ["workspace-dozy"], timeout=120)
+        box = objs.wait_condition(SANDBOX, "dozy", timeout=120)
+        assert box["spec"]["autoSuspendPolicy"] == policy()
+        claim = objs.core.read_namespaced_persistent_volume_claim("workspace-dozy", objs.namespace)
+
+        wait_idle_suspended(objs, "dozy", timeout=THRESHOLD + 40)
+        env = objs.wait(
+            ENVIRONMENT,
+            "dozy",
+            lambda e: condition(e, "WorkspaceReady").get("reason") == "Suspended",
+            timeout=30,
+            version="v1alpha1",
+        )
+        assert env["status"]["idle"]["suspendedAt"]
+        assert f"after {THRESHOLD}s without activity" in condition(env, "WorkspaceReady")["message"]
+        assert (objs.get(SANDBOX, "dozy") or {})["spec"]["operatingMode"] == "Running"
+
+        objs.annotate(ENVIRONMENT, "dozy", {c.ANNOTATION_RESUME_REQUEST: "wake"}, version="v1alpha1")
+        objs.wait(
+            ENVIRONMENT,
+            "dozy",
+            lambda e: condition(e, "WorkspaceReady").get("status") == "True",
+            timeout=60,
+            version="v1alpha1",
+        )
+        box = objs.get(SANDBOX, "dozy") or {}
+        assert box["metadata"]["annotations"][c.ANNOTATION_RESUME_REQUEST] == "wake"
+        same = objs.core.read_namespaced_persistent_volume_claim("workspace-dozy", objs.namespace)
+        assert same.metadata.uid == claim.metadata.uid
+    finally:
+        for name in volumes:
+            with contextlib.suppress(ApiException):
+                objs.core.delete_persistent_volume(name)
+
+
+def test_an_environment_cannot_widen_its_templates_policy(objs: Objects) -> None:
+    objs.create(TEMPLATE, template_body("workspace", autoSuspendPolicy=policy(60)))
+    spec = {
+        "sources": [{"name": "app", "repo": "shadow/app", "upload": {}}],
+        "gitea": {"enabled": False},
+        "idleTimeoutSeconds": 3600,
+    }
+    objs.create(ENVIRONMENT, {"metadata": {"name": "greedy"}, "spec": spec}, version="v1alpha1")
+    env = objs.wait(
+        ENVIRONMENT,
+        "greedy",
+        lambda e: (
+            ((e.get("status") or {}).get("failure") or {}).get("code") == c.REASON_AUTO_SUSPEND_POLICY_REFUSED
+        ),
+        timeout=30,
+        version="v1alpha1",
+    )
+    assert "3600" in env["status"]["failure"]["message"]
+    assert objs.get(SANDBOX, "greedy") is None
+    both = {**spec, "autoSuspendPolicy": policy()}
+    with pytest.raises(ApiException) as refused:
+        objs.create(ENVIRONMENT, {"metadata": {"name": "both"}, "spec": both}, version="v1alpha1")
+    assert refused.value.status == 422 and "not both" in refused.value.body
