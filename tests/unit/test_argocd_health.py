@@ -160,6 +160,8 @@ def test_sandbox_claim_health() -> None:
     assert health(missing, script) == ("Degraded", "TemplateNotFound: SandboxTemplate 'x' not found")
     pending = env(conditions=[cond("Ready", "False", "SandboxNotReady", "Sandbox is not ready")])
     assert health(pending, script)[0] == "Progressing"
+    idle = env(conditions=[cond("Ready", "False", "Suspended", "Suspended after 900s without activity")])
+    assert health(idle, script) == ("Suspended", "Suspended: Suspended after 900s without activity")
 
 
 def test_environment_pool_health() -> None:

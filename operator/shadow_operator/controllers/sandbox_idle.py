@@ -75,8 +75,9 @@ class SandboxIdle:
         self._resume_on_request(sandbox, state, now)
         idle = state.status.idle
         explicit = res.is_suspended(sandbox.body["spec"])
-        if explicit and idle is not None and idle.suspended_at is not None:
+        if explicit and idle is not None:
             idle.suspended_at = None  # the explicit suspension takes over; Running then resumes as before
+            idle.resume_requested_at = None  # a resume not finished is timed from the next one
         if explicit or is_suspended(state) or sandbox.spec.auto_suspend_policy is None:
             return None
         if c.LABEL_WARM_POOL in sandbox.metadata.labels:
