@@ -71,8 +71,7 @@ class SandboxReconciler(Reconciler[Sandbox]):
         if idle:
             policy = sandbox.spec.auto_suspend_policy
             threshold = policy.suspend_threshold_seconds if policy else None
-            assert state.status.idle is not None
-            seen = dataclasses.replace(seen, idle=sandbox_idle.idle_message(state.status.idle, threshold))
+            seen = dataclasses.replace(seen, idle=sandbox_idle.idle_message(threshold))
         self._status(sandbox, seen, state)
         self.idle.observe(sandbox, state, now)
         written = await state.write(self.client, SANDBOX)

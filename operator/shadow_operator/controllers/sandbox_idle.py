@@ -45,7 +45,7 @@ def _open_runtime(url: str, token: str | None) -> Runtime:
     return Runtime(url, token, timeout=RUNTIME_TIMEOUT_SECONDS, max_answer_bytes=64 * 1024)
 
 
-def idle_message(idle: SandboxIdleStatus, threshold: int | None) -> str:
+def idle_message(threshold: int | None) -> str:
     after = f" after {threshold}s without activity" if threshold else " for idleness"
     return (
         f"Suspended{after}: Pod deleted, volumes kept; set the annotation {c.ANNOTATION_RESUME_REQUEST} to a "
@@ -134,7 +134,7 @@ class SandboxIdle:
         idle.suspended_at = now.replace(microsecond=0)
         idle.resume_requested_at = None
         metrics.SANDBOX_SUSPENDS.labels(sandbox.namespace, "idle").inc()
-        self.recorder.info(sandbox.body, reason="Suspended", message=idle_message(idle, threshold))
+        self.recorder.info(sandbox.body, reason="Suspended", message=idle_message(threshold))
         return None
 
     async def _runtime_idle_seconds(self, sandbox: Sandbox) -> float:
