@@ -19,6 +19,10 @@ controller as a subprocess and drives one scenario against it:
                time from the first create until all N are Ready.
   --idle N     create N Sandboxes directly, wait until all are Ready, then measure the controller over a
                quiet window (--idle-window, 60 s): CPU seconds, RSS, API requests.
+               `--suspend-after T` gives them `autoSuspendPolicy: {suspendThresholdSeconds: T}` and a real
+               runtime on loopback (SHADOW_RUNTIME_API_URL, nobody calls it: idle from the start); a window
+               measures the controller from all Ready until all are suspended for idleness (Pods gone), and
+               the runtime's count of `/v1/health` requests says how often the controller asked it.
 
 Latency of one claim = from just before its create request to the moment a watch on sandboxclaims delivers
 the claim with condition Ready=True (the span of upstream's `agent_sandbox_claim_startup_latency_ms`, seen
@@ -104,6 +108,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID  # noqa: E402
 from kubernetes import client, config, watch  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
 
+from tests.runtime.conftest import start_server  # noqa: E402
 from tests.support.controlplane import ControlPlane, free_port, wait_for  # noqa: E402
 from tests.support.sandbox_operator import (  # noqa: E402
     CLAIM,
@@ -113,6 +118,7 @@ from tests.support.sandbox_operator import (  # noqa: E402
     SANDBOX,
     TEMPLATE,
     Objects,
+    condition,
     ready,
     sandbox_body,
     template_body,
@@ -228,7 +234,15 @@ def _die_with_parent() -> None:
 class ControllerProcess:
     """One controller as a subprocess, with a health URL to wait on."""
 
-    def __init__(self, controller: Controller, kubeconfig: Path, work: Path, extra_flags: list[str]) -> None:
+    def __init__(
+        self,
+        controller: Controller,
+        kubeconfig: Path,
+        work: Path,
+        extra_flags: list[str],
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.env = env or {}
         self.controller = controller
         self.kubeconfig = kubeconfig
         self.log = work / f"controller-{controller.label}.log"
@@ -238,7 +252,7 @@ class ControllerProcess:
         self.health_url = ""
 
     def start(self) -> None:
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), **self.env}
         if self.controller.kind == "python":
             self.health_url = f"http://127.0.0.1:{free_port()}/healthz"
             operator_dir = str(self.controller.path / "operator")
@@ -669,6 +683,7 @@ def run_once(args: argparse.Namespace, controller: Controller, workdir: Path) ->
     own = os.times()
     cp = BenchControlPlane(directory=workdir / "controlplane", nodes=args.nodes, die_with_parent=True)
     proc: ControllerProcess | None = None
+    stack = contextlib.ExitStack()
     try:
         say(f"[{controller.label}] starting the control plane ({args.nodes} kwok nodes)")
         cp.start()
@@ -682,7 +697,12 @@ def run_once(args: argparse.Namespace, controller: Controller, workdir: Path) ->
         metrics_before = cp.request_totals()
         kubeconfig = cp.issue_controller_kubeconfig()
         extra = args.upstream_flag if controller.kind == "go" else args.operator_flag
-        proc = ControllerProcess(controller, kubeconfig, workdir, extra)
+        runtime = None
+        if args.suspend_after:
+            runtime = start_server(workdir / "runtime-root", log=workdir / "runtime.log")
+            stack.callback(runtime.stop)
+        env = {"SHADOW_RUNTIME_API_URL": runtime.url} if runtime else {}
+        proc = ControllerProcess(controller, kubeconfig, workdir, extra, env)
         say(f"[{controller.label}] starting the controller ({controller.path})")
         started = time.monotonic()
         proc.start()
@@ -697,6 +717,8 @@ def run_once(args: argparse.Namespace, controller: Controller, workdir: Path) ->
         objs = Objects(api, NAMESPACE)
         if args.idle:
             run_idle(args, cp, objs, api, result, mark)
+            if runtime is not None:
+                result.info["runtime /v1/health requests"] = health_requests(runtime.url)
         else:
             run_claims(args, cp, objs, api, result, mark)
         last = mark()
@@ -716,6 +738,7 @@ def run_once(args: argparse.Namespace, controller: Controller, workdir: Path) ->
         if proc is not None:
             proc.stop()
         cp.stop()
+        stack.close()
     result.load_after = os.getloadavg()
     return result
 
@@ -800,13 +823,29 @@ def run_idle(
     try:
         say(f"[{result.controller.label}] creating {args.idle} Sandboxes")
         a = mark()
-        create_all(
-            cp.kubeconfig, SANDBOX, "v1beta1", phase, args.idle, sandbox_body("x")["spec"], None, args.clients
-        )
+        spec = sandbox_body("x")["spec"]
+        if args.suspend_after:
+            spec["autoSuspendPolicy"] = {"suspendThresholdSeconds": args.suspend_after}
+        create_all(cp.kubeconfig, SANDBOX, "v1beta1", phase, args.idle, spec, None, args.clients)
         watcher.wait(phase, args.timeout)
         result.windows.append(Window("create until all Ready", a, mark()))
     finally:
         watcher.stop()
+    if args.suspend_after:
+        b = mark()
+        say(f"[{result.controller.label}] all Ready; waiting for all {args.idle} to be suspended when idle")
+
+        def all_suspended() -> bool:
+            boxes = objs.list(SANDBOX)
+            idle = [b for b in boxes if condition(b, "Suspended").get("reason") == "Idle"]
+            return len(idle) == args.idle and not objs.pods()
+
+        wait_for(
+            all_suspended, timeout=args.suspend_after + args.timeout, what="all idle-suspended", interval=1.0
+        )
+        end = mark()
+        result.windows.append(Window("all Ready until all idle-suspended (Pods gone)", b, end))
+        result.info["all idle-suspended s after all Ready"] = end.at - b.at
     time.sleep(args.idle_settle)
     say(f"[{result.controller.label}] all Ready; quiet window of {args.idle_window:g} s")
     b = mark()
@@ -815,6 +854,17 @@ def run_idle(
 
 
 # ---- reporting ---------------------------------------------------------------------------------------
+def health_requests(url: str) -> int:
+    """How many `/v1/health` requests the runtime served (its request histogram's count for that route)."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    return sum(
+        int(float(line.rsplit(" ", 1)[1]))
+        for line in text.splitlines()
+        if line.startswith("sandbox_runtime_request_duration_seconds_count") and 'route="/v1/health"' in line
+    )
+
+
 def say(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
@@ -918,6 +968,12 @@ def run_report(args: argparse.Namespace, result: RunResult) -> str:
     elif result.scenario == "idle":
         p = result.phases["sandbox"]
         lines.append(f"{p.expected} Sandboxes all Ready {p.all_ready_s():.1f} s after the first create.")
+        if "runtime /v1/health requests" in result.info:
+            lines.append(
+                f"All suspended for idleness {result.info['all idle-suspended s after all Ready']:.1f} s after all "
+                f"were Ready (threshold {args.suspend_after} s); the controller asked the runtime "
+                f"{result.info['runtime /v1/health requests']:.0f} times (`/v1/health`)."
+            )
     lines += [
         "",
         "| Controller window | Seconds | CPU | CPU share of one core | API requests by verb |",
@@ -1061,6 +1117,13 @@ def main(argv: list[str] | None = None) -> int:
         "--idle-window", type=float, default=60.0, help="quiet window in seconds (default 60)"
     )
     parser.add_argument("--idle-settle", type=float, default=5.0, help="seconds before the quiet window (5)")
+    parser.add_argument(
+        "--suspend-after",
+        type=int,
+        default=0,
+        metavar="T",
+        help="--idle: give the Sandboxes autoSuspendPolicy T s and wait until all are suspended when idle",
+    )
     parser.add_argument(
         "--clients",
         type=int,

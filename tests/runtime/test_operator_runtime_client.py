@@ -261,3 +261,27 @@ def test_stream_lines_are_whole_wherever_the_chunks_end() -> None:
     assert [*got, *lines.end()] == [{"a": 1}, {"b": 2}, {"c": 3}]
     with pytest.raises(AnswerTooLarge):
         Lines(limit=12).feed(b'{"a":"' + b"x" * 20 + b'"}\n')
+
+
+async def _idle(url: str) -> float:
+    async with Runtime(url, None) as runtime:
+        return await runtime.idle_seconds()
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b'{"idle_seconds": "soon"}',
+        b'{"idle_seconds": NaN}',
+        b'{"idle_seconds": -5}',
+        b'{"idle_seconds": 1e400}',
+    ],
+)
+def test_idle_seconds_refuses_what_is_not_a_number_of_seconds(
+    hostile: Callable[..., str], answer: bytes
+) -> None:
+    """The idle clock comes from the workspace's own runtime: an answer it could use to crash the operator's
+    pass (a string, NaN, infinity) is refused, and the sandbox is then not taken for idle."""
+    with pytest.raises(RuntimeRefused):
+        asyncio.run(_idle(hostile("json", answer)))
+    assert asyncio.run(_idle(hostile("json", b'{"status": "ok", "idle_seconds": 42}'))) == 42.0

@@ -151,3 +151,58 @@ async def test_a_service_changed_by_hand_gets_its_selector_and_ports_back() -> N
     assert [w.split()[0] for w in harness.writes() if "/services/" in w] == ["patch"]
     spec = harness.get(SERVICE, NAMESPACE, "box")["spec"]
     assert (spec["selector"], spec["ports"]) == (wanted["selector"], wanted["ports"])
+
+
+async def test_a_resume_request_while_the_idle_pod_goes_down_brings_it_back_once() -> None:
+    """Idle-suspended, its Pod still terminating, a resume request comes: no second Pod while the first is
+    going, the suspension is cleared at once, and the next pass after the old Pod is gone creates one Pod;
+    more new values change nothing (issue 30)."""
+    harness = Harness(SandboxReconciler)
+    harness.put(SANDBOX, sandbox(autoSuspendPolicy={"suspendThresholdSeconds": 60}))
+    await harness.run(SANDBOX, NAMESPACE, "box")
+    start_pod(harness)
+    box = harness.get(SANDBOX, NAMESPACE, "box")
+    box["status"]["idle"] = {"suspendedAt": "2026-01-01T00:00:00Z"}  # the idle step decided, an earlier pass
+    harness.api.put(SANDBOX, box)
+    await harness.run(SANDBOX, NAMESPACE, "box")
+    assert any(w.startswith("delete ") and "/pods/box" in w for w in harness.writes())
+    # Its Pod was still in this pass's cache: suspending; the next pass sees it gone.
+    assert conditions(harness)[c.COND_READY]["reason"] == c.REASON_SUSPENDED
+    await harness.run(SANDBOX, NAMESPACE, "box")
+    assert conditions(harness)[c.COND_SUSPENDED]["reason"] == c.REASON_IDLE
+
+    # The in-memory API server deletes at once; a real Pod terminates for a while: put one back as such.
+    pod = {
+        "metadata": {
+            "name": "box",
+            "namespace": NAMESPACE,
+            "labels": {c.LABEL_SANDBOX_NAME_HASH: naming.name_hash("box")},
+            "deletionTimestamp": "2026-01-01T00:00:01Z",
+            "ownerReferences": [
+                {
+                    "apiVersion": "agents.x-k8s.io/v1beta1",
+                    "kind": "Sandbox",
+                    "name": "box",
+                    "uid": harness.get(SANDBOX, NAMESPACE, "box")["metadata"]["uid"],
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {"containers": [{"name": "main"}]},
+    }
+    harness.api.put(POD, pod)
+    for value in ("r1", "r2"):
+        box = harness.get(SANDBOX, NAMESPACE, "box")
+        box["metadata"].setdefault("annotations", {})[c.ANNOTATION_RESUME_REQUEST] = value
+        harness.api.put(SANDBOX, box)
+        await harness.run(SANDBOX, NAMESPACE, "box")
+        assert not [w for w in harness.writes() if w.startswith("create ") and "/pods/" in w]
+    idle = harness.get(SANDBOX, NAMESPACE, "box")["status"]["idle"]
+    assert "suspendedAt" not in idle and idle["resumeRequest"] == "r2"
+    assert harness.recorder.reasons().count("Resumed") == 1
+
+    del harness.api.objects[POD.path(NAMESPACE, "box")]  # the old Pod is gone
+    await harness.run(SANDBOX, NAMESPACE, "box")
+    assert [w for w in harness.writes() if w.startswith("create ") and "/pods/" in w] == [
+        f"create {POD.path(NAMESPACE, 'box')}"
+    ]

@@ -21,6 +21,9 @@ for _, condition in ipairs(obj.status.conditions) do
       hs.status = "Healthy"
     elseif broken[condition.reason] then
       hs.status = "Degraded"
+    elseif condition.reason == "Suspended" then
+      -- Its Sandbox sleeps for idleness (autoSuspendPolicy): nothing to wait for until a request wakes it.
+      hs.status = "Suspended"
     end
     hs.message = condition.reason .. ": " .. (condition.message or "")
     if obj.status.sandbox ~= nil and obj.status.sandbox.name ~= nil and condition.status == "True" then

@@ -113,8 +113,16 @@ ANNOTATION_UPLOAD_PREFIX: Final = f"uploads.{OPERATOR_PREFIX}/"
 BASELINE_EXCLUDE: Final = (".git/", ".sandbox-runtime/", "__pycache__/")
 # Changing its value asks for a new verification (e.g. `shadowctl verify` writes a timestamp).
 ANNOTATION_VERIFY_REQUEST: Final = f"{OPERATOR_PREFIX}/verify-requested"
-# Changing its value resumes a workspace suspended for idleness.
+# Changing its value resumes a Sandbox (or a ShadowEnvironment's workspace) suspended for idleness.
 ANNOTATION_RESUME_REQUEST: Final = f"{OPERATOR_PREFIX}/resume-requested"
+# The newest request a client made of a Sandbox outside its runtime (RFC 3339, UTC): the preview router writes
+# it on preview and SDK-path requests; the idle clock (spec.autoSuspendPolicy) counts it as activity.
+ANNOTATION_LAST_ACTIVITY: Final = f"{OPERATOR_PREFIX}/last-activity"
+# Idle suspension (spec.autoSuspendPolicy): the Suspended condition's reason, Ready's, and the claim's reason
+# when its policy asks for more than its template allows.
+REASON_IDLE: Final = "Idle"
+REASON_SUSPENDED: Final = "Suspended"
+REASON_AUTO_SUSPEND_POLICY_REFUSED: Final = "AutoSuspendPolicyRefused"
 # ShadowEnvironmentPool: its instances' Sandboxes carry the pool's name until an environment takes one, and
 # a hash of what they were made from (the pool's environment fields and its template), which an environment
 # asking for the pool must match.

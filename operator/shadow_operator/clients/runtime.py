@@ -17,6 +17,7 @@ and woken by the workspace's code cannot hold an operator worker or a push slot 
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -173,9 +174,14 @@ class Runtime:
         return True
 
     async def idle_seconds(self) -> float:
-        """Seconds since the runtime's last API request ended (0 while one is in flight)."""
+        """Seconds since the runtime was last busy (0 while it is); an answer that is no finite, non-negative
+        number is refused (the workspace's code controls the runtime)."""
         data = await self._run(runtimeapi.health())
-        return float(data.get("idle_seconds") or 0)
+        value = data.get("idle_seconds") or 0
+        seconds = float(value) if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
+        if not math.isfinite(seconds) or seconds < 0:
+            raise RuntimeRefused(200, f"runtime's idle_seconds is not a number of seconds: {value!r:.40}", "")
+        return seconds
 
     async def sh(
         self,
