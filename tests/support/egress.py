@@ -66,7 +66,8 @@ def start_upstream(ca: CertificateAuthority, name: str, body: bytes = b"upstream
     server = ThreadingHTTPServer(("127.0.0.1", upstream.port), Handler)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(pair.cert, pair.key)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
+    # The handshake happens in the request's thread, not in the accept loop, so one slow client blocks nobody.
+    server.socket = context.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     upstream.server = server
     return upstream

@@ -179,3 +179,11 @@ ANNOTATION_RUNTIME_AUTH: Final = f"{OPERATOR_PREFIX}/runtime-auth"
 RUNTIME_AUTH_NONE: Final = "none"
 RUNTIME_AUTH_TOKEN: Final = "token"
 REASON_RUNTIME_TOKEN_KEPT: Final = "RuntimeTokenKept"
+
+# The egress gateway (issue 29): the per-cluster proxy that sandboxes of a template with spec.egress go through.
+EGRESS_GATEWAY_LABELS: Final = {
+    "app.kubernetes.io/name": "shadow-operator",
+    "app.kubernetes.io/component": "egress-gateway",
+}
+EGRESS_PROXY_PORT: Final = 3128
+EGRESS_ADMIN_PORT: Final = 9091

@@ -32,6 +32,7 @@ from shadow_operator.egress.table import PolicyTable, SandboxEntry
 
 CA_BASENAME = "shadow-egress"
 CA_KEY_SIZE = 2048
+STREAM_ABOVE_BYTES = 1 << 20
 
 
 class CertAuthorities:
@@ -245,7 +246,12 @@ class Gate:
             )
             self._refuse(flow, sandbox, host, port, reason, method)
             return
-        self._decide(flow, sandbox, host, port)
+        if self._decide(flow, sandbox, host, port):
+            # Address the request to the checked address (the Host header stays), so that mitmproxy reuses
+            # the upstream connection it already has to that address.
+            header = flow.request.host_header
+            flow.request.host = tunnel.address
+            flow.request.host_header = header
 
     async def _plain_request(self, flow: http.HTTPFlow) -> None:
         """Clear HTTP through the proxy (absolute-form requests): the same checks, per request."""
@@ -329,9 +335,11 @@ class Gate:
                 flow.request.headers[name] = header_value.replace(credential.placeholder, value)
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
-        # Stream big bodies through instead of holding them in memory.
+        # Stream big bodies through instead of holding them in memory; small ones are buffered (mitmproxy's
+        # default), which keeps its connection reuse intact.
         if flow.response is not None:
-            flow.response.stream = True
+            length = flow.response.headers.get("Content-Length", "")
+            flow.response.stream = not length.isdigit() or int(length) > STREAM_ABOVE_BYTES
 
     def client_disconnected(self, client: connection.Client) -> None:
         self.tunnels.pop(client.id, None)
