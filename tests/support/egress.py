@@ -98,8 +98,13 @@ class Gateway:
 
 
 def start_gateway(
-    directory: Path, upstream_ca: Path, resolve: dict[str, str], policy: dict[str, Any]
+    directory: Path,
+    upstream_ca: Path,
+    resolve: dict[str, str],
+    policy: dict[str, Any] | None,
+    key_file: Path | None = None,
 ) -> Iterator[Gateway]:
+    """The gateway with a policy file (`policy`) or following the cluster of $KUBECONFIG (`key_file`)."""
     if not EGRESS_PYTHON.exists():
         raise RuntimeError(
             f"{EGRESS_PYTHON} is missing: run `make dev` (it creates .venv-egress with mitmproxy)"
@@ -108,11 +113,13 @@ def start_gateway(
     policy_path = directory / "policy.json"
     log = directory / "gateway.log"
     gateway = Gateway(port, admin_port, policy_path, None, log)  # type: ignore[arg-type]
-    gateway.write_policy(policy)
+    if policy is not None:
+        gateway.write_policy(policy)
     args = [
         str(EGRESS_PYTHON), "-m", "shadow_operator.egress",
         "--listen", "127.0.0.1", "--port", str(port), "--admin-port", str(admin_port),
-        "--ca-dir", str(directory / "ca"), "--policy-file", str(policy_path),
+        "--ca-dir", str(directory / "ca"),
+        *(["--policy-file", str(policy_path)] if policy is not None else ["--key-file", str(key_file)]),
         "--own-address", "127.0.0.1", "--allow-private", "127.0.0.0/8", "--upstream-ca", str(upstream_ca),
     ]  # fmt: skip
     for host, address in resolve.items():

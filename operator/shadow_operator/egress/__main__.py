@@ -112,6 +112,17 @@ async def serve(args: argparse.Namespace) -> None:
     tasks = (
         [asyncio.create_task(watch_file(table, audit, Path(args.policy_file)))] if args.policy_file else []
     )
+    if args.key_file:
+        # The cluster source only: the file source runs without a cluster.
+        from kubernetes import client, config
+
+        from shadow_operator.egress.kube import KubeSource
+
+        try:
+            config.load_incluster_config()
+        except config.ConfigException:
+            config.load_kube_config()
+        KubeSource(client.ApiClient(), table, Path(args.key_file).read_bytes().strip()).start()
     try:
         await master.run()
     finally:
@@ -127,6 +138,9 @@ def main() -> None:
     parser.add_argument("--admin-port", type=int, default=9091)
     parser.add_argument("--ca-dir", required=True, help="where the namespaces' CA keys are kept")
     parser.add_argument("--policy-file", help="JSON policy source, reloaded on change")
+    parser.add_argument(
+        "--key-file", help="the proxy credentials' key: follow the cluster (in-cluster config or KUBECONFIG)"
+    )
     parser.add_argument("--own-address", action="append", default=[], help="the gateway's own addresses")
     parser.add_argument(
         "--allow-private", action="append", default=[], help="a private range sandboxes may reach"

@@ -21,10 +21,10 @@ from shadow_operator.common import egress
 PROXY_USER = "sandbox"
 
 
-def proxy_token(key: bytes, namespace: str, name: str, uid: str) -> str:
-    """The sandbox's proxy password: derived from the gateway's key, so the gateway need not store it and a
-    recreated sandbox (new uid) gets a new one."""
-    return hmac.new(key, f"{namespace}/{name}/{uid}".encode(), hashlib.sha256).hexdigest()
+def proxy_token(key: bytes, namespace: str, name: str) -> str:
+    """The sandbox's proxy password: derived from the key the gateway and the operator share, so neither needs
+    to store it; the operator puts it in the sandbox Pod's proxy URL."""
+    return hmac.new(key, f"{namespace}/{name}".encode(), hashlib.sha256).hexdigest()
 
 
 @dataclass(frozen=True)
