@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
-from shadow_operator.egress.table import proxy_token
+from shadow_operator.common.egress import proxy_token
 
 from tests.support.controlplane import wait_for
 from tests.support.egress import Gateway, Upstream, start_gateway, start_upstream
@@ -130,6 +130,18 @@ def test_the_gateway_applies_the_template_narrowed_by_the_claim_and_follows_chan
     trust = tmp_path / "trust.pem"
     trust.write_text(gateway.ca_pem(namespace) + ca.pair.cert.read_text())
     token = proxy_token(KEY, namespace, "sb")
+    # The namespace's CA certificate, published for its workspaces to mount; its key stays in the gateway.
+    published = wait_for(
+        lambda: core.read_namespaced_config_map("shadow-egress-ca", namespace).data,
+        timeout=5,
+        what="the CA ConfigMap",
+    )
+    assert published["ca.crt"] == gateway.ca_pem(namespace)
+    assert (
+        published["bundle.crt"].endswith(published["ca.crt"])
+        and published["bundle.crt"].count("BEGIN CERTIFICATE") > 10
+    )
+    assert "PRIVATE KEY" not in published["ca.crt"] + published["bundle.crt"]
     assert curl(gateway, token, trust, f"https://pypi.test:{pypi}/simple/numpy/") == "200 200"
     # The claim narrowed /simple/ to /simple/numpy/.
     assert curl(gateway, token, trust, f"https://pypi.test:{pypi}/simple/flask/") == "403 200"

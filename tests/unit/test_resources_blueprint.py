@@ -192,3 +192,10 @@ def test_default_ingress_lists_every_allowed_namespace() -> None:
         "shadow-system",
         "preview",
     ]
+
+
+def test_sandboxes_of_a_template_with_egress_are_marked_for_the_gateway() -> None:
+    from shadow_operator.resources.blueprint import egress_annotation
+
+    assert egress_annotation({"spec": {"egress": {"rules": []}}}) == {"shadow.dev/egress": "true"}
+    assert egress_annotation({"spec": {}}) == {}

@@ -187,3 +187,10 @@ EGRESS_GATEWAY_LABELS: Final = {
 }
 EGRESS_PROXY_PORT: Final = 3128
 EGRESS_ADMIN_PORT: Final = 9091
+# On a Sandbox made from a template with spec.egress: its Pod gets the proxy variables and the egress CA.
+ANNOTATION_EGRESS: Final = f"{OPERATOR_PREFIX}/egress"
+# The ConfigMap the gateway writes in each namespace it serves: `ca.crt` (the namespace's egress CA) and
+# `bundle.crt` (the public roots and that CA), mounted read-only in the workspace.
+EGRESS_CA_CONFIGMAP: Final = "shadow-egress-ca"
+EGRESS_CA_DIR: Final = "/etc/shadow-egress"
+EGRESS_CA_VOLUME: Final = "shadow-egress-ca"

@@ -8,6 +8,8 @@ dropped, never widened into. Once a policy applies, anything no rule allows is r
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,6 +18,7 @@ from urllib.parse import unquote
 from shadow_operator.api.models import EgressCredential, EgressNarrowing, EgressPolicy, EgressRuleBase
 
 DEFAULT_PORTS = (443,)
+PROXY_USER = "sandbox"
 # The one port on which requests travel in clear HTTP; on every other allowed port the gateway speaks TLS.
 PLAIN_HTTP_PORT = 80
 
@@ -200,3 +203,10 @@ def decide_request(
         f"add method {method.upper()} and a path prefix covering {bare} to the template or claim's egress "
         "rules",
     )
+
+
+def proxy_token(key: bytes, namespace: str, name: str) -> str:
+    """A sandbox's proxy password: derived from the key the gateway and the operator share, so neither stores
+    it. The operator puts it in the sandbox Pod's proxy URL (the Pod is named like its Sandbox); the gateway
+    accepts it only from that Pod's addresses."""
+    return hmac.new(key, f"{namespace}/{name}".encode(), hashlib.sha256).hexdigest()

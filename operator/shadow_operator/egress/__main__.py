@@ -122,7 +122,9 @@ async def serve(args: argparse.Namespace) -> None:
             config.load_incluster_config()
         except config.ConfigException:
             config.load_kube_config()
-        KubeSource(client.ApiClient(), table, Path(args.key_file).read_bytes().strip()).start()
+        KubeSource(
+            client.ApiClient(), table, Path(args.key_file).read_bytes().strip(), authorities.certificate_pem
+        ).start()
     try:
         await master.run()
     finally:

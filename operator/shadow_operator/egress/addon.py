@@ -15,6 +15,7 @@ import base64
 import binascii
 import ipaddress
 import socket
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,8 +42,14 @@ class CertAuthorities:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.stores: dict[str, certs.CertStore] = {}
+        # The proxy (event loop) and the cluster source (its own thread) both ask: one CA per namespace, ever.
+        self.lock = threading.Lock()
 
     def store(self, namespace: str) -> certs.CertStore:
+        with self.lock:
+            return self._store(namespace)
+
+    def _store(self, namespace: str) -> certs.CertStore:
         if namespace not in self.stores:
             with certs.CertStore.umask_secret():
                 self.stores[namespace] = certs.CertStore.from_store(

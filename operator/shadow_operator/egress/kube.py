@@ -15,16 +15,20 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import certifi
 from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
 
 from shadow_operator.api import constants as c
 from shadow_operator.api import kinds, naming
 from shadow_operator.api.environment import ShadowEnvironment
 from shadow_operator.api.models import SandboxClaim, SandboxTemplate, Secret
 from shadow_operator.common import egress
-from shadow_operator.egress.table import PolicyTable, SandboxEntry, proxy_token
+from shadow_operator.common.egress import proxy_token
+from shadow_operator.egress.table import PolicyTable, SandboxEntry
 
 log = logging.getLogger(__name__)
 CREDENTIAL_LABEL = f"{c.OPERATOR_PREFIX}/egress-credential"
@@ -44,8 +48,11 @@ class Feed:
 
 
 class KubeSource:
-    def __init__(self, api: client.ApiClient, table: PolicyTable, key: bytes) -> None:
-        self.api, self.table, self.key = api, table, key
+    def __init__(
+        self, api: client.ApiClient, table: PolicyTable, key: bytes, ca_pem: Callable[[str], bytes]
+    ) -> None:
+        self.api, self.table, self.key, self.ca_pem = api, table, key, ca_pem
+        self.published: dict[str, bytes] = {}
         self.objects: dict[str, dict[Key, dict[str, Any]]] = {}
         self.changed = threading.Event()
         custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
@@ -158,6 +165,32 @@ class KubeSource:
         }
         self.table.replace(entries, secrets)
         log.info("egress table: %d sandboxes, %d credential secrets", len(entries), len(secrets))
+        for namespace in sorted({entry.namespace for entry in entries}):
+            self.publish_ca(namespace)
+
+    def publish_ca(self, namespace: str) -> None:
+        """The namespace's CA certificate (never its key) as the ConfigMap its workspaces mount: `ca.crt` alone
+        and `bundle.crt`, the public roots with it, for tools that read one bundle (SSL_CERT_FILE)."""
+        pem = self.ca_pem(namespace)
+        if self.published.get(namespace) == pem:
+            return
+        body = {
+            "metadata": {
+                "name": c.EGRESS_CA_CONFIGMAP,
+                "namespace": namespace,
+                "labels": {c.LABEL_MANAGED_BY: c.MANAGED_BY_VALUE},
+            },
+            "data": {"ca.crt": pem.decode(), "bundle.crt": Path(certifi.where()).read_text() + pem.decode()},
+        }
+        core = client.CoreV1Api(self.api)
+        try:
+            core.create_namespaced_config_map(namespace, body)
+        except ApiException as error:
+            if error.status != 409:
+                log.warning("egress CA of namespace %s not published: %s", namespace, error.reason)
+                return
+            core.replace_namespaced_config_map(c.EGRESS_CA_CONFIGMAP, namespace, body)
+        self.published[namespace] = pem
 
 
 def _key(obj: dict[str, Any]) -> Key:

@@ -7,7 +7,6 @@ inherits a recycled IP address has no credential for the sandbox that had it.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import json
 from collections.abc import Iterable, Mapping
@@ -17,14 +16,6 @@ from typing import Any
 
 from shadow_operator.api.models import EgressNarrowing, EgressPolicy
 from shadow_operator.common import egress
-
-PROXY_USER = "sandbox"
-
-
-def proxy_token(key: bytes, namespace: str, name: str) -> str:
-    """The sandbox's proxy password: derived from the key the gateway and the operator share, so neither needs
-    to store it; the operator puts it in the sandbox Pod's proxy URL."""
-    return hmac.new(key, f"{namespace}/{name}".encode(), hashlib.sha256).hexdigest()
 
 
 @dataclass(frozen=True)
