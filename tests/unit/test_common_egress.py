@@ -151,3 +151,45 @@ def test_a_claim_cannot_widen(wider: dict[str, object]) -> None:
     result = egress.effective(TEMPLATE, narrowing(wider))
     assert result.rules == ()
     assert len(result.dropped) == 1 and "a claim may only narrow the template's egress" in result.dropped[0]
+
+
+@pytest.mark.parametrize(
+    ("text", "rule"),
+    [
+        ("pypi.org", {"host": "pypi.org"}),
+        ("*.pythonhosted.org", {"host": "*.pythonhosted.org"}),
+        (
+            "GET,HEAD pypi.org/simple/",
+            {"host": "pypi.org", "methods": ["GET", "HEAD"], "paths": ["/simple/"]},
+        ),
+        (
+            "post api.example.com:8443/v1/",
+            {"host": "api.example.com", "ports": [8443], "methods": ["POST"], "paths": ["/v1/"]},
+        ),
+    ],
+)
+def test_allow_flags(text: str, rule: dict[str, object]) -> None:
+    assert egress.parse_allow(text) == rule
+    # What the CLI builds is what the API takes.
+    EgressNarrowing.model_validate({"rules": [rule]})
+
+
+@pytest.mark.parametrize("text", ["https://pypi.org", "pypi.org:https", ""])
+def test_allow_flags_that_cannot_work_say_the_syntax(text: str) -> None:
+    with pytest.raises(ValueError, match=r"expected \[METHOD,...\] HOST\[:PORT\]\[/PATH-PREFIX\]"):
+        egress.parse_allow(text)
+
+
+def test_the_sdk_puts_allow_flags_in_the_claim() -> None:
+    from shadow_operator.sdk.errors import ShadowError
+    from shadow_operator.sdk.sandbox import build_claim
+
+    body = build_claim("c", "ns", template="t", warmpool=None, allow=["pypi.org", "GET files.example/x/"])
+    assert body["spec"]["egress"] == {
+        "rules": [{"host": "pypi.org"}, {"host": "files.example", "methods": ["GET"], "paths": ["/x/"]}]
+    }
+    # None keeps the template's; an empty list narrows to nothing.
+    assert "egress" not in build_claim("c", "ns", template="t", warmpool=None)["spec"]
+    assert build_claim("c", "ns", template="t", warmpool=None, allow=[])["spec"]["egress"] == {"rules": []}
+    with pytest.raises(ShadowError, match="--allow 'https://x'"):
+        build_claim("c", "ns", template="t", warmpool=None, allow=["https://x"])

@@ -85,6 +85,16 @@ def parse_rewrites(rules: list[str]) -> dict[str, str]:
 
 
 # --------------------------------------------------------------------------------------------- verbs
+AllowOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--allow",
+        help="Egress rule narrowing the template's allowlist (repeatable): [METHOD,...] HOST[:PORT][/PATH], e.g. "
+        "pypi.org or 'GET,HEAD pypi.org/simple/'. Only narrows: the template's spec.egress is the ceiling.",
+    ),
+]
+
+
 def create(
     name: NameArg,
     local: Annotated[
@@ -147,6 +157,7 @@ def create(
     memory_limit: Annotated[
         str | None, typer.Option("--memory-limit", help="Memory limit of the workspace, e.g. 4Gi.")
     ] = None,
+    allow: AllowOpt = None,
     namespace: NamespaceOpt = "",
     fallback: FallbackOpt = None,
     wait: Annotated[bool, typer.Option(help="Wait for Ready and the verdict.")] = True,
@@ -174,6 +185,7 @@ def create(
         verify_commands=verify_command or (),
         requests={k: v for k, v in (("cpu", cpu), ("memory", memory)) if v},
         limits={k: v for k, v in (("cpu", cpu_limit), ("memory", memory_limit)) if v},
+        allow=allow,
     )
     if not spec.local and not spec.git:
         fail("nothing to copy in", "give --local PATH or --git URL")

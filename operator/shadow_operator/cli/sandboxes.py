@@ -24,7 +24,7 @@ from shadow_operator.cli.common import (
     out,
     split_remote,
 )
-from shadow_operator.cli.environments import MaxBytesOpt, MaxMembersOpt, copy
+from shadow_operator.cli.environments import AllowOpt, MaxBytesOpt, MaxMembersOpt, copy
 from shadow_operator.sdk import confine, kube
 from shadow_operator.sdk import fork as forkops
 from shadow_operator.sdk import sandbox as ops
@@ -50,6 +50,7 @@ def claim(
     env: Annotated[
         list[str] | None, typer.Option("--env", help="NAME=VALUE for the sandbox (repeatable).")
     ] = None,
+    allow: AllowOpt = None,
     namespace: NamespaceOpt = "",
     timeout: Annotated[float, typer.Option(help="Seconds to wait for Ready.")] = 180.0,
     output: OutputOpt = "text",
@@ -67,7 +68,12 @@ def claim(
     client = SandboxClient(namespace=namespace, client=connect())
     with err.status("waiting for the sandbox"):
         sandbox = client.create_sandbox(
-            template, warmpool=warmpool, claim_name=name, sandbox_ready_timeout=timeout, env=variables
+            template,
+            warmpool=warmpool,
+            claim_name=name,
+            sandbox_ready_timeout=timeout,
+            env=variables,
+            allow=allow,
         )
     data = {"claim": sandbox.claim_name, "sandbox": sandbox.sandbox_name, "namespace": sandbox.namespace}
     if not emit(data, output):

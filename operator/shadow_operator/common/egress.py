@@ -210,3 +210,23 @@ def proxy_token(key: bytes, namespace: str, name: str) -> str:
     it. The operator puts it in the sandbox Pod's proxy URL (the Pod is named like its Sandbox); the gateway
     accepts it only from that Pod's addresses."""
     return hmac.new(key, f"{namespace}/{name}".encode(), hashlib.sha256).hexdigest()
+
+
+ALLOW_SYNTAX = "[METHOD,...] HOST[:PORT][/PATH-PREFIX], e.g. pypi.org, '*.pythonhosted.org' or 'GET,HEAD pypi.org/simple/'"
+
+
+def parse_allow(text: str) -> dict[str, object]:
+    """One `--allow` value as an egress rule (the CLI's and SDK's form; the API server checks the rest)."""
+    methods, _, target = text.strip().rpartition(" ")
+    host_port, slash, path = target.partition("/")
+    host, colon, port = host_port.partition(":")
+    rule: dict[str, object] = {"host": host.lower()}
+    if not host or (colon and not port.isdigit()) or "://" in text:
+        raise ValueError(f"--allow {text!r}: expected {ALLOW_SYNTAX}")
+    if colon:
+        rule["ports"] = [int(port)]
+    if methods.strip():
+        rule["methods"] = [m.strip().upper() for m in methods.split(",") if m.strip()]
+    if slash:
+        rule["paths"] = ["/" + path]
+    return rule

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, Unpack
 
@@ -25,6 +25,7 @@ import httpx
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
 from shadow_operator.api.kinds import SANDBOX, SANDBOX_CLAIM
+from shadow_operator.common import egress
 from shadow_operator.sdk import errors, kube, runtime
 from shadow_operator.sdk.errors import NotFound, ShadowError, WaitTimeout
 from shadow_operator.sdk.kube import Body, Call, Op
@@ -59,7 +60,9 @@ def build_claim(
     warmpool: str | None,
     labels: dict[str, str] | None = None,
     env: dict[str, str] | None = None,
+    allow: Sequence[str] | None = None,
 ) -> Body:
+    """`allow`: egress rules ([METHOD,...] HOST[:PORT][/PATH]) narrowing the template's spec.egress."""
     if bool(template) == bool(warmpool):
         raise ShadowError(
             "give exactly one of a template or a warm pool", hint="--template NAME or --warmpool NAME"
@@ -69,12 +72,21 @@ def build_claim(
     )
     if env:
         spec["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    if allow is not None:
+        spec["egress"] = {"rules": egress_rules(allow)}
     return {
         "apiVersion": SANDBOX_CLAIM.api_version,
         "kind": SANDBOX_CLAIM.kind,
         "metadata": {"name": claim_name, "namespace": namespace, **({"labels": labels} if labels else {})},
         "spec": spec,
     }
+
+
+def egress_rules(allow: Sequence[str]) -> list[dict[str, object]]:
+    try:
+        return [egress.parse_allow(item) for item in allow]
+    except ValueError as error:
+        raise ShadowError(str(error), hint="see `kubectl explain sandboxclaim.spec.egress`") from None
 
 
 def claim_ready(body: Body) -> SandboxRef | None:
@@ -277,6 +289,7 @@ class ClaimsHolder(kube.Holder[kube.C], Generic[kube.C, S]):
         claim_name: str | None,
         labels: dict[str, str] | None,
         env: dict[str, str] | None,
+        allow: Sequence[str] | None = None,
     ) -> Body:
         return build_claim(
             claim_name or claim_name_for(),
@@ -285,6 +298,7 @@ class ClaimsHolder(kube.Holder[kube.C], Generic[kube.C, S]):
             warmpool=warmpool,
             labels=labels,
             env=env,
+            allow=allow,
         )
 
 
@@ -301,9 +315,11 @@ class SandboxClient(ClaimsHolder[httpx.Client, "Sandbox"], kube.ClientHolder):
         sandbox_ready_timeout: float = 180.0,
         labels: dict[str, str] | None = None,
         env: dict[str, str] | None = None,
+        allow: Sequence[str] | None = None,
     ) -> Sandbox:
-        """Claim a sandbox from a template (cold start) or a warm pool, and wait (watching) until Ready."""
-        body = self._claim(template, warmpool, namespace, claim_name, labels, env)
+        """Claim a sandbox from a template (cold start) or a warm pool, and wait (watching) until Ready.
+        `allow` narrows the template's egress allowlist ([METHOD,...] HOST[:PORT][/PATH] each)."""
+        body = self._claim(template, warmpool, namespace, claim_name, labels, env, allow)
         ref = kube.run(self._http, create(body, sandbox_ready_timeout))
         sandbox = Sandbox(self._http, ref)
         self._created.append(sandbox)
@@ -418,8 +434,9 @@ class AsyncSandboxClient(ClaimsHolder[httpx.AsyncClient, "AsyncSandbox"], kube.A
         sandbox_ready_timeout: float = 180.0,
         labels: dict[str, str] | None = None,
         env: dict[str, str] | None = None,
+        allow: Sequence[str] | None = None,
     ) -> AsyncSandbox:
-        body = self._claim(template, warmpool, namespace, claim_name, labels, env)
+        body = self._claim(template, warmpool, namespace, claim_name, labels, env, allow)
         ref = await kube.arun(self._http, create(body, sandbox_ready_timeout))
         sandbox = AsyncSandbox(self._http, ref)
         self._created.append(sandbox)
