@@ -19,16 +19,14 @@ PYTEST_PARALLEL := $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --di
 help: ## list targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
-# The egress gateway runs mitmproxy, which pins its dependencies tightly and needs Python 3.12 or later: it gets
-# a virtualenv of its own (as it gets an image of its own), and its tests start it from there.
+# The egress gateway runs mitmproxy, which pins its dependencies tightly: it gets a virtualenv of its own (as it
+# gets an image of its own, images/egress-gateway), and its tests start it from there.
 EGRESS_VENV ?= .venv-egress
-EGRESS_PYTHON ?= $(firstword $(wildcard /usr/bin/python3.13 /usr/bin/python3.12 $(HOME)/.pyenv/versions/3.13*/bin/python3 $(HOME)/.pyenv/versions/3.12*/bin/python3))
-MITMPROXY_VERSION := 12.3.1
-$(EGRESS_VENV)/.installed: pyproject.toml
-	@test -n "$(EGRESS_PYTHON)" || { echo "the egress gateway needs Python 3.12 or later (set EGRESS_PYTHON)"; exit 1; }
-	@test -x $(EGRESS_VENV)/bin/python || $(EGRESS_PYTHON) -m venv $(EGRESS_VENV)
+$(EGRESS_VENV)/.installed: pyproject.toml images/egress-gateway/requirements.txt
+	@test -x $(EGRESS_VENV)/bin/python || python3 -m venv $(EGRESS_VENV)
 	$(EGRESS_VENV)/bin/python -m pip install -q -U pip
-	$(EGRESS_VENV)/bin/python -m pip install -q -e . mitmproxy==$(MITMPROXY_VERSION) 'aiohttp>=3.9' 'prometheus-client>=0.20'
+	$(EGRESS_VENV)/bin/python -m pip install -q -r images/egress-gateway/requirements.txt
+	$(EGRESS_VENV)/bin/python -m pip install -q --no-deps -e .
 	@touch $@
 
 $(VENV)/.installed: pyproject.toml sandbox-runtime/pyproject.toml

@@ -3,6 +3,7 @@ its table, and a change reaches it within 2 s."""
 
 from __future__ import annotations
 
+import base64
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,6 @@ from tests.support.sandbox_operator import CLAIM, TEMPLATE, Objects, install_crd
 
 pytestmark = pytest.mark.integration
 
-KEY = b"egress-test-key-0123456789"
 SECRET = "sk-cluster-secret-value"
 
 
@@ -45,12 +45,14 @@ def upstreams(
 
 @pytest.fixture
 def gateway(
-    tmp_path: Path, kubeconfig: str, upstreams: tuple[CertificateAuthority, dict[str, Upstream]]
+    tmp_path: Path,
+    kubeconfig: str,
+    namespace: str,
+    upstreams: tuple[CertificateAuthority, dict[str, Upstream]],
 ) -> Iterator[Gateway]:
     ca, ups = upstreams
-    key_file = tmp_path / "key"
-    key_file.write_bytes(KEY)
-    yield from start_gateway(tmp_path, ca.pair.cert, {name: "127.0.0.1" for name in ups}, None, key_file)
+    resolve = {name: "127.0.0.1" for name in ups}
+    yield from start_gateway(tmp_path, ca.pair.cert, resolve, None, key_secret=f"{namespace}/egress-key")
 
 
 def curl(gateway: Gateway, token: str, trust: Path, url: str, method: str = "GET") -> str:
@@ -129,7 +131,10 @@ def test_the_gateway_applies_the_template_narrowed_by_the_claim_and_follows_chan
     wait_for(lambda: gateway_ca(gateway, namespace), timeout=10, what="the gateway to learn the sandbox")
     trust = tmp_path / "trust.pem"
     trust.write_text(gateway.ca_pem(namespace) + ca.pair.cert.read_text())
-    token = proxy_token(KEY, namespace, "sb")
+    # The gateway made the key (the operator reads the same Secret).
+    key = base64.b64decode(core.read_namespaced_secret("egress-key", namespace).data["key"])
+    assert len(key) >= 48
+    token = proxy_token(key, namespace, "sb")
     # The namespace's CA certificate, published for its workspaces to mount; its key stays in the gateway.
     published = wait_for(
         lambda: core.read_namespaced_config_map("shadow-egress-ca", namespace).data,
@@ -150,7 +155,7 @@ def test_the_gateway_applies_the_template_narrowed_by_the_claim_and_follows_chan
     assert ups["model.test"].received[-1]["headers"]["Authorization"] == f"Bearer {SECRET}"
     # Another sandbox's credential, or none, names nothing.
     assert (
-        curl(gateway, proxy_token(KEY, namespace, "other"), trust, f"https://pypi.test:{pypi}/simple/numpy/")
+        curl(gateway, proxy_token(key, namespace, "other"), trust, f"https://pypi.test:{pypi}/simple/numpy/")
         == "000 407"
     )
 

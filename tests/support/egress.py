@@ -20,7 +20,7 @@ from tests.support.controlplane import wait_for
 from tests.support.pki import CertificateAuthority
 
 ROOT = Path(__file__).resolve().parents[2]
-EGRESS_PYTHON = ROOT / ".venv-egress" / "bin" / "python"
+EGRESS_PYTHON = Path(os.environ.get("SHADOW_EGRESS_PYTHON") or ROOT / ".venv-egress" / "bin" / "python")
 
 
 def free_port() -> int:
@@ -102,9 +102,10 @@ def start_gateway(
     upstream_ca: Path,
     resolve: dict[str, str],
     policy: dict[str, Any] | None,
-    key_file: Path | None = None,
+    key_secret: str | None = None,
 ) -> Iterator[Gateway]:
-    """The gateway with a policy file (`policy`) or following the cluster of $KUBECONFIG (`key_file`)."""
+    """The gateway with a policy file (`policy`) or following the cluster of $KUBECONFIG (`key_secret`:
+    NAMESPACE/NAME of the Secret with the proxy credentials' key)."""
     if not EGRESS_PYTHON.exists():
         raise RuntimeError(
             f"{EGRESS_PYTHON} is missing: run `make dev` (it creates .venv-egress with mitmproxy)"
@@ -119,7 +120,7 @@ def start_gateway(
         str(EGRESS_PYTHON), "-m", "shadow_operator.egress",
         "--listen", "127.0.0.1", "--port", str(port), "--admin-port", str(admin_port),
         "--ca-dir", str(directory / "ca"),
-        *(["--policy-file", str(policy_path)] if policy is not None else ["--key-file", str(key_file)]),
+        *(["--policy-file", str(policy_path)] if policy is not None else ["--key-secret", str(key_secret)]),
         "--own-address", "127.0.0.1", "--allow-private", "127.0.0.0/8", "--upstream-ca", str(upstream_ca),
     ]  # fmt: skip
     for host, address in resolve.items():

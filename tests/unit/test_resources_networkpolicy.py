@@ -147,12 +147,7 @@ def test_a_template_with_an_egress_allowlist_reaches_only_dns_and_the_gateway() 
         "to": [
             {
                 "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "shadow-system"}},
-                "podSelector": {
-                    "matchLabels": {
-                        "app.kubernetes.io/name": "shadow-operator",
-                        "app.kubernetes.io/component": "egress-gateway",
-                    }
-                },
+                "podSelector": {"matchLabels": {"shadow.dev/egress-gateway": "true"}},
             }
         ],
         "ports": [{"protocol": "TCP", "port": 3128}],

@@ -181,10 +181,9 @@ RUNTIME_AUTH_TOKEN: Final = "token"
 REASON_RUNTIME_TOKEN_KEPT: Final = "RuntimeTokenKept"
 
 # The egress gateway (issue 29): the per-cluster proxy that sandboxes of a template with spec.egress go through.
-EGRESS_GATEWAY_LABELS: Final = {
-    "app.kubernetes.io/name": "shadow-operator",
-    "app.kubernetes.io/component": "egress-gateway",
-}
+# The gateway's Pods carry this label (the chart sets it whatever the release's name); sandboxes' NetworkPolicy
+# admits that label in the operator's namespace only.
+EGRESS_GATEWAY_LABELS: Final = {f"{OPERATOR_PREFIX}/egress-gateway": "true"}
 EGRESS_PROXY_PORT: Final = 3128
 EGRESS_ADMIN_PORT: Final = 9091
 # On a Sandbox made from a template with spec.egress: its Pod gets the proxy variables and the egress CA.

@@ -112,19 +112,19 @@ async def serve(args: argparse.Namespace) -> None:
     tasks = (
         [asyncio.create_task(watch_file(table, audit, Path(args.policy_file)))] if args.policy_file else []
     )
-    if args.key_file:
+    if args.key_secret:
         # The cluster source only: the file source runs without a cluster.
         from kubernetes import client, config
 
-        from shadow_operator.egress.kube import KubeSource
+        from shadow_operator.egress.kube import KubeSource, ensure_key
 
         try:
             config.load_incluster_config()
         except config.ConfigException:
             config.load_kube_config()
-        KubeSource(
-            client.ApiClient(), table, Path(args.key_file).read_bytes().strip(), authorities.certificate_pem
-        ).start()
+        api = client.ApiClient()
+        namespace, _, name = args.key_secret.partition("/")
+        KubeSource(api, table, ensure_key(api, namespace, name), authorities.certificate_pem).start()
     try:
         await master.run()
     finally:
@@ -141,7 +141,9 @@ def main() -> None:
     parser.add_argument("--ca-dir", required=True, help="where the namespaces' CA keys are kept")
     parser.add_argument("--policy-file", help="JSON policy source, reloaded on change")
     parser.add_argument(
-        "--key-file", help="the proxy credentials' key: follow the cluster (in-cluster config or KUBECONFIG)"
+        "--key-secret",
+        help="NAMESPACE/NAME of the Secret with the proxy credentials' key (made when missing): follow the "
+        "cluster (in-cluster config or KUBECONFIG)",
     )
     parser.add_argument("--own-address", action="append", default=[], help="the gateway's own addresses")
     parser.add_argument(

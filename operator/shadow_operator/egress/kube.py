@@ -11,6 +11,7 @@ Pod's namespace and name (the Pod is named like its Sandbox). Credentials come o
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -191,6 +192,30 @@ class KubeSource:
                 return
             core.replace_namespaced_config_map(c.EGRESS_CA_CONFIGMAP, namespace, body)
         self.published[namespace] = pem
+
+
+def ensure_key(api: client.ApiClient, namespace: str, name: str) -> bytes:
+    """The proxy credentials' key from its Secret, made (random) by the first gateway that finds none; the
+    operator mounts the same Secret. Kept in the cluster, not in the chart, so that a render is the same every
+    time (GitOps tools compare renders) and the key survives upgrades."""
+    core = client.CoreV1Api(api)
+    body = {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {c.LABEL_MANAGED_BY: c.MANAGED_BY_VALUE},
+        },
+        "stringData": {"key": secrets.token_urlsafe(48)},
+    }
+    try:
+        core.create_namespaced_secret(namespace, body)
+    except ApiException as error:
+        if error.status != 409:
+            raise
+    existing = Secret.model_validate(
+        api.sanitize_for_serialization(core.read_namespaced_secret(name, namespace))
+    )
+    return existing.values()["key"].encode()
 
 
 def _key(obj: dict[str, Any]) -> Key:
