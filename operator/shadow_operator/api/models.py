@@ -537,7 +537,8 @@ class EgressCredential(ApiModel):
         min_length=1,
         max_length=253,
         pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
-        description="Secret in the template's namespace; read by the egress gateway only.",
+        description="Secret in the template's namespace, labelled shadow.dev/egress-credential=true (the egress "
+        "gateway reads no other Secrets); read by the gateway only.",
     )
     key: str = Field(min_length=1, max_length=253, description="Key of the Secret holding the value.")
     header: str | None = Field(
