@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from kubernetes import client
 from shadow_operator.api import constants as c
@@ -159,6 +160,18 @@ def test_the_gateway_applies_the_template_narrowed_by_the_claim_and_follows_chan
         == "000 407"
     )
 
+    # The decision log opens with the sandbox's runtime token (who may use the sandbox may read it), no other.
+    log_url = f"{gateway.admin}/v1/log/{namespace}/sb"
+    assert httpx.get(log_url, headers={"Authorization": "Bearer guess"}).status_code == 403
+    core.create_namespaced_secret(
+        namespace, {"metadata": {"name": "sb-runtime-token"}, "stringData": {"token": "rt-123"}}
+    )
+    log = httpx.get(log_url, headers={"Authorization": "Bearer rt-123"}).json()
+    refused = [d for d in log["decisions"] if not d["allowed"]]
+    assert (
+        refused[0]["path"] == "/simple/flask/"
+        and "add a path prefix covering /simple/flask/ to" in refused[0]["reason"]
+    )
     objs.patch(CLAIM, "sb", {"spec": {"egress": {"rules": [{**narrow, "paths": ["/simple/"]}]}}})
     wait_for(
         lambda: curl(gateway, token, trust, f"https://pypi.test:{pypi}/simple/flask/") == "200 200",
@@ -174,6 +187,4 @@ def test_the_gateway_applies_the_template_narrowed_by_the_claim_and_follows_chan
 
 
 def gateway_ca(gateway: Gateway, namespace: str) -> bool:
-    import httpx
-
     return httpx.get(f"{gateway.admin}/v1/ca/{namespace}").status_code == 200

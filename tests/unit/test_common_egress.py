@@ -69,7 +69,11 @@ def test_method_and_path_prefix() -> None:
     assert not post.allowed
     assert "egress to pypi.org POST /simple/numpy/ is not allowed for sandbox team-a/agent-1" in post.reason
     assert "add method POST" in post.reason
-    assert not egress.decide_request(rules, SANDBOX, "pypi.org", 443, "GET", "/admin/").allowed
+    admin = egress.decide_request(rules, SANDBOX, "pypi.org", 443, "GET", "/admin/")
+    assert not admin.allowed and admin.reason.endswith(
+        "add a path prefix covering /admin/ to the template or claim's egress rules"
+    )
+    assert "add method POST to the template" in post.reason
     # Only port 443 unless the rule names others.
     assert not egress.decide_connection(rules, SANDBOX, "pypi.org", 8443).allowed
     assert egress.decide_connection(rules, SANDBOX, "files.pythonhosted.org", 443).allowed

@@ -196,12 +196,18 @@ def decide_request(
             )
         return Decision(True, i, rule.describe())
     allowed = "; ".join(rule.describe() for _, rule in for_host)
+    rules = [rule for _, rule in for_host]
+    missing = []
+    if not any(r.methods is None or method.upper() in r.methods for r in rules):
+        missing.append(f"method {method.upper()}")
+    if not any(r.paths is None or any(bare.startswith(p) for p in r.paths) for r in rules):
+        missing.append(f"a path prefix covering {bare}")
     return Decision(
         False,
         None,
         f"egress to {what} is not allowed {_where(sandbox)}: the rules for this host allow only {allowed}; "
-        f"add method {method.upper()} and a path prefix covering {bare} to the template or claim's egress "
-        "rules",
+        f"add {' and '.join(missing) or f'a rule with method {method.upper()} and a path prefix covering {bare}'}"
+        " to the template or claim's egress rules",
     )
 
 

@@ -7,6 +7,7 @@ import asyncio
 import hmac
 import logging
 import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from aiohttp import web
@@ -18,16 +19,25 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from shadow_operator.egress.addon import CertAuthorities, Gate, NamespaceTls
 from shadow_operator.egress.audit import Audit
-from shadow_operator.egress.table import PolicyTable, load_file
+from shadow_operator.egress.table import PolicyTable, SandboxEntry, load_file
 
 log = logging.getLogger("shadow_operator.egress")
 # How often the file source is checked for changes: policy changes reach the gateway well within 2 s.
 FILE_POLL_SECONDS = 0.25
 
 
-def admin_app(table: PolicyTable, audit: Audit, authorities: CertAuthorities) -> web.Application:
+LogToken = Callable[[SandboxEntry], Awaitable[str | None]]
+
+
+async def given_log_token(entry: SandboxEntry) -> str | None:
+    return entry.log_token
+
+
+def admin_app(
+    table: PolicyTable, audit: Audit, authorities: CertAuthorities, log_token: LogToken = given_log_token
+) -> web.Application:
     """/healthz, /metrics, the CA certificate of a namespace (public), and a sandbox's decision log (for
-    whoever holds the sandbox's runtime token)."""
+    whoever holds the sandbox's runtime token: who may use the sandbox may read what it tried)."""
 
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok\n")
@@ -41,7 +51,8 @@ def admin_app(table: PolicyTable, audit: Audit, authorities: CertAuthorities) ->
         key = f"{request.match_info['namespace']}/{request.match_info['name']}"
         entry = table.sandboxes.get(key)
         given = request.headers.get("Authorization", "").removeprefix("Bearer ")
-        if entry is None or entry.log_token is None or not hmac.compare_digest(entry.log_token, given):
+        expected = await log_token(entry) if entry is not None else None
+        if entry is None or not expected or not given or not hmac.compare_digest(expected, given):
             return web.json_response(
                 {"error": f"no egress log readable for {key} with this token"}, status=403
             )
@@ -106,9 +117,7 @@ async def serve(args: argparse.Namespace) -> None:
         http2=True,
         websocket=True,
     )
-    runner = web.AppRunner(admin_app(table, audit, authorities), access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, args.listen, args.admin_port).start()
+    log_token: LogToken = given_log_token
     tasks = (
         [asyncio.create_task(watch_file(table, audit, Path(args.policy_file)))] if args.policy_file else []
     )
@@ -124,7 +133,12 @@ async def serve(args: argparse.Namespace) -> None:
             config.load_kube_config()
         api = client.ApiClient()
         namespace, _, name = args.key_secret.partition("/")
-        KubeSource(api, table, ensure_key(api, namespace, name), authorities.certificate_pem).start()
+        source = KubeSource(api, table, ensure_key(api, namespace, name), authorities.certificate_pem)
+        source.start()
+        log_token = source.runtime_token
+    runner = web.AppRunner(admin_app(table, audit, authorities, log_token), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, args.listen, args.admin_port).start()
     try:
         await master.run()
     finally:

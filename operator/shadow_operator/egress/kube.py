@@ -10,6 +10,7 @@ Pod's namespace and name (the Pod is named like its Sandbox). Credentials come o
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 import threading
@@ -168,6 +169,24 @@ class KubeSource:
         log.info("egress table: %d sandboxes, %d credential secrets", len(entries), len(secrets))
         for namespace in sorted({entry.namespace for entry in entries}):
             self.publish_ca(namespace)
+
+    async def runtime_token(self, entry: SandboxEntry) -> str | None:
+        """The sandbox's runtime token (its Secret, read by name when asked): what opens its decision log."""
+
+        def read() -> str | None:
+            try:
+                body = client.CoreV1Api(self.api).read_namespaced_secret(
+                    naming.token_secret_name(entry.name), entry.namespace
+                )
+            except ApiException:
+                return None
+            return (
+                Secret.model_validate(self.api.sanitize_for_serialization(body))
+                .values()
+                .get(c.RUNTIME_TOKEN_KEY)
+            )
+
+        return await asyncio.to_thread(read)
 
     def publish_ca(self, namespace: str) -> None:
         """The namespace's CA certificate (never its key) as the ConfigMap its workspaces mount: `ca.crt` alone
