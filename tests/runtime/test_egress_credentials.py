@@ -6,10 +6,8 @@ HANDOFF.md, the runtime's log."""
 from __future__ import annotations
 
 import json
-import ssl
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from shadow_operator.common.egress import proxy_token
