@@ -5,7 +5,6 @@ template without spec.egress gets neither."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
