@@ -178,11 +178,18 @@ def test_the_gateway_applies_the_template_narrowed_by_the_claim_and_follows_chan
         timeout=2,
         what="the claim's change",
     )
+    series = f'namespace="{namespace}",rule_host="pypi.test",sandbox="sb"'
+    assert series in httpx.get(f"{gateway.admin}/metrics").text
     core.delete_namespaced_pod("sb", namespace, grace_period_seconds=0)
     wait_for(
         lambda: curl(gateway, token, trust, f"https://pypi.test:{pypi}/simple/numpy/") == "000 407",
         timeout=2,
         what="the Pod's deletion",
+    )
+
+    # A sandbox gone takes its series and its log along: disposable sandboxes must not grow the gateway.
+    wait_for(
+        lambda: series not in httpx.get(f"{gateway.admin}/metrics").text, timeout=2, what="the series to go"
     )
 
 

@@ -133,7 +133,13 @@ async def serve(args: argparse.Namespace) -> None:
             config.load_kube_config()
         api = client.ApiClient()
         namespace, _, name = args.key_secret.partition("/")
-        source = KubeSource(api, table, ensure_key(api, namespace, name), authorities.certificate_pem)
+        source = KubeSource(
+            api,
+            table,
+            ensure_key(api, namespace, name),
+            authorities.certificate_pem,
+            on_rebuild=lambda: audit.forget(set(table.sandboxes)),
+        )
         source.start()
         log_token = source.runtime_token
     runner = web.AppRunner(admin_app(table, audit, authorities, log_token), access_log=None)

@@ -47,6 +47,9 @@ class Audit:
             registry=self.registry,
         )
         self.logs: dict[str, deque[Entry]] = {}
+        # The label sets each sandbox has used, so that its series go when it does: sandboxes are disposable,
+        # and a counter per sandbox that outlived it would grow the gateway's memory with every one.
+        self.series: dict[str, set[tuple[str, ...]]] = {}
 
     def record(
         self,
@@ -60,13 +63,15 @@ class Audit:
     ) -> None:
         namespace, name = sandbox.split("/", 1)
         rule_host = rules[decision.rule].host if decision.rule is not None else UNKNOWN
-        self.decisions.labels(
+        labels = (
             namespace,
             name,
             rule_host,
             method if method in KNOWN_METHODS else UNKNOWN,
             "allowed" if decision.allowed else "refused",
-        ).inc()
+        )
+        self.decisions.labels(*labels).inc()
+        self.series.setdefault(sandbox, set()).add(labels)
         log = self.logs.setdefault(sandbox, deque(maxlen=LOG_ENTRIES_PER_SANDBOX))
         log.append(
             Entry(
@@ -85,6 +90,9 @@ class Audit:
         return [asdict(entry) for entry in self.logs.get(sandbox, ())]
 
     def forget(self, keep: set[str]) -> None:
-        """Drop the logs of sandboxes that are gone (their counters stay until the gateway restarts)."""
+        """Drop the logs and the series of sandboxes that are gone."""
         for key in set(self.logs) - keep:
             del self.logs[key]
+        for key in set(self.series) - keep:
+            for labels in self.series.pop(key):
+                self.decisions.remove(*labels)

@@ -51,9 +51,14 @@ class Feed:
 
 class KubeSource:
     def __init__(
-        self, api: client.ApiClient, table: PolicyTable, key: bytes, ca_pem: Callable[[str], bytes]
+        self,
+        api: client.ApiClient,
+        table: PolicyTable,
+        key: bytes,
+        ca_pem: Callable[[str], bytes],
+        on_rebuild: Callable[[], None] = lambda: None,
     ) -> None:
-        self.api, self.table, self.key, self.ca_pem = api, table, key, ca_pem
+        self.api, self.table, self.key, self.ca_pem, self.on_rebuild = api, table, key, ca_pem, on_rebuild
         self.published: dict[str, bytes] = {}
         self.objects: dict[str, dict[Key, dict[str, Any]]] = {}
         self.changed = threading.Event()
@@ -166,6 +171,7 @@ class KubeSource:
             key: Secret.model_validate(body).values() for key, body in self.objects.get("secrets", {}).items()
         }
         self.table.replace(entries, secrets)
+        self.on_rebuild()
         log.info("egress table: %d sandboxes, %d credential secrets", len(entries), len(secrets))
         for namespace in sorted({entry.namespace for entry in entries}):
             self.publish_ca(namespace)
