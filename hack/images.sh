@@ -544,8 +544,8 @@ case "${1:-}" in
   app-refs)
     image_exists "${BASE_IMAGE}" || die "${BASE_IMAGE} is not built yet: run hack/images.sh apps"
     resolve_refs
-    printf 'operator=%s\nworkspace=%s\npreview-router=%s\ngitea=%s\n' \
-      "$(operator_ref)" "$(workspace_ref)" "$(router_ref)" "$(gitea_ref)"
+    printf 'operator=%s\nworkspace=%s\npreview-router=%s\ngitea=%s\negress-gateway=%s\n' \
+      "$(operator_ref)" "$(workspace_ref)" "$(router_ref)" "$(gitea_ref)" "$(egress_ref)"
     exit ;;
 esac
 "${HACK_DIR}/docker.sh" daemon
