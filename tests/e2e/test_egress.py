@@ -180,7 +180,8 @@ def test_allowed_traffic_passes_and_the_credential_arrives_unseen(
     seen = sh(
         sandbox,
         "env; ps auxeww; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'; cat /workspace/HANDOFF.md 2>/dev/null; "
-        f"grep -rl '{SECRET}' /workspace /tmp /etc /home /root 2>/dev/null; true",
+        # Split in two, so that this command line (which ps shows) does not hold the key itself.
+        f"grep -rl '{SECRET[:7]}''{SECRET[7:]}' /workspace /tmp /etc /home /root 2>/dev/null; true",
     )
     assert "HTTPS_PROXY=http://sandbox:" in seen and SECRET not in seen
 
