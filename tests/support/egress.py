@@ -39,8 +39,10 @@ class Upstream:
     server: ThreadingHTTPServer | None = None
 
 
-def start_upstream(ca: CertificateAuthority, name: str, body: bytes = b"upstream says hi\n") -> Upstream:
-    pair = ca.issue(name.replace(".", "-"), name, dns_names=(name,), server=True)
+def start_upstream(
+    ca: CertificateAuthority | None, name: str, body: bytes = b"upstream says hi\n"
+) -> Upstream:
+    """HTTPS with a certificate from `ca`, or clear HTTP without one."""
     upstream = Upstream(name, free_port())
 
     class Handler(BaseHTTPRequestHandler):
@@ -64,10 +66,12 @@ def start_upstream(ca: CertificateAuthority, name: str, body: bytes = b"upstream
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", upstream.port), Handler)
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(pair.cert, pair.key)
-    # The handshake happens in the request's thread, not in the accept loop, so one slow client blocks nobody.
-    server.socket = context.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
+    if ca is not None:
+        pair = ca.issue(name.replace(".", "-"), name, dns_names=(name,), server=True)
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(pair.cert, pair.key)
+        # The handshake happens in the request's thread, not the accept loop: one slow client blocks nobody.
+        server.socket = context.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     upstream.server = server
     return upstream

@@ -36,6 +36,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         name: start_upstream(ca, name)
         for name in ("pypi.test", "files.test", "model.test", "git.test", "other.test")
     }
+    ups["plain.test"] = start_upstream(None, "plain.test")
     resolve = {name: "127.0.0.1" for name in ups} | {"rebind.test": "10.1.2.3", "gw.test": "127.0.0.1"}
     gen = start_gateway(directory, ca.pair.cert, resolve, {"sandboxes": []})
     gateway = next(gen)
@@ -87,6 +88,18 @@ def policy(world: dict[str, Any], pypi_methods: tuple[str, ...] = ("GET", "HEAD"
             "credential": {"secretName": "git", "key": "token", "placeholder": PLACEHOLDER},
         },
         {"host": "rebind.test", "ports": [443]},
+        {
+            "host": "plain.test",
+            "ports": port("plain.test"),
+            "methods": ["POST"],
+            "paths": ["/v1/"],
+            "credential": {
+                "secretName": "model",
+                "key": "token",
+                "header": "Authorization",
+                "prefix": "Bearer ",
+            },
+        },
         {"host": "gw.test", "ports": [gateway.admin_port, gateway.port]},
     ]
     return {
@@ -335,3 +348,31 @@ def test_decisions_are_logged_for_the_sandbox_and_counted(world: dict[str, Any])
     assert (
         'decision="allowed",method="GET",namespace="team-a",rule_host="pypi.test",sandbox="agent"' in metrics
     )
+
+
+def test_clear_http_is_checked_per_request_and_gets_the_credential(world: dict[str, Any]) -> None:
+    """Absolute-form requests (HTTP_PROXY), as curl sends them for http:// URLs."""
+    port = world["ups"]["plain.test"].port
+    base = f"http://plain.test:{port}"
+
+    def run(*args: str, proxy: str = world["gateway"].proxy(TOKEN_A)) -> str:
+        return subprocess.run(
+            ["curl", "-sS", "--proxy", proxy, "-w", "\\n%{http_code}", *args],
+            capture_output=True, text=True, timeout=30,
+        ).stdout  # fmt: skip
+
+    assert run("-X", "POST", "-H", "Authorization: Bearer mine", "-d", "x", f"{base}/v1/chat").endswith(
+        "\n200"
+    )
+    received = world["ups"]["plain.test"].received[-1]
+    assert received["headers"]["Authorization"] == f"Bearer {SECRET}"
+    assert "Proxy-Authorization" not in received["headers"]
+    refused = run(f"{base}/v1/chat")
+    assert refused.endswith("\n403") and "egress to plain.test GET /v1/chat is not allowed" in refused
+    assert "add method GET to the template" in refused
+    fronted = run("-X", "POST", "-H", "Host: other.test", f"{base}/v1/chat")
+    assert fronted.endswith("\n403") and "the request's Host (other.test) differs from its URL's" in fronted
+    literal = run("-X", "POST", f"http://127.0.0.1:{port}/v1/chat")
+    assert literal.endswith("\n403") and "egress to the IP address 127.0.0.1 is not allowed" in literal
+    # Without the proxy credential: nobody's request.
+    assert run(f"{base}/v1/chat", proxy=f"http://127.0.0.1:{world['gateway'].port}").endswith("\n407")
