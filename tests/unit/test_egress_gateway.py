@@ -62,6 +62,17 @@ def policy(world: dict[str, Any], pypi_methods: tuple[str, ...] = ("GET", "HEAD"
     def port(name: str) -> list[int]:
         return [ups[name].port]
 
+    def model_api(host: str) -> dict[str, Any]:
+        """A model API: POST under /v1/, with the key the gateway adds."""
+        credential = {"secretName": "model", "key": "token", "header": "Authorization", "prefix": "Bearer "}
+        return {
+            "host": host,
+            "ports": port(host),
+            "methods": ["POST"],
+            "paths": ["/v1/"],
+            "credential": credential,
+        }
+
     rules = [
         {
             "host": "pypi.test",
@@ -70,36 +81,14 @@ def policy(world: dict[str, Any], pypi_methods: tuple[str, ...] = ("GET", "HEAD"
             "paths": ["/simple/"],
         },
         {"host": "files.test", "ports": port("files.test")},
-        {
-            "host": "model.test",
-            "ports": port("model.test"),
-            "methods": ["POST"],
-            "paths": ["/v1/"],
-            "credential": {
-                "secretName": "model",
-                "key": "token",
-                "header": "Authorization",
-                "prefix": "Bearer ",
-            },
-        },
+        model_api("model.test"),
         {
             "host": "git.test",
             "ports": port("git.test"),
             "credential": {"secretName": "git", "key": "token", "placeholder": PLACEHOLDER},
         },
         {"host": "rebind.test", "ports": [443]},
-        {
-            "host": "plain.test",
-            "ports": port("plain.test"),
-            "methods": ["POST"],
-            "paths": ["/v1/"],
-            "credential": {
-                "secretName": "model",
-                "key": "token",
-                "header": "Authorization",
-                "prefix": "Bearer ",
-            },
-        },
+        model_api("plain.test"),
         {"host": "gw.test", "ports": [gateway.admin_port, gateway.port]},
     ]
     return {
