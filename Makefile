@@ -19,13 +19,23 @@ PYTEST_PARALLEL := $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --di
 help: ## list targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
+# The egress gateway runs mitmproxy, which pins its dependencies tightly: it gets a virtualenv of its own (as it
+# gets an image of its own, images/egress-gateway), and its tests start it from there.
+EGRESS_VENV ?= .venv-egress
+$(EGRESS_VENV)/.installed: pyproject.toml images/egress-gateway/requirements.txt
+	@test -x $(EGRESS_VENV)/bin/python || python3 -m venv $(EGRESS_VENV)
+	$(EGRESS_VENV)/bin/python -m pip install -q -U pip
+	$(EGRESS_VENV)/bin/python -m pip install -q -r images/egress-gateway/requirements.txt
+	$(EGRESS_VENV)/bin/python -m pip install -q --no-deps -e .
+	@touch $@
+
 $(VENV)/.installed: pyproject.toml sandbox-runtime/pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q -U pip
 	$(PY) -m pip install -q -e '.[operator,dev]' -e './sandbox-runtime[dev]'
 	@touch $@
 
-dev: $(VENV)/.installed ## create .venv with the operator, the runtime and dev tools
+dev: $(VENV)/.installed $(EGRESS_VENV)/.installed ## create .venv with the operator, the runtime and dev tools (and .venv-egress: the egress gateway)
 
 tools: ## build the pinned tools (etcd, kube-apiserver, controllers, kwok, helm, gitea, csi-sanity) into ~/.cache/shadow-operator
 	hack/build-tools.sh

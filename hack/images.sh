@@ -104,6 +104,7 @@ compute_workspace_ref() {
   echo "${PREFIX}/workspace:$(hash_inputs images/workspace sandbox-runtime "$(image_id "${BASE_IMAGE}")" \
     "$(sha256sum /etc/ssl/certs/ca-certificates.crt)")"
 }
+compute_egress_ref() { echo "${PREFIX}/egress-gateway:$(hash_inputs images/egress-gateway pyproject.toml operator "$(image_id "${BASE_IMAGE}")")"; }
 compute_router_ref() { echo "${PREFIX}/preview-router:$(hash_inputs images/preview-router "$(image_id "${BASE_IMAGE}")")"; }
 compute_gitea_ref() { echo "${PREFIX}/gitea:$(hash_inputs images/gitea "${GITEA_VERSION}" "$(image_id "${BASE_IMAGE}")")"; }
 
@@ -113,18 +114,21 @@ resolve_refs() {
   OPERATOR_REF=$(compute_operator_ref)
   WORKSPACE_REF=$(compute_workspace_ref)
   ROUTER_REF=$(compute_router_ref)
+  EGRESS_REF=$(compute_egress_ref)
   GITEA_REF=$(compute_gitea_ref)
 }
 operator_ref() { resolve_refs; echo "${OPERATOR_REF}"; }
 workspace_ref() { resolve_refs; echo "${WORKSPACE_REF}"; }
 router_ref() { resolve_refs; echo "${ROUTER_REF}"; }
+egress_ref() { resolve_refs; echo "${EGRESS_REF}"; }
 gitea_ref() { resolve_refs; echo "${GITEA_REF}"; }
 
-wheels() { # wheels DIR PROJECT: wheels of PROJECT and its dependencies, from the host's pip.
-  local py="${REPO_ROOT}/.venv/bin/python"
+wheels() { # wheels DIR PIP-WHEEL-ARGS...: e.g. PROJECT: wheels of PROJECT and its dependencies, from the host's pip.
+  local py="${REPO_ROOT}/.venv/bin/python" dir=$1
+  shift
   [[ -x $py ]] || py=python3
-  "$py" -m pip wheel --quiet --wheel-dir "$1" "$2" >>"${LOG_DIR}/wheels.log" 2>&1 \
-    || die "pip wheel $2 failed; see ${LOG_DIR}/wheels.log"
+  "$py" -m pip wheel --quiet --wheel-dir "$dir" "$@" >>"${LOG_DIR}/wheels.log" 2>&1 \
+    || die "pip wheel $* failed; see ${LOG_DIR}/wheels.log"
 }
 
 build_apps() {
@@ -140,6 +144,14 @@ build_apps() {
     ctx=$(stage workspace)
     cp /etc/ssl/certs/ca-certificates.crt "$ctx/"
     wheels "$ctx/wheels" "${REPO_ROOT}/sandbox-runtime"
+    docker_build "$ref" "$ctx"
+  else info "$ref: cached"; fi
+  ref=$(egress_ref)
+  if ! image_exists "$ref"; then
+    ctx=$(stage egress-gateway)
+    # Its own dependency set (mitmproxy's pins), and shadow-operator without its client dependencies.
+    wheels "$ctx/wheels" -r "${REPO_ROOT}/images/egress-gateway/requirements.txt"
+    wheels "$ctx/wheels" --no-deps "${REPO_ROOT}"
     docker_build "$ref" "$ctx"
   else info "$ref: cached"; fi
   ref=$(router_ref)
@@ -361,12 +373,14 @@ push_all() {
   push_one "$(operator_ref)"
   push_one "$(workspace_ref)"
   push_one "$(router_ref)"
+  push_one "$(egress_ref)"
   push_one "$(gitea_ref)"
   # What was pushed, for hack/kind/deploy.sh (`hack/images.sh env`).
   {
     echo "SHADOW_OPERATOR_IMAGE=$(operator_ref)"
     echo "SHADOW_WORKSPACE_IMAGE=$(workspace_ref)"
     echo "SHADOW_ROUTER_IMAGE=$(router_ref)"
+    echo "SHADOW_EGRESS_IMAGE=$(egress_ref)"
     echo "SHADOW_GITEA_IMAGE=$(gitea_ref)"
     echo "SHADOW_REGISTRY=$("${HACK_DIR}/docker.sh" registry-host)"
   } >"${STATE_DIR}/pushed.env"
@@ -505,6 +519,7 @@ prune_all() {
   prune_old "${PREFIX}/operator" "$(operator_ref)"
   prune_old "${PREFIX}/workspace" "$(workspace_ref)"
   prune_old "${PREFIX}/preview-router" "$(router_ref)"
+  prune_old "${PREFIX}/egress-gateway" "$(egress_ref)"
   prune_old "${PREFIX}/gitea" "$(gitea_ref)"
   prune_old "${PREFIX}/kind-base" "$(kind_base_ref)"
   [[ -f "${STATE_DIR}/node-image" ]] && prune_old "${PREFIX}/kind-node" "$(<"${STATE_DIR}/node-image")"
@@ -529,8 +544,8 @@ case "${1:-}" in
   app-refs)
     image_exists "${BASE_IMAGE}" || die "${BASE_IMAGE} is not built yet: run hack/images.sh apps"
     resolve_refs
-    printf 'operator=%s\nworkspace=%s\npreview-router=%s\ngitea=%s\n' \
-      "$(operator_ref)" "$(workspace_ref)" "$(router_ref)" "$(gitea_ref)"
+    printf 'operator=%s\nworkspace=%s\npreview-router=%s\ngitea=%s\negress-gateway=%s\n' \
+      "$(operator_ref)" "$(workspace_ref)" "$(router_ref)" "$(gitea_ref)" "$(egress_ref)"
     exit ;;
 esac
 "${HACK_DIR}/docker.sh" daemon

@@ -8,7 +8,7 @@
 #
 #   VERSION   semver without a leading v: 1.2.0, 1.3.0-rc.1
 #   REGISTRY  where images and the chart go, with any path: ghcr.io/my-org, registry.internal:5000/platform
-#             Images: REGISTRY/{operator,workspace,preview-router,gitea}:VERSION
+#             Images: REGISTRY/{operator,workspace,preview-router,gitea,egress-gateway}:VERSION
 #             Chart:  oci://REGISTRY/charts/shadow-operator, version VERSION, whose image defaults are those
 #
 # Options:
@@ -32,7 +32,7 @@ source "$(dirname "$0")/lib.sh"
 
 CHART_SRC="${REPO_ROOT}/charts/shadow-operator"
 # App images hack/images.sh builds -> the chart's values.yaml image blocks that run them.
-IMAGES=(operator workspace preview-router gitea)
+IMAGES=(operator workspace preview-router gitea egress-gateway)
 # Python distributions: directories holding a pyproject.toml, relative to the repository.
 PY_DISTS=(. sandbox-runtime)
 # Files that carry the version in the sources (set-version writes them, a release checks them).
@@ -145,7 +145,7 @@ stage_chart() {
 # verify_chart TGZ: the packaged chart renders every image as REGISTRY/NAME:VERSION and nothing else.
 verify_chart() {
   local rendered expected
-  rendered=$("$HELM" template release "$1" --set previewRouter.enabled=true \
+  rendered=$("$HELM" template release "$1" --set previewRouter.enabled=true --set egressGateway.enabled=true \
     | awk '/name: SHADOW_GITEA_IMAGE$/ { getline; sub(/^ *value: /, ""); print; next }
            /^ *(- )?image: / { sub(/^ *(- )?image: /, ""); print }' | tr -d '"' | sort -u)
   expected=$(for name in "${IMAGES[@]}"; do

@@ -74,6 +74,8 @@ step "helm upgrade --install ${RELEASE} ${CHART_REF} --version ${VERSION} (names
   --set 'networkPolicy.clusterCIDRs={10.244.0.0/16,10.96.0.0/16}' \
   --set gitea.resources.requests.cpu=10m --set defaultTemplate.resources.requests.cpu=10m \
   --set "tenants.namespaces={${TENANTS}}" \
+  --set egressGateway.enabled=true --set egressGateway.resources.requests.cpu=10m \
+  --set 'egressGateway.allowPrivateRanges={10.244.0.0/16,10.96.0.0/16}' \
   --wait --timeout 3m "$@" >/dev/null \
   || {
     kubectl -n "${NAMESPACE}" get pods -o wide >&2 || true

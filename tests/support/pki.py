@@ -68,6 +68,7 @@ class CertificateAuthority:
         cert = (
             _builder(self._name, self._name, self._key.public_key())
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(self._key.public_key()), critical=False)
             .add_extension(
                 x509.KeyUsage(
                     digital_signature=True,
@@ -113,8 +114,13 @@ class CertificateAuthority:
         attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
         attrs.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
         usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
-        builder = _builder(x509.Name(attrs), self._name, key.public_key()).add_extension(
-            x509.ExtendedKeyUsage([usage]), critical=False
+        # The key identifiers: Python 3.13's strict verification (the egress gateway's client) requires them.
+        builder = (
+            _builder(x509.Name(attrs), self._name, key.public_key())
+            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+            .add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(self._key.public_key()), critical=False
+            )
         )
         if server:
             sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dns_names]

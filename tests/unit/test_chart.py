@@ -52,6 +52,8 @@ VALUE_SETS: dict[str, list[str]] = {
         "--set-string=operator.extraEnv[0].value=1",
         "--set=operator.tolerations[0].operator=Exists",
         "--set=operator.priorityClassName=system-cluster-critical",
+        "--set=egressGateway.enabled=true",
+        "--set=egressGateway.allowPrivateRanges={10.96.0.0/12}",
     ],
     "standalone": [
         "--set=operator.leaderElection.enabled=false",
@@ -1003,3 +1005,33 @@ def test_clients_find_the_release_wherever_it_is(helm: str) -> None:
         d for d in by_kind(standalone, "ConfigMap") if d["metadata"]["name"] == "shadow-operator-discovery"
     ]
     assert OperatorLocation.from_config_map(cm).leader_election is False
+
+
+def test_the_egress_gateway_is_what_sandboxes_network_policy_admits(helm: str) -> None:
+    from shadow_operator.api import constants as c
+
+    docs = documents(render(helm, "--set=egressGateway.enabled=true", include_crds=False))
+    gateway = next(
+        d for d in by_kind(docs, "Deployment") if d["metadata"]["name"] == "shadow-shadow-operator-egress"
+    )
+    labels = gateway["spec"]["template"]["metadata"]["labels"]
+    assert c.EGRESS_GATEWAY_LABELS.items() <= labels.items()
+    (container,) = gateway["spec"]["template"]["spec"]["containers"]
+    assert {p["containerPort"] for p in container["ports"]} == {c.EGRESS_PROXY_PORT, c.EGRESS_ADMIN_PORT}
+    assert (
+        container["args"][container["args"].index("--key-secret") + 1]
+        == "shadow-system/shadow-shadow-operator-egress-key"
+    )
+    operator = next(
+        d for d in by_kind(docs, "Deployment") if d["metadata"]["name"] == "shadow-shadow-operator"
+    )
+    env = {e["name"]: e.get("value") for e in operator["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert (
+        env["SHADOW_EGRESS_PROXY"]
+        == f"shadow-shadow-operator-egress.shadow-system.svc.cluster.local:{c.EGRESS_PROXY_PORT}"
+    )
+    # The key is the gateway's to make: no render carries it.
+    assert not [d for d in by_kind(docs, "Secret") if "egress" in d["metadata"]["name"]]
+    # Off by default: nothing of it is rendered, and the operator is not told of a gateway.
+    default = documents(render(helm, include_crds=False))
+    assert not [d for d in default if "egress" in d["metadata"]["name"]]

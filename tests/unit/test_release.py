@@ -22,6 +22,7 @@ IMAGES = {
     "workspace": ("workspace",),
     "gitea": ("gitea",),
     "preview-router": ("previewRouter",),
+    "egress-gateway": ("egressGateway",),
 }
 
 
@@ -39,7 +40,7 @@ def packaged(tgz: Path, name: str) -> dict[str, Any]:
 
 def rendered_images(tgz: Path, *values: str) -> set[str]:
     out = subprocess.run(
-        [_helm(), "template", "r", str(tgz), "--set=previewRouter.enabled=true", *values],
+        [_helm(), "template", "r", str(tgz), "--set=previewRouter.enabled=true", "--set=egressGateway.enabled=true", *values],
         capture_output=True, text=True, check=True, timeout=120,
     ).stdout  # fmt: skip
     images = set()

@@ -228,3 +228,10 @@ def test_a_claims_sandbox_gets_the_claims_policy_within_the_templates() -> None:
     }
     with pytest.raises(blueprint.ClaimRejected):
         blueprint.adoption_patch(warm, longer, ceiling)
+
+
+def test_sandboxes_of_a_template_with_egress_are_marked_for_the_gateway() -> None:
+    from shadow_operator.resources.blueprint import egress_annotation
+
+    assert egress_annotation({"spec": {"egress": {"rules": []}}}) == {"shadow.dev/egress": "true"}
+    assert egress_annotation({"spec": {}}) == {}

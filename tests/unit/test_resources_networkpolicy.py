@@ -132,3 +132,27 @@ def test_operator_reads_the_cluster_ranges_from_its_environment(monkeypatch: pyt
     monkeypatch.setenv("SHADOW_CLUSTER_CIDRS", "10.0.0.0/33")
     with pytest.raises(ValueError, match="SHADOW_CLUSTER_CIDRS"):
         Config.from_env()
+
+
+def test_a_template_with_an_egress_allowlist_reaches_only_dns_and_the_gateway() -> None:
+    template = {**TEMPLATE, "spec": {**TEMPLATE["spec"], "egress": {"rules": [{"host": "pypi.org"}]}}}
+    policy = networkpolicy.build_network_policy(
+        template, ["shadow-system"], gateway_namespace="shadow-system"
+    )
+    egress = policy["spec"]["egress"]
+    # No ipBlock at all: nothing outside the cluster is reachable except through the gateway.
+    assert not any("ipBlock" in peer for rule in egress for peer in rule["to"])
+    assert egress[0]["ports"] == [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
+    assert egress[1] == {
+        "to": [
+            {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "shadow-system"}},
+                "podSelector": {"matchLabels": {"shadow.dev/egress-gateway": "true"}},
+            }
+        ],
+        "ports": [{"protocol": "TCP", "port": 3128}],
+    }
+    # Ingress is not the allowlist's business.
+    assert policy["spec"]["ingress"] == networkpolicy.default_ingress(["shadow-system"])
+    with pytest.raises(ValueError, match="needs the egress gateway's namespace"):
+        networkpolicy.build_network_policy(template, ["shadow-system"])

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
+from shadow_operator.common.egress import proxy_token
 from shadow_operator.resources import conditions as conds
 from shadow_operator.resources import podsecurity
 from shadow_operator.resources import sandbox as res
@@ -262,3 +263,34 @@ def test_only_an_environments_own_workspace_pod_carries_its_environment_label() 
         owned["metadata"]["ownerReferences"] = [{**ref, "kind": kind, "apiVersion": api_version, "name": "d"}]
         labels, _ = res.build_pod_labels_and_annotations(owned)
         assert c.LABEL_ENVIRONMENT not in labels, kind
+
+
+def test_a_sandbox_under_an_egress_allowlist_gets_its_proxy_and_the_egress_ca() -> None:
+    body = {
+        "apiVersion": "agents.x-k8s.io/v1beta1",
+        "kind": "Sandbox",
+        "metadata": {"name": "sb", "namespace": "team", "uid": "u", "annotations": {"shadow.dev/egress": "true"}},
+        "spec": {"podTemplate": {"spec": {"containers": [{"name": "main", "image": "img", "env": [{"name": "HTTPS_PROXY", "value": "http://evil"}]}]}}},
+    }  # fmt: skip
+    pod = res.build_pod(body, token_secret=None, egress_gateway=("gw.shadow-system.svc:3128", b"k"))
+    container = pod["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    # The template's own proxy variable gives way to the gateway's.
+    assert env["HTTPS_PROXY"] == f"http://sandbox:{proxy_token(b'k', 'team', 'sb')}@gw.shadow-system.svc:3128"
+    assert [e["name"] for e in container["env"]].count("HTTPS_PROXY") == 1
+    assert (
+        env["SSL_CERT_FILE"]
+        == env["REQUESTS_CA_BUNDLE"]
+        == env["PIP_CERT"]
+        == "/etc/shadow-egress/bundle.crt"
+    )
+    assert env["NODE_EXTRA_CA_CERTS"] == "/etc/shadow-egress/ca.crt"
+    assert {"name": "shadow-egress-ca", "mountPath": "/etc/shadow-egress", "readOnly": True} in container[
+        "volumeMounts"
+    ]
+    assert {"name": "shadow-egress-ca", "configMap": {"name": "shadow-egress-ca", "optional": True}} in pod[
+        "spec"
+    ]["volumes"]
+    # Without the annotation (a template without spec.egress), or without a gateway, nothing is added.
+    del body["metadata"]["annotations"]
+    assert "volumes" not in res.build_pod(body, token_secret=None, egress_gateway=("gw:3128", b"k"))["spec"]

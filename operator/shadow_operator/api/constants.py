@@ -187,3 +187,17 @@ ANNOTATION_RUNTIME_AUTH: Final = f"{OPERATOR_PREFIX}/runtime-auth"
 RUNTIME_AUTH_NONE: Final = "none"
 RUNTIME_AUTH_TOKEN: Final = "token"
 REASON_RUNTIME_TOKEN_KEPT: Final = "RuntimeTokenKept"
+
+# The egress gateway (issue 29): the per-cluster proxy that sandboxes of a template with spec.egress go through.
+# The gateway's Pods carry this label (the chart sets it whatever the release's name); sandboxes' NetworkPolicy
+# admits that label in the operator's namespace only.
+EGRESS_GATEWAY_LABELS: Final = {f"{OPERATOR_PREFIX}/egress-gateway": "true"}
+EGRESS_PROXY_PORT: Final = 3128
+EGRESS_ADMIN_PORT: Final = 9091
+# On a Sandbox made from a template with spec.egress: its Pod gets the proxy variables and the egress CA.
+ANNOTATION_EGRESS: Final = f"{OPERATOR_PREFIX}/egress"
+# The ConfigMap the gateway writes in each namespace it serves: `ca.crt` (the namespace's egress CA) and
+# `bundle.crt` (the public roots and that CA), mounted read-only in the workspace.
+EGRESS_CA_CONFIGMAP: Final = "shadow-egress-ca"
+EGRESS_CA_DIR: Final = "/etc/shadow-egress"
+EGRESS_CA_VOLUME: Final = "shadow-egress-ca"

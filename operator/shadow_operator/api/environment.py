@@ -23,6 +23,7 @@ from shadow_operator.api.models import (
     AutoSuspendPolicy,
     ClaimEnvVar,
     Condition,
+    EgressNarrowing,
     Resource,
     cel,
     validations,
@@ -410,6 +411,11 @@ class ShadowEnvironmentSpec(WorkspaceShape):
         "gitea, gitRewrites, env, resources, preview and journal equal the pool's and it is not a fork; "
         "otherwise, or when the pool has no Ready instance, they are started as usual and status.pool says "
         "why. Read once, at creation.",
+    )
+    egress: EgressNarrowing | None = Field(
+        default=None,
+        description="Narrows the template's spec.egress for this workspace (never widens it); ignored when "
+        "the template has none. The environment's own Gitea stays reachable.",
     )
     shutdown_time: datetime | None = Field(
         default=None, description="Absolute time when the workspace expires (its Pod is removed)."

@@ -518,8 +518,179 @@ class NetworkPolicySpec(ApiModel):
     )
 
 
+# Egress allowlist (issue 29): enforced by the egress gateway, which every sandbox of a template with
+# `spec.egress` must go through (its NetworkPolicy lets it reach nothing else but DNS).
+MAX_EGRESS_RULES = 64
+MAX_EGRESS_PORTS = 8
+MAX_EGRESS_PATHS = 16
+HttpMethod = Literal["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+# A lower-case DNS name, or `*.` and one: the pattern the gateway matches (shadow_operator.common.egress).
+EGRESS_HOST = r"^(\*\.)?[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$"
+# An RFC 9110 token: header names.
+HTTP_TOKEN = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"
+
+
+class EgressRuleBase(ApiModel):
+    """What a rule allows: a host (and its ports), optionally only some methods and path prefixes."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "!has(self.paths) || self.paths.all(p, p.startsWith('/') && !p.contains('/../') && "
+                "!p.endsWith('/..') && !p.contains('?') && !p.contains('#') && !p.contains('%'))",
+                "each path is a prefix starting with `/`, without `..` segments, `?`, `#` or percent-escapes, "
+                "e.g. /simple/",
+                fieldPath=".paths",
+            ),
+        )
+    )
+
+    host: str = Field(
+        min_length=1,
+        max_length=253,
+        description="A host name (`pypi.org`) or every name under a domain (`*.pythonhosted.org`, which does "
+        "not include the domain itself). Compared with the CONNECT target and the TLS server name, which must "
+        "agree. IP addresses are not accepted: the gateway resolves the name itself.",
+        json_schema_extra=validations(
+            cel(
+                f"self.matches(r'{EGRESS_HOST}')",
+                "host must be a lower-case DNS name such as api.example.com, or *. and one such as "
+                "*.example.com, without a scheme, port or path",
+            ),
+            cel(
+                "!self.matches('^[0-9.]+$')",
+                "host must be a name, not an IP address: the gateway refuses connections to IP addresses",
+            ),
+        ),
+    )
+    ports: list[int] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_EGRESS_PORTS,
+        description="Destination ports; default [443]. Port 80 carries plain HTTP, any other port TLS.",
+        json_schema_extra={
+            "x-kubernetes-list-type": "set",
+            "items": {"type": "integer", "minimum": 1, "maximum": 65535},
+        },
+    )
+    methods: list[HttpMethod] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=7,
+        description="HTTP methods allowed; default: any. Setting it makes the gateway terminate TLS for the "
+        "host (the workspace trusts the namespace's egress CA).",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+    paths: list[str] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_EGRESS_PATHS,
+        description="Path prefixes allowed (`/simple/` allows /simple/numpy/); default: any. Setting it makes "
+        "the gateway terminate TLS for the host.",
+        json_schema_extra={"x-kubernetes-list-type": "set", "items": {"type": "string", "maxLength": 1024}},
+    )
+    websocket: bool = Field(
+        default=False,
+        description="Allow WebSocket upgrades on matching requests (refused otherwise: a WebSocket carries "
+        "anything, out of sight of the method and path rules).",
+    )
+
+
+class EgressCredential(ApiModel):
+    """A secret the gateway adds to matching requests: the workspace never holds it."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "has(self.header) != has(self.placeholder)",
+                "set exactly one of header (the gateway sets that header) or placeholder (the gateway "
+                "replaces that text in the request's headers)",
+            ),
+        )
+    )
+
+    secret_name: str = Field(
+        min_length=1,
+        max_length=253,
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+        description="Secret in the template's namespace, labelled shadow.dev/egress-credential=true (the egress "
+        "gateway reads no other Secrets); read by the gateway only.",
+    )
+    key: str = Field(min_length=1, max_length=253, description="Key of the Secret holding the value.")
+    header: str | None = Field(
+        default=None,
+        max_length=128,
+        pattern=HTTP_TOKEN,
+        description="Header set on every matching request (replacing one the workspace sent), e.g. "
+        "Authorization.",
+    )
+    prefix: str = Field(
+        default="",
+        max_length=64,
+        description="Text before the value in the header, e.g. `Bearer ` (with its space).",
+    )
+    placeholder: str | None = Field(
+        default=None,
+        min_length=12,
+        max_length=128,
+        pattern=r"^[A-Za-z0-9_.:-]+$",
+        description="Text the workspace sends in a header value (e.g. as its API key) that the gateway "
+        "replaces with the Secret's value; at least 12 characters, so that it is not found by chance.",
+    )
+
+
+class EgressRule(EgressRuleBase):
+    """A rule of the template's egress policy."""
+
+    credential: EgressCredential | None = Field(
+        default=None,
+        description="A secret the gateway adds to matching requests (it terminates TLS for the host).",
+    )
+
+
+class EgressPolicy(ApiModel):
+    """The template's egress allowlist: once set, anything no rule allows is refused."""
+
+    rules: list[EgressRule] = Field(
+        default_factory=list,
+        max_length=MAX_EGRESS_RULES,
+        description="Allowed destinations; empty: no egress at all (DNS and the environment's Gitea aside).",
+        json_schema_extra={"x-kubernetes-list-type": "atomic"},
+    )
+
+
+class EgressNarrowing(ApiModel):
+    """A claim's or environment's egress: rules that each fit inside one of the template's (narrowing only)."""
+
+    rules: list[EgressRuleBase] = Field(
+        default_factory=list,
+        max_length=MAX_EGRESS_RULES,
+        description="Each rule must fit inside a rule of the template (same or narrower host, ports among its "
+        "ports, methods among its methods, paths under its paths); a rule that does not is dropped and "
+        "reported. A matching template rule's credential applies. Empty: no egress at all.",
+        json_schema_extra={"x-kubernetes-list-type": "atomic"},
+    )
+
+
 class SandboxTemplateSpec(ApiModel):
     """A reusable sandbox blueprint for claims and warm pools."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "!has(self.egress) || self.networkPolicyManagement != 'Unmanaged'",
+                "spec.egress needs networkPolicyManagement: Managed: the managed NetworkPolicy is what stops "
+                "traffic that bypasses the egress gateway",
+                fieldPath=".egress",
+            ),
+            cel(
+                "!has(self.egress) || !has(self.networkPolicy) || !has(self.networkPolicy.egress)",
+                "set either spec.egress (allowlist by host, method and path, through the egress gateway) or "
+                "spec.networkPolicy.egress (address ranges), not both",
+                fieldPath=".egress",
+            ),
+        )
+    )
 
     pod_template: PodTemplate = Field(description="The Pod sandboxes of this template run.")
     volume_claim_templates: VolumeClaimTemplates = Field(default=None, description=VCT_DESCRIPTION)
@@ -537,6 +708,12 @@ class SandboxTemplateSpec(ApiModel):
     network_policy_management: Literal["Managed", "Unmanaged"] = Field(
         default="Managed",
         description="Unmanaged: no NetworkPolicy is created (another system owns networking).",
+    )
+    egress: EgressPolicy | None = Field(
+        default=None,
+        description="Allowlist by host, port, method and path, enforced by the egress gateway: when set, "
+        "sandboxes reach nothing else (their NetworkPolicy admits only the gateway and DNS). Claims and "
+        "environments may narrow it, never widen it. Unset: spec.networkPolicy (or its default) alone applies.",
     )
     env_vars_injection_policy: Literal["Allowed", "Overrides", "Disallowed"] = Field(
         default="Disallowed",
@@ -643,6 +820,11 @@ class SandboxClaimSpec(ApiModel):
         max_length=MAX_ENV,
         description="Environment injected into the sandbox; forces a cold start.",
         json_schema_extra={"x-kubernetes-list-type": "atomic"},
+    )
+    egress: EgressNarrowing | None = Field(
+        default=None,
+        description="Narrows the template's spec.egress for this claim's sandbox (never widens it); ignored "
+        "when the template has none. A shadow-operator addition.",
     )
     volume_claim_templates: list[PersistentVolumeClaimTemplate] | None = Field(
         default=None,

@@ -179,3 +179,14 @@ def split_remote(spec: str) -> tuple[str | None, str]:
     if sep and head and "/" not in head and not head.startswith("."):
         return head, tail
     return None, spec
+
+
+# Egress rules narrowing a template's allowlist, for `create` and `sandbox claim`.
+AllowOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--allow",
+        help="Egress rule narrowing the template's allowlist (repeatable): [METHOD,...] HOST[:PORT][/PATH], e.g. "
+        "pypi.org or 'GET,HEAD pypi.org/simple/'. Only narrows: the template's spec.egress is the ceiling.",
+    ),
+]

@@ -15,6 +15,7 @@ from shadow_operator.api import constants as c
 from shadow_operator.cli.common import (
     GLOBALS,
     AllNamespacesOpt,
+    AllowOpt,
     NameArg,
     NamespaceOpt,
     OutputOpt,
@@ -85,6 +86,8 @@ def parse_rewrites(rules: list[str]) -> dict[str, str]:
 
 
 # --------------------------------------------------------------------------------------------- verbs
+
+
 def create(
     name: NameArg,
     local: Annotated[
@@ -147,6 +150,7 @@ def create(
     memory_limit: Annotated[
         str | None, typer.Option("--memory-limit", help="Memory limit of the workspace, e.g. 4Gi.")
     ] = None,
+    allow: AllowOpt = None,
     namespace: NamespaceOpt = "",
     fallback: FallbackOpt = None,
     wait: Annotated[bool, typer.Option(help="Wait for Ready and the verdict.")] = True,
@@ -174,6 +178,7 @@ def create(
         verify_commands=verify_command or (),
         requests={k: v for k, v in (("cpu", cpu), ("memory", memory)) if v},
         limits={k: v for k, v in (("cpu", cpu_limit), ("memory", memory_limit)) if v},
+        allow=allow,
     )
     if not spec.local and not spec.git:
         fail("nothing to copy in", "give --local PATH or --git URL")

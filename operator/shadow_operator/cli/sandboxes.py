@@ -13,6 +13,7 @@ from shadow_operator.api import constants as c
 from shadow_operator.cli.common import (
     GLOBALS,
     AllNamespacesOpt,
+    AllowOpt,
     NamespaceOpt,
     OutputOpt,
     complete_names,
@@ -50,6 +51,7 @@ def claim(
     env: Annotated[
         list[str] | None, typer.Option("--env", help="NAME=VALUE for the sandbox (repeatable).")
     ] = None,
+    allow: AllowOpt = None,
     namespace: NamespaceOpt = "",
     timeout: Annotated[float, typer.Option(help="Seconds to wait for Ready.")] = 180.0,
     output: OutputOpt = "text",
@@ -67,7 +69,12 @@ def claim(
     client = SandboxClient(namespace=namespace, client=connect())
     with err.status("waiting for the sandbox"):
         sandbox = client.create_sandbox(
-            template, warmpool=warmpool, claim_name=name, sandbox_ready_timeout=timeout, env=variables
+            template,
+            warmpool=warmpool,
+            claim_name=name,
+            sandbox_ready_timeout=timeout,
+            env=variables,
+            allow=allow,
         )
     data = {"claim": sandbox.claim_name, "sandbox": sandbox.sandbox_name, "namespace": sandbox.namespace}
     if not emit(data, output):

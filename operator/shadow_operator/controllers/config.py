@@ -158,6 +158,18 @@ class Config(BaseModel):
     # Likewise for workspace runtimes (default: each workspace's status.runtimeURL): one runtime on loopback
     # answering for every workspace, for an operator outside the cluster or tests without a kubelet.
     runtime_api_url: str | None = Field(None, validation_alias="SHADOW_RUNTIME_API_URL")
+    # The egress gateway (issue 29): its proxy address (host:port) for sandboxes of templates with spec.egress,
+    # and the file holding the key their proxy credentials derive from (the gateway's; a Secret in the chart).
+    egress_proxy: str | None = Field(None, validation_alias="SHADOW_EGRESS_PROXY")
+    egress_key_file: str | None = Field(None, validation_alias="SHADOW_EGRESS_KEY_FILE")
+
+    def egress_gateway(self) -> tuple[str, bytes] | None:
+        """(proxy host:port, credential key), or None where no gateway is configured."""
+        if not self.egress_proxy or not self.egress_key_file:
+            return None
+        with open(self.egress_key_file, "rb") as key:
+            return self.egress_proxy, key.read().strip()
+
     # The most the operator reads of one answer of a workspace runtime (which the tenant's code controls).
     runtime_max_answer_bytes: int = Field(
         DEFAULT_MAX_ANSWER_BYTES, validation_alias="SHADOW_RUNTIME_MAX_ANSWER_BYTES"

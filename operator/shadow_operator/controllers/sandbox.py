@@ -157,7 +157,9 @@ class SandboxReconciler(Reconciler[Sandbox]):
                     body, reason="PodDeleted", message="Sandbox suspended: Pod deleted, volumes kept"
                 )
         elif pod is None:
-            manifest = res.build_pod(body, token_secret=self._token_secret(sandbox))
+            manifest = res.build_pod(
+                body, token_secret=self._token_secret(sandbox), egress_gateway=self.config.egress_gateway()
+            )
             refused = podsecurity.violations(
                 manifest["spec"], self.config.pod_security, manifest["metadata"].get("annotations")
             )

@@ -27,7 +27,10 @@ class TemplateReconciler(Reconciler[SandboxTemplate]):
                 )
             return None
         desired = networkpolicy.build_network_policy(
-            template.body, self.config.ingress_namespaces, self.config.cluster_cidrs
+            template.body,
+            self.config.ingress_namespaces,
+            self.config.cluster_cidrs,
+            gateway_namespace=self.config.operator_namespace,
         )
         try:
             await self.client.apply(NETWORK_POLICY, desired, owner=template.body)

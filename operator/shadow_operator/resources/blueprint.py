@@ -96,7 +96,10 @@ def build_warm_sandbox(pool: Body, template: Body) -> Manifest:
             "generateName": f"{naming.bounded(pool_name, 57)}-",
             "namespace": pool["metadata"]["namespace"],
             "labels": labels,
-            "annotations": {c.ANNOTATION_TEMPLATE_REF: template["metadata"]["name"]},
+            "annotations": {
+                c.ANNOTATION_TEMPLATE_REF: template["metadata"]["name"],
+                **egress_annotation(template),
+            },
             "ownerReferences": [owner_reference(pool)],
         },
         "spec": sandbox_spec_from_template(template),
@@ -222,6 +225,7 @@ def build_claimed_sandbox(claim: Body, template: Body) -> Manifest:
                 c.ANNOTATION_TEMPLATE_REF: template["metadata"]["name"],
                 c.ANNOTATION_POD_NAME: cmeta["name"],
                 **preview_access(claim),
+                **egress_annotation(template),
             },
             "ownerReferences": [owner_reference(claim)],
         },
@@ -237,6 +241,11 @@ def claim_policy(claim: Body, template: Body) -> dict[str, Any] | None:
         )
     except idle.PolicyRefused as refused:
         raise ClaimRejected(c.REASON_AUTO_SUSPEND_POLICY_REFUSED, str(refused)) from None
+
+
+def egress_annotation(template: Body) -> dict[str, str]:
+    """Marks a Sandbox whose Pod must go through the egress gateway (its template has spec.egress)."""
+    return {c.ANNOTATION_EGRESS: "true"} if template["spec"].get("egress") is not None else {}
 
 
 def preview_access(owner: Body) -> dict[str, str]:

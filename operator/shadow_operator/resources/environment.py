@@ -19,7 +19,7 @@ from shadow_operator.api import constants as c
 from shadow_operator.api import naming
 from shadow_operator.api.models import StatefulSet
 from shadow_operator.common.sources import SourcePlan
-from shadow_operator.resources.blueprint import preview_access, sandbox_spec_from_template
+from shadow_operator.resources.blueprint import egress_annotation, preview_access, sandbox_spec_from_template
 from shadow_operator.resources.conditions import parse_time
 from shadow_operator.resources.sandbox import runtime_container_index
 
@@ -406,7 +406,11 @@ def build_workspace_sandbox(
                 **environment_labels(env, c.COMPONENT_WORKSPACE),
                 c.LABEL_TEMPLATE_REF_HASH: naming.name_hash(template["metadata"]["name"]),
             },
-            **({"annotations": preview_access(env)} if preview_access(env) else {}),
+            **(
+                {"annotations": annotations}
+                if (annotations := {**preview_access(env), **egress_annotation(template)})
+                else {}
+            ),
         },
         "spec": sandbox_spec,
     }

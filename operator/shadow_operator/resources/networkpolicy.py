@@ -81,20 +81,39 @@ def default_ingress(namespaces: Sequence[str]) -> list[dict[str, Any]]:
     return [{"from": peers}] if peers else []
 
 
-def default_egress(cluster_cidrs: Iterable[str] = ()) -> list[dict[str, Any]]:
-    """Internet yes, cluster and cloud-metadata ranges no; cluster DNS explicitly allowed."""
-    v4, v6 = denied_ranges(cluster_cidrs)
-    dns_ports = [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
+DNS_EGRESS: dict[str, Any] = {
+    "to": [
+        {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+        }
+    ],
+    "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+}
+
+
+def gateway_egress(gateway_namespace: str) -> list[dict[str, Any]]:
+    """A template with spec.egress: cluster DNS and the egress gateway's proxy port, nothing else. Traffic that
+    ignores the proxy variables (raw TCP, UDP, a client that unsets them) has nowhere to go."""
     return [
+        DNS_EGRESS,
         {
             "to": [
                 {
-                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
-                    "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": gateway_namespace}},
+                    "podSelector": {"matchLabels": dict(c.EGRESS_GATEWAY_LABELS)},
                 }
             ],
-            "ports": dns_ports,
+            "ports": [{"protocol": "TCP", "port": c.EGRESS_PROXY_PORT}],
         },
+    ]
+
+
+def default_egress(cluster_cidrs: Iterable[str] = ()) -> list[dict[str, Any]]:
+    """Internet yes, cluster and cloud-metadata ranges no; cluster DNS explicitly allowed."""
+    v4, v6 = denied_ranges(cluster_cidrs)
+    return [
+        DNS_EGRESS,
         {
             "to": [
                 {"ipBlock": {"cidr": "0.0.0.0/0", "except": v4}},
@@ -105,14 +124,23 @@ def default_egress(cluster_cidrs: Iterable[str] = ()) -> list[dict[str, Any]]:
 
 
 def build_network_policy(
-    template: Body, ingress_namespaces: Sequence[str], cluster_cidrs: Iterable[str] = ()
+    template: Body,
+    ingress_namespaces: Sequence[str],
+    cluster_cidrs: Iterable[str] = (),
+    gateway_namespace: str | None = None,
 ) -> dict[str, Any]:
+    """The template's NetworkPolicy. With spec.egress, egress goes to the gateway in `gateway_namespace` only
+    (the operator's); spec.networkPolicy.egress cannot be set beside it (the CRD refuses both)."""
     meta = template["metadata"]
     custom = template["spec"].get("networkPolicy")
     if custom is None:
         ingress, egress = default_ingress(ingress_namespaces), default_egress(cluster_cidrs)
     else:
         ingress, egress = list(custom.get("ingress") or []), list(custom.get("egress") or [])
+    if template["spec"].get("egress") is not None:
+        if gateway_namespace is None:
+            raise ValueError("a template with spec.egress needs the egress gateway's namespace")
+        egress = gateway_egress(gateway_namespace)
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",

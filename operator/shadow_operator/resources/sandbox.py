@@ -13,6 +13,7 @@ from typing import Any
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
 from shadow_operator.resources.conditions import Condition, make_condition
+from shadow_operator.resources.egress_proxy import inject_egress_proxy
 from shadow_operator.resources.metadata import drop_reserved, owner_reference
 
 Body = Mapping[str, Any]
@@ -149,14 +150,20 @@ def environment_of(sandbox: Body) -> str | None:
     return None
 
 
-def build_pod(sandbox: Body, *, token_secret: str | None) -> Manifest:
-    """The sandbox's Pod; its runtime reads the token from `token_secret` (None: no token, see runtime_auth)."""
+def build_pod(
+    sandbox: Body, *, token_secret: str | None, egress_gateway: tuple[str, bytes] | None = None
+) -> Manifest:
+    """The sandbox's Pod; its runtime reads the token from `token_secret` (None: no token, see runtime_auth).
+    A Sandbox made from a template with spec.egress goes through `egress_gateway` (proxy host:port, the key
+    of the proxy credentials); without one its traffic has nowhere to go (the template's NetworkPolicy)."""
     meta = sandbox["metadata"]
     spec = copy.deepcopy(dict(sandbox["spec"]["podTemplate"]["spec"]))
     apply_secure_defaults(spec)
     attach_claim_volumes(spec, meta["name"], list(sandbox["spec"].get("volumeClaimTemplates") or ()))
     if token_secret is not None:
         inject_runtime_token(spec, token_secret)
+    if egress_gateway is not None and (meta.get("annotations") or {}).get(c.ANNOTATION_EGRESS) == "true":
+        inject_egress_proxy(spec, meta["namespace"], meta["name"], *egress_gateway)
     labels, annotations = build_pod_labels_and_annotations(sandbox)
     return {
         "apiVersion": "v1",

@@ -27,6 +27,7 @@ from shadow_operator.api.environment import (
 )
 from shadow_operator.api.kinds import SHADOW_ENVIRONMENT, SHADOW_ENVIRONMENT_POOL
 from shadow_operator.api.pool import pool_fields
+from shadow_operator.common import egress
 from shadow_operator.common.sources import SourcePlan, plan_sources
 from shadow_operator.sdk import discovery, kube, localdirs, runtime
 from shadow_operator.sdk.errors import (
@@ -103,6 +104,9 @@ class EnvironmentSpec:
     mount_path: str | None = None
     storage_class: str | None = None  # of the workspace volume; forks by snapshot need one that supports it
     verify_commands: Sequence[str] = ()
+    # Egress rules narrowing the template's spec.egress ([METHOD,...] HOST[:PORT][/PATH] each); None: the
+    # template's as they are.
+    allow: Sequence[str] | None = None
     # Resource requests and limits of the workspace, e.g. {"cpu": "500m"}: laid over the template's, so a
     # request given alone keeps the template's limits.
     requests: dict[str, str] = field(default_factory=dict)
@@ -165,6 +169,13 @@ def build_environment(
                 {"name": f"check-{i}", "command": cmd} for i, cmd in enumerate(spec.verify_commands, 1)
             ]
         }
+    if spec.allow is not None:
+        try:
+            body_spec["egress"] = {"rules": [egress.parse_allow(item) for item in spec.allow]}
+        except ValueError as error:
+            raise ShadowError(
+                str(error), hint="see `kubectl explain shadowenvironment.spec.egress`"
+            ) from None
     annotations = {ANNOTATION_LOCAL_PREFIX + s.source_name: str(s.path.resolve()) for s in spec.local}
     return {
         "apiVersion": SHADOW_ENVIRONMENT.api_version,

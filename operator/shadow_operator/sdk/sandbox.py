@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypedDict, TypeVar, Unpack
 
@@ -25,6 +25,7 @@ import httpx
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
 from shadow_operator.api.kinds import SANDBOX, SANDBOX_CLAIM
+from shadow_operator.common import egress
 from shadow_operator.sdk import errors, kube, runtime
 from shadow_operator.sdk.errors import NotFound, ShadowError, WaitTimeout
 from shadow_operator.sdk.kube import Body, Call, Op
@@ -59,7 +60,9 @@ def build_claim(
     warmpool: str | None,
     labels: dict[str, str] | None = None,
     env: dict[str, str] | None = None,
+    allow: Sequence[str] | None = None,
 ) -> Body:
+    """`allow`: egress rules ([METHOD,...] HOST[:PORT][/PATH]) narrowing the template's spec.egress."""
     if bool(template) == bool(warmpool):
         raise ShadowError(
             "give exactly one of a template or a warm pool", hint="--template NAME or --warmpool NAME"
@@ -69,12 +72,21 @@ def build_claim(
     )
     if env:
         spec["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    if allow is not None:
+        spec["egress"] = {"rules": egress_rules(allow)}
     return {
         "apiVersion": SANDBOX_CLAIM.api_version,
         "kind": SANDBOX_CLAIM.kind,
         "metadata": {"name": claim_name, "namespace": namespace, **({"labels": labels} if labels else {})},
         "spec": spec,
     }
+
+
+def egress_rules(allow: Sequence[str]) -> list[dict[str, object]]:
+    try:
+        return [egress.parse_allow(item) for item in allow]
+    except ValueError as error:
+        raise ShadowError(str(error), hint="see `kubectl explain sandboxclaim.spec.egress`") from None
 
 
 def claim_ready(body: Body) -> SandboxRef | None:
@@ -277,6 +289,9 @@ class ClaimOptions(TypedDict, total=False):
     sandbox_ready_timeout: float  # seconds to wait for Ready (default 180)
     labels: dict[str, str] | None  # added to the claim
     env: dict[str, str] | None  # variables injected into the sandbox's container
+    allow: (
+        Sequence[str] | None
+    )  # narrows the template's egress allowlist ([METHOD,...] HOST[:PORT][/PATH] each)
 
 
 class ClaimsHolder(kube.Holder[kube.C], Generic[kube.C, S]):
@@ -298,12 +313,19 @@ class ClaimsHolder(kube.Holder[kube.C], Generic[kube.C, S]):
         sandbox_ready_timeout: float = 180.0,
         labels: dict[str, str] | None = None,
         env: dict[str, str] | None = None,
+        allow: Sequence[str] | None = None,
     ) -> Op[SandboxRef]:
         """create_sandbox's operation, for both twins: its options' defaults, and the refusal of a name
         that is not one of them (`ClaimOptions` types them for the caller)."""
         name = claim_name or claim_name_for()
         body = build_claim(
-            name, namespace or self.namespace, template=template, warmpool=warmpool, labels=labels, env=env
+            name,
+            namespace or self.namespace,
+            template=template,
+            warmpool=warmpool,
+            labels=labels,
+            env=env,
+            allow=allow,
         )
         return create(body, sandbox_ready_timeout)
 
@@ -313,7 +335,8 @@ class SandboxClient(ClaimsHolder[httpx.Client, "Sandbox"], kube.ClientHolder):
 
     def create_sandbox(self, template: str | None = None, **options: Unpack[ClaimOptions]) -> Sandbox:
         """Claim a sandbox from a template (cold start) or a warm pool, and wait (watching) until Ready;
-        `warmpool`, `namespace`, `claim_name`, `sandbox_ready_timeout`, `labels`, `env` as `ClaimOptions`."""
+        `warmpool`, `namespace`, `claim_name`, `sandbox_ready_timeout`, `labels`, `env`, `allow` as
+        `ClaimOptions` (`allow` narrows the template's egress allowlist: [METHOD,...] HOST[:PORT][/PATH] each)."""
         sandbox = Sandbox(self._http, kube.run(self._http, self._claim_op(template, **options)))
         self._created.append(sandbox)
         return sandbox

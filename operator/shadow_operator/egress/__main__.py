@@ -1,0 +1,184 @@
+"""`python -m shadow_operator.egress`: the egress gateway process (proxy port and admin port)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hmac
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from aiohttp import web
+from mitmproxy import options
+from mitmproxy.addons import core, next_layer, proxyserver
+from mitmproxy.master import Master
+from prometheus_client import generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from shadow_operator.egress.addon import CertAuthorities, Gate, NamespaceTls
+from shadow_operator.egress.audit import Audit
+from shadow_operator.egress.table import PolicyTable, SandboxEntry, load_file
+
+log = logging.getLogger("shadow_operator.egress")
+# How often the file source is checked for changes: policy changes reach the gateway well within 2 s.
+FILE_POLL_SECONDS = 0.25
+
+
+LogToken = Callable[[SandboxEntry], Awaitable[str | None]]
+
+
+async def given_log_token(entry: SandboxEntry) -> str | None:
+    return entry.log_token
+
+
+def admin_app(
+    table: PolicyTable, audit: Audit, authorities: CertAuthorities, log_token: LogToken = given_log_token
+) -> web.Application:
+    """/healthz, /metrics, the CA certificate of a namespace (public), and a sandbox's decision log (for
+    whoever holds the sandbox's runtime token: who may use the sandbox may read what it tried)."""
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(
+            body=generate_latest(audit.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
+
+    async def decisions(request: web.Request) -> web.Response:
+        key = f"{request.match_info['namespace']}/{request.match_info['name']}"
+        entry = table.sandboxes.get(key)
+        given = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        expected = await log_token(entry) if entry is not None else None
+        if entry is None or not expected or not given or not hmac.compare_digest(expected, given):
+            return web.json_response(
+                {"error": f"no egress log readable for {key} with this token"}, status=403
+            )
+        return web.json_response(
+            {"sandbox": key, "dropped": list(entry.dropped), "decisions": audit.read(key)}
+        )
+
+    async def ca(request: web.Request) -> web.Response:
+        namespace = request.match_info["namespace"]
+        if not any(entry.namespace == namespace for entry in table.sandboxes.values()):
+            return web.Response(status=404, text="no sandbox of this namespace is under an egress policy\n")
+        return web.Response(
+            body=authorities.certificate_pem(namespace), content_type="application/x-pem-file"
+        )
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/v1/log/{namespace}/{name}", decisions)
+    app.router.add_get("/v1/ca/{namespace}", ca)
+    return app
+
+
+async def watch_file(table: PolicyTable, audit: Audit, path: Path) -> None:
+    seen: float | None = None
+    while True:
+        try:
+            mtime = path.stat().st_mtime
+            if mtime != seen:
+                load_file(table, path)
+                audit.forget(set(table.sandboxes))
+                seen = mtime
+                log.info("policy loaded: %d sandboxes", len(table.sandboxes))
+        except (OSError, ValueError) as error:
+            # Keep the last good table: a half-written file must not open or close everything.
+            log.warning("policy file %s not loaded: %s", path, error)
+        await asyncio.sleep(FILE_POLL_SECONDS)
+
+
+async def serve(args: argparse.Namespace) -> None:
+    table, audit = PolicyTable(), Audit()
+    authorities = CertAuthorities(Path(args.ca_dir))
+    own = {(address, port) for address in args.own_address for port in (args.port, args.admin_port)}
+    gate = Gate(
+        table,
+        audit,
+        own=own,
+        allowed_private=args.allow_private,
+        resolve=dict(item.split("=", 1) for item in args.resolve),
+    )
+    opts = options.Options(
+        listen_host=args.listen, listen_port=args.port, confdir=str(Path(args.ca_dir) / ".mitmproxy")
+    )
+    master = Master(opts)
+    master.addons.add(
+        core.Core(), proxyserver.Proxyserver(), next_layer.NextLayer(), NamespaceTls(gate, authorities), gate
+    )
+    master.options.update(
+        connection_strategy="lazy",
+        ssl_verify_upstream_trusted_ca=args.upstream_ca,
+        # mitmproxy's own proxy authentication is not used: the gateway's is per sandbox.
+        http2=True,
+        websocket=True,
+    )
+    log_token: LogToken = given_log_token
+    tasks = (
+        [asyncio.create_task(watch_file(table, audit, Path(args.policy_file)))] if args.policy_file else []
+    )
+    if args.key_secret:
+        # The cluster source only: the file source runs without a cluster.
+        from kubernetes import client, config
+
+        from shadow_operator.egress.kube import KubeSource, ensure_key
+
+        try:
+            config.load_incluster_config()
+        except config.ConfigException:
+            config.load_kube_config()
+        api = client.ApiClient()
+        namespace, _, name = args.key_secret.partition("/")
+        source = KubeSource(
+            api,
+            table,
+            ensure_key(api, namespace, name),
+            authorities.certificate_pem,
+            on_rebuild=lambda: audit.forget(set(table.sandboxes)),
+        )
+        source.start()
+        log_token = source.runtime_token
+    runner = web.AppRunner(admin_app(table, audit, authorities, log_token), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, args.listen, args.admin_port).start()
+    try:
+        await master.run()
+    finally:
+        for task in tasks:
+            task.cancel()
+        await runner.cleanup()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="shadow-egress", description=__doc__)
+    parser.add_argument("--listen", default="0.0.0.0")
+    parser.add_argument("--port", type=int, default=3128)
+    parser.add_argument("--admin-port", type=int, default=9091)
+    parser.add_argument("--ca-dir", required=True, help="where the namespaces' CA keys are kept")
+    parser.add_argument("--policy-file", help="JSON policy source, reloaded on change")
+    parser.add_argument(
+        "--key-secret",
+        help="NAMESPACE/NAME of the Secret with the proxy credentials' key (made when missing): follow the "
+        "cluster (in-cluster config or KUBECONFIG)",
+    )
+    parser.add_argument("--own-address", action="append", default=[], help="the gateway's own addresses")
+    parser.add_argument(
+        "--allow-private", action="append", default=[], help="a private range sandboxes may reach"
+    )
+    parser.add_argument("--resolve", action="append", default=[], help="HOST=ADDRESS instead of DNS (tests)")
+    parser.add_argument(
+        "--upstream-ca", default=None, help="CA bundle for upstream servers (default: the system's)"
+    )
+    args = parser.parse_args()
+    if pod_ip := os.environ.get("POD_IP"):
+        args.own_address.append(pod_ip)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    asyncio.run(serve(args))
+
+
+if __name__ == "__main__":
+    main()
