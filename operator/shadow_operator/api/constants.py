@@ -73,6 +73,8 @@ REASON_RECONCILER_ERROR: Final = "ReconcilerError"
 # The pod template asks for what the chart does not allow (privileged, host namespaces, hostPath, an account).
 REASON_POD_SECURITY_REFUSED: Final = "PodSecurityRefused"
 REASON_NOT_SUSPENDED: Final = "NotSuspended"
+# Suspended=True for idleness (the Pod deleted, the volumes kept): any request wakes it.
+REASON_IDLE: Final = "Idle"
 REASON_POD_TERMINATED: Final = "PodTerminated"
 REASON_POD_TERMINATING: Final = "PodTerminating"
 REASON_POD_NOT_OWNED: Final = "PodNotOwned"
@@ -115,6 +117,9 @@ BASELINE_EXCLUDE: Final = (".git/", ".sandbox-runtime/", "__pycache__/")
 ANNOTATION_VERIFY_REQUEST: Final = f"{OPERATOR_PREFIX}/verify-requested"
 # Changing its value resumes a workspace suspended for idleness.
 ANNOTATION_RESUME_REQUEST: Final = f"{OPERATOR_PREFIX}/resume-requested"
+# On a Sandbox: when it last served a request (RFC 3339 UTC, seconds), written by the router and any client;
+# one of the operator's signs of activity for the idle policy.
+ANNOTATION_LAST_ACTIVITY: Final = f"{OPERATOR_PREFIX}/last-activity"
 # ShadowEnvironmentPool: its instances' Sandboxes carry the pool's name until an environment takes one, and
 # a hash of what they were made from (the pool's environment fields and its template), which an environment
 # asking for the pool must match.
