@@ -26,6 +26,7 @@ from shadow_operator.cli.common import (
     kube_list,
     out,
     split_remote,
+    waking,
 )
 from shadow_operator.cli.fallback import FallbackLocalOpt, FallbackOpt, FallbackVerifyOpt, with_fallback
 from shadow_operator.sdk import confine, kube
@@ -41,7 +42,7 @@ if TYPE_CHECKING:  # the models load with the verbs that use them: `list` and `e
 def gateway(name: str, namespace: str) -> ShadowGateway:
     from shadow_operator.sdk.gateway import ShadowGateway
 
-    return ShadowGateway(name, namespace=namespace, client=connect())
+    return ShadowGateway(name, namespace=namespace, client=connect(), on_wake=waking)
 
 
 # ------------------------------------------------------------------------------------------- parsing

@@ -23,9 +23,10 @@ from shadow_operator.cli.common import (
     kube_list,
     out,
     split_remote,
+    waking,
 )
 from shadow_operator.cli.environments import MaxBytesOpt, MaxMembersOpt, copy
-from shadow_operator.sdk import confine, kube
+from shadow_operator.sdk import confine, kube, wake
 from shadow_operator.sdk import fork as forkops
 from shadow_operator.sdk import sandbox as ops
 from shadow_operator.sdk.errors import ShadowError
@@ -120,7 +121,7 @@ def exec_(
 
     Prints its output; shadowctl exits with the command's exit code (124 on timeout).
     """
-    client = SandboxClient(namespace=namespace, client=connect())
+    client = SandboxClient(namespace=namespace, client=connect(), on_wake=waking)
     result = client.get_sandbox(name).commands.run(command, timeout)
     sys.stdout.write(result.stdout)
     sys.stderr.write(result.stderr)
@@ -144,6 +145,7 @@ def cp(
         )
     with connect() as http:
         ref = kube.run(http, ops.get(str(src_claim or dst_claim), namespace))
+        kube.run(http, wake.wake_sandbox(ref.namespace, ref.sandbox_name, progress=waking))
         ep = kube.run(http, ops.endpoint(ref))
         copy(http, ep, src_claim, src_path, dst_path, confine.Budget(max_bytes, max_members))
 

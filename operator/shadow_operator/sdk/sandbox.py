@@ -25,7 +25,7 @@ import httpx
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
 from shadow_operator.api.kinds import SANDBOX, SANDBOX_CLAIM
-from shadow_operator.sdk import errors, kube, runtime
+from shadow_operator.sdk import errors, kube, runtime, wake
 from shadow_operator.sdk.errors import NotFound, ShadowError, WaitTimeout
 from shadow_operator.sdk.kube import Body, Call, Op
 from shadow_operator.sdk.runtime import ExecOptions, ExecutionResult, RuntimeEndpoint
@@ -146,10 +146,28 @@ def get(claim_name: str, namespace: str) -> Op[SandboxRef]:
         raise errors.SandboxNotFoundError(f"{what} does not exist") from None
     ref = claim_ready(body)
     if ref is None:
+        ref = yield from sleeping(body)
+    if ref is None:
         raise errors.SandboxNotReadyError(
             f"{what} is not ready", hint=f"kubectl -n {namespace} describe sandboxclaim {claim_name}"
         )
     return ref
+
+
+def sleeping(claim: Body) -> Op[SandboxRef | None]:
+    """The claim's sandbox when it is not Ready only because it sleeps (suspended for idleness): the first
+    call wakes it."""
+    meta = claim["metadata"]
+    name = ((claim.get("status") or {}).get("sandbox") or {}).get("name")
+    if not name:
+        return None
+    try:
+        body = yield from kube.get(
+            SANDBOX.path(meta["namespace"], name), f"Sandbox {meta['namespace']}/{name}"
+        )
+    except NotFound:
+        return None
+    return SandboxRef(meta["name"], name, meta["namespace"]) if wake.asleep(body) else None
 
 
 def list_claims(namespace: str | None) -> Op[list[Body]]:
@@ -182,6 +200,12 @@ def endpoint(ref: SandboxRef) -> Op[RuntimeEndpoint]:
 
 def claim_name_for(prefix: str = "sandbox") -> str:
     return f"{prefix}-{secrets.token_hex(4)}"
+
+
+def _woken(sandbox: Sandbox | AsyncSandbox, make: Callable[[], Op[T]]) -> Op[T]:
+    """A runtime operation that wakes the sandbox first if it finds it asleep (both twins)."""
+    ref = sandbox.ref
+    return wake.on_sandbox(ref.namespace, ref.sandbox_name, make, progress=sandbox.on_wake)
 
 
 # --------------------------------------------------------------------------------------------- sync
@@ -228,10 +252,11 @@ class Filesystem:
 class Sandbox:
     """A claimed sandbox: `commands`, `files`, `terminate()`."""
 
-    def __init__(self, http: httpx.Client, ref: SandboxRef) -> None:
+    def __init__(self, http: httpx.Client, ref: SandboxRef, on_wake: wake.Progress | None = None) -> None:
         self._http = http
         self.ref = ref
         self._ep: RuntimeEndpoint | None = None
+        self.on_wake = on_wake  # told "waking sandbox …" when a call wakes it up
         self.commands = CommandExecutor(self)
         self.files = Filesystem(self)
 
@@ -249,7 +274,8 @@ class Sandbox:
         return self._ep
 
     def _run(self, make: Callable[[RuntimeEndpoint], Op[T]]) -> T:
-        return kube.run(self._http, make(self.endpoint()))
+        ep = self.endpoint()
+        return kube.run(self._http, _woken(self, lambda: make(ep)))
 
     def run(self, command: str | list[str], timeout: float = 60.0) -> ExecutionResult:
         """Run a command in the sandbox (a string under `sh -c`, a list without a shell)."""
@@ -263,11 +289,19 @@ class Sandbox:
 class ClaimsHolder(kube.Holder[kube.C], Generic[kube.C, S]):
     """What both SandboxClient twins are made of: a namespace, an httpx client, the sandboxes (`S`) created."""
 
-    def __init__(self, *, namespace: str | None = None, client: kube.C | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        namespace: str | None = None,
+        client: kube.C | None = None,
+        on_wake: wake.Progress | None = None,
+    ) -> None:
         super().__init__(client)
         # As kubectl: the kubeconfig context's namespace unless one is named.
         self.namespace = namespace or kube.context_namespace()
         self._created: list[S] = []
+        # Told "waking sandbox …" when a call finds its sandbox suspended for idleness and wakes it.
+        self.on_wake = on_wake
 
     def _claim(
         self,
@@ -305,13 +339,14 @@ class SandboxClient(ClaimsHolder[httpx.Client, "Sandbox"], kube.ClientHolder):
         """Claim a sandbox from a template (cold start) or a warm pool, and wait (watching) until Ready."""
         body = self._claim(template, warmpool, namespace, claim_name, labels, env)
         ref = kube.run(self._http, create(body, sandbox_ready_timeout))
-        sandbox = Sandbox(self._http, ref)
+        sandbox = Sandbox(self._http, ref, self.on_wake)
         self._created.append(sandbox)
         return sandbox
 
     def get_sandbox(self, claim_name: str, namespace: str | None = None) -> Sandbox:
         """A sandbox already claimed, by its claim's name."""
-        return Sandbox(self._http, kube.run(self._http, get(claim_name, namespace or self.namespace)))
+        ref = kube.run(self._http, get(claim_name, namespace or self.namespace))
+        return Sandbox(self._http, ref, self.on_wake)
 
     def list_sandboxes(self, namespace: str | None = None) -> list[Body]:
         """The SandboxClaims of a namespace (this client's by default), as the API server has them."""
@@ -378,10 +413,13 @@ class AsyncFilesystem:
 
 @kube.documented_as(Sandbox)
 class AsyncSandbox:
-    def __init__(self, http: httpx.AsyncClient, ref: SandboxRef) -> None:
+    def __init__(
+        self, http: httpx.AsyncClient, ref: SandboxRef, on_wake: wake.Progress | None = None
+    ) -> None:
         self._http = http
         self.ref = ref
         self._ep: RuntimeEndpoint | None = None
+        self.on_wake = on_wake
         self.commands = AsyncCommandExecutor(self)
         self.files = AsyncFilesystem(self)
 
@@ -395,7 +433,8 @@ class AsyncSandbox:
         return self._ep
 
     async def _run(self, make: Callable[[RuntimeEndpoint], Op[T]]) -> T:
-        return await kube.arun(self._http, make(await self.endpoint()))
+        ep = await self.endpoint()
+        return await kube.arun(self._http, _woken(self, lambda: make(ep)))
 
     async def run(self, command: str | list[str], timeout: float = 60.0) -> ExecutionResult:
         return await self.commands.run(command, timeout)
@@ -421,14 +460,13 @@ class AsyncSandboxClient(ClaimsHolder[httpx.AsyncClient, "AsyncSandbox"], kube.A
     ) -> AsyncSandbox:
         body = self._claim(template, warmpool, namespace, claim_name, labels, env)
         ref = await kube.arun(self._http, create(body, sandbox_ready_timeout))
-        sandbox = AsyncSandbox(self._http, ref)
+        sandbox = AsyncSandbox(self._http, ref, self.on_wake)
         self._created.append(sandbox)
         return sandbox
 
     async def get_sandbox(self, claim_name: str, namespace: str | None = None) -> AsyncSandbox:
-        return AsyncSandbox(
-            self._http, await kube.arun(self._http, get(claim_name, namespace or self.namespace))
-        )
+        ref = await kube.arun(self._http, get(claim_name, namespace or self.namespace))
+        return AsyncSandbox(self._http, ref, self.on_wake)
 
     async def list_sandboxes(self, namespace: str | None = None) -> list[Body]:
         return await kube.arun(self._http, list_claims(namespace or self.namespace))
