@@ -205,7 +205,9 @@ def claim_name_for(prefix: str = "sandbox") -> str:
 def _woken(sandbox: Sandbox | AsyncSandbox, make: Callable[[], Op[T]]) -> Op[T]:
     """A runtime operation that wakes the sandbox first if it finds it asleep (both twins)."""
     ref = sandbox.ref
-    return wake.on_sandbox(ref.namespace, ref.sandbox_name, make, progress=sandbox.on_wake)
+    return wake.on_sandbox(
+        ref.namespace, ref.sandbox_name, make, timeout=sandbox.wake_timeout, progress=sandbox.on_wake
+    )
 
 
 # --------------------------------------------------------------------------------------------- sync
@@ -252,11 +254,18 @@ class Filesystem:
 class Sandbox:
     """A claimed sandbox: `commands`, `files`, `terminate()`."""
 
-    def __init__(self, http: httpx.Client, ref: SandboxRef, on_wake: wake.Progress | None = None) -> None:
+    def __init__(
+        self,
+        http: httpx.Client,
+        ref: SandboxRef,
+        on_wake: wake.Progress | None = None,
+        wake_timeout: float = wake.WAKE_TIMEOUT,
+    ) -> None:
         self._http = http
         self.ref = ref
         self._ep: RuntimeEndpoint | None = None
         self.on_wake = on_wake  # told "waking sandbox …" when a call wakes it up
+        self.wake_timeout = wake_timeout
         self.commands = CommandExecutor(self)
         self.files = Filesystem(self)
 
@@ -295,13 +304,16 @@ class ClaimsHolder(kube.Holder[kube.C], Generic[kube.C, S]):
         namespace: str | None = None,
         client: kube.C | None = None,
         on_wake: wake.Progress | None = None,
+        wake_timeout: float = wake.WAKE_TIMEOUT,
     ) -> None:
         super().__init__(client)
         # As kubectl: the kubeconfig context's namespace unless one is named.
         self.namespace = namespace or kube.context_namespace()
         self._created: list[S] = []
-        # Told "waking sandbox …" when a call finds its sandbox suspended for idleness and wakes it.
+        # Told "waking sandbox …" when a call finds its sandbox suspended for idleness and wakes it; such a
+        # call waits `wake_timeout` seconds at most for it.
         self.on_wake = on_wake
+        self.wake_timeout = wake_timeout
 
     def _claim(
         self,
@@ -339,14 +351,14 @@ class SandboxClient(ClaimsHolder[httpx.Client, "Sandbox"], kube.ClientHolder):
         """Claim a sandbox from a template (cold start) or a warm pool, and wait (watching) until Ready."""
         body = self._claim(template, warmpool, namespace, claim_name, labels, env)
         ref = kube.run(self._http, create(body, sandbox_ready_timeout))
-        sandbox = Sandbox(self._http, ref, self.on_wake)
+        sandbox = Sandbox(self._http, ref, self.on_wake, self.wake_timeout)
         self._created.append(sandbox)
         return sandbox
 
     def get_sandbox(self, claim_name: str, namespace: str | None = None) -> Sandbox:
         """A sandbox already claimed, by its claim's name."""
         ref = kube.run(self._http, get(claim_name, namespace or self.namespace))
-        return Sandbox(self._http, ref, self.on_wake)
+        return Sandbox(self._http, ref, self.on_wake, self.wake_timeout)
 
     def list_sandboxes(self, namespace: str | None = None) -> list[Body]:
         """The SandboxClaims of a namespace (this client's by default), as the API server has them."""
@@ -414,12 +426,17 @@ class AsyncFilesystem:
 @kube.documented_as(Sandbox)
 class AsyncSandbox:
     def __init__(
-        self, http: httpx.AsyncClient, ref: SandboxRef, on_wake: wake.Progress | None = None
+        self,
+        http: httpx.AsyncClient,
+        ref: SandboxRef,
+        on_wake: wake.Progress | None = None,
+        wake_timeout: float = wake.WAKE_TIMEOUT,
     ) -> None:
         self._http = http
         self.ref = ref
         self._ep: RuntimeEndpoint | None = None
         self.on_wake = on_wake
+        self.wake_timeout = wake_timeout
         self.commands = AsyncCommandExecutor(self)
         self.files = AsyncFilesystem(self)
 
@@ -460,13 +477,13 @@ class AsyncSandboxClient(ClaimsHolder[httpx.AsyncClient, "AsyncSandbox"], kube.A
     ) -> AsyncSandbox:
         body = self._claim(template, warmpool, namespace, claim_name, labels, env)
         ref = await kube.arun(self._http, create(body, sandbox_ready_timeout))
-        sandbox = AsyncSandbox(self._http, ref, self.on_wake)
+        sandbox = AsyncSandbox(self._http, ref, self.on_wake, self.wake_timeout)
         self._created.append(sandbox)
         return sandbox
 
     async def get_sandbox(self, claim_name: str, namespace: str | None = None) -> AsyncSandbox:
         ref = await kube.arun(self._http, get(claim_name, namespace or self.namespace))
-        return AsyncSandbox(self._http, ref, self.on_wake)
+        return AsyncSandbox(self._http, ref, self.on_wake, self.wake_timeout)
 
     async def list_sandboxes(self, namespace: str | None = None) -> list[Body]:
         return await kube.arun(self._http, list_claims(namespace or self.namespace))
