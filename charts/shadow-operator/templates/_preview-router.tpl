@@ -111,6 +111,13 @@ map $http_upgrade $connection_upgrade {
 log_format shadow_metrics_preview 'preview $shadow_sandbox $status $upstream_response_time';
 log_format shadow_metrics_sdk 'sdk $shadow_sandbox $status $upstream_response_time';
 {{- end }}
+# Where a request goes when its sandbox's Pod refused the connection: asked again and held while the sandbox
+# wakes, then sent to the new Pod (no body), or answered 307 to the same address (a body is not sent twice).
+map "$http_content_length$http_transfer_encoding" $shadow_on_refused {
+  ""      @shadow_retry;
+  "0"     @shadow_retry;
+  default @shadow_resend;
+}
 proxy_cache_path /tmp/auth-cache levels=1:2 keys_zone=shadow_auth:4m max_size=32m inactive=60s use_temp_path=off;
 upstream shadow_router_auth {
   server 127.0.0.1:{{ $r.ports.auth }};
@@ -176,7 +183,8 @@ server {
     auth_request /_shadow/auth;
     error_page 401 403 = @shadow_refused;
     # The sandbox's Pod refused the connection (going down as its sandbox falls asleep): ask again, and wait.
-    error_page 502 = @shadow_retry;
+    # A request with a body cannot be sent twice: its page waits instead, then sends the client again (307).
+    error_page 502 = $shadow_on_refused;
     error_page 500 504 = @shadow_unreachable;
     {{- include "shadow-operator.previewProxy" . | nindent 4 }}
   }
@@ -185,6 +193,23 @@ server {
     recursive_error_pages on;
     error_page 401 403 500 502 504 = @shadow_unreachable;
     {{- include "shadow-operator.previewProxy" . | nindent 4 }}
+  }
+  location @shadow_resend {
+    auth_request /_shadow/auth-retry;
+    recursive_error_pages on;
+    error_page 401 403 500 502 504 = @shadow_unreachable;
+    rewrite ^ /page/preview/unreachable? break;
+    proxy_pass http://shadow_router_auth;
+    proxy_http_version 1.1;
+    proxy_method GET;
+    proxy_pass_request_body off;
+    proxy_set_header Content-Length "";
+    proxy_set_header Connection "";
+    proxy_set_header Upgrade "";
+    proxy_set_header X-Original-Host $host;
+    proxy_set_header X-Original-URI $request_uri;
+    proxy_set_header X-Shadow-Failed-Upstream $shadow_upstream;
+    proxy_redirect off;
   }
   location @shadow_refused {
     rewrite ^ /page/preview? break;
@@ -212,6 +237,8 @@ server {
     proxy_set_header Upgrade "";
     proxy_set_header X-Original-Host $host;
     proxy_set_header X-Original-URI $request_uri;
+    proxy_set_header X-Shadow-Failed-Upstream $shadow_upstream;
+    proxy_read_timeout {{ add (int $r.holdSeconds) 10 }}s;
     recursive_error_pages on;
     error_page 500 502 503 504 = @shadow_down;
   }
@@ -248,7 +275,7 @@ server {
   location / {
     auth_request /_shadow/auth;
     error_page 401 403 = @shadow_refused;
-    error_page 502 = @shadow_retry;
+    error_page 502 = $shadow_on_refused;
     error_page 500 504 = @shadow_unreachable;
     {{- include "shadow-operator.sdkProxy" . | nindent 4 }}
   }
@@ -257,6 +284,23 @@ server {
     recursive_error_pages on;
     error_page 401 403 500 502 504 = @shadow_unreachable;
     {{- include "shadow-operator.sdkProxy" . | nindent 4 }}
+  }
+  location @shadow_resend {
+    auth_request /_shadow/auth-retry;
+    recursive_error_pages on;
+    error_page 401 403 500 502 504 = @shadow_unreachable;
+    rewrite ^ /page/sdk/unreachable? break;
+    proxy_pass http://shadow_router_auth;
+    proxy_http_version 1.1;
+    proxy_method GET;
+    proxy_pass_request_body off;
+    proxy_set_header Content-Length "";
+    proxy_set_header Connection "";
+    proxy_set_header Upgrade "";
+    proxy_set_header X-Shadow-Peer $remote_addr;
+    proxy_set_header X-Original-URI $request_uri;
+    proxy_set_header X-Shadow-Failed-Upstream $shadow_upstream;
+    proxy_redirect off;
   }
   location @shadow_refused {
     rewrite ^ /page/sdk? break;
@@ -281,6 +325,9 @@ server {
     proxy_set_header Connection "";
     proxy_set_header Upgrade "";
     proxy_set_header X-Shadow-Peer $remote_addr;
+    proxy_set_header X-Original-URI $request_uri;
+    proxy_set_header X-Shadow-Failed-Upstream $shadow_upstream;
+    proxy_read_timeout {{ add (int $r.holdSeconds) 10 }}s;
     recursive_error_pages on;
     error_page 500 502 503 504 = @shadow_sdk_down;
   }

@@ -7,7 +7,9 @@
   sleeping sandbox is held here (`wake.Waker`) until it is Ready, then allowed; after the cap, 504.
 - `GET /auth/preview/retry`, `GET /auth/sdk/retry`: the same, asked again when the upstream nginx was given
   (`X-Shadow-Failed-Upstream`) refused the connection: its Pod is going down, so the request is held while
-  the sandbox wakes and then sent to its new Pod instead of failing with 502.
+  the sandbox wakes and then sent to its new Pod instead of failing with 502. A request with a body (which
+  nginx does not send twice) is held the same way, then answered by the `.../unreachable` page: 307 to the
+  same address once the sandbox is routed to another Pod (clients send it again, body and all).
 - `GET /page/preview`, `GET /page/sdk`: the answer a refused request gets, from the same decision: a small
   HTML page for browsers (or the redirect that swaps a link's token for a cookie), JSON `{"detail": ...}` for
   the SDK. `.../unreachable` is what nginx shows when the upstream itself does not answer.
@@ -196,7 +198,29 @@ def build_app(
             )
         return _page(decision.status, decision.detail, retry=decision.status == 503)
 
+    async def woken_again(request: web.Request, decide: Callable[[], Awaitable[Decision]]) -> bool:
+        """Whether a request whose upstream refused the connection, and that nginx does not send twice (it has a
+        body), may be sent again by the client: its sandbox is now routed to another Pod (nginx held it while
+        the sandbox woke, in the auth subrequest of @shadow_resend)."""
+        failed = request.headers.get(FAILED_UPSTREAM_HEADER)
+        if not failed:
+            return False
+        decision = await decide()
+        if waker is not None and decision.status == 200 and decision.upstream == failed:
+            await waker.next_change(decision.uid or "", SETTLE_SECONDS)  # the watch says why in a moment
+            decision = await decide()
+        return decision.status == 200 and decision.upstream != failed
+
+    def again(request: web.Request) -> web.Response:
+        location = request.headers.get("X-Original-URI") or "/"
+        return web.Response(status=307, headers={"Location": location, "Cache-Control": "no-store"})
+
     async def unreachable_preview(request: web.Request) -> web.Response:
+        async def decide() -> Decision:
+            return preview_decision(request)
+
+        if await woken_again(request, decide):
+            return again(request)
         name = sleeping(preview_decision(request))
         if name is not None:
             return _waking_page(request, name)
@@ -222,6 +246,12 @@ def build_app(
 
     async def unreachable_sdk(request: web.Request) -> web.Response:
         if request.headers.get("X-Sandbox-ID"):
+
+            async def decide() -> Decision:
+                return await sdk_decision(request)
+
+            if await woken_again(request, decide):
+                return again(request)
             name = sleeping(await sdk_decision(request))
             if name is not None:
                 return _json(504, waking_detail(name))
