@@ -1,7 +1,9 @@
 """How long nobody has used the runtime: what an orchestrator reads to suspend an idle workspace.
 
 Every API request or gRPC call counts, except health probes and metrics scrapes; a request in flight
-(a long command, an open terminal) keeps the runtime busy until it ends.
+(a long command, an open terminal) keeps the runtime busy until it ends, and so does every process slot held
+(a background process started through the API, until it exits; a terminal's shell). Processes the runtime did
+not start (the image's own entrypoint, something a command left running in the background) do not count.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ can skip one of them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import time
@@ -59,12 +60,19 @@ class Slot:
 
 
 class ExecService:
-    def __init__(self, settings: Settings, root: Root, metrics: Metrics, journal: Journal) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        root: Root,
+        metrics: Metrics,
+        journal: Journal,
+        busy: contextlib.AbstractContextManager[None] | None = None,
+    ) -> None:
         self.settings = settings
         self.root = root
         self.metrics = metrics
         self.journal = journal
-        self.limiter = Limiter(settings.max_processes)
+        self.limiter = Limiter(settings.max_processes, busy)
         self.processes = ProcessManager(
             self.limiter, on_exit=self._on_process_exit, exited_log_budget=settings.process_log_budget
         )

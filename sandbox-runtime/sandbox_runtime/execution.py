@@ -214,19 +214,28 @@ def _feed_stdin(pipe: Any, data: bytes) -> None:
 
 
 class Limiter:
-    """Caps concurrent processes; a full runtime answers 429 instead of forking without bound."""
+    """Caps concurrent processes; a full runtime answers 429 instead of forking without bound.
 
-    def __init__(self, limit: int) -> None:
+    Each slot held (a command, a terminal, a background process) is also held in `busy` (the runtime's
+    activity): a sandbox running something somebody started is not idle, however long ago the request was.
+    """
+
+    def __init__(self, limit: int, busy: contextlib.AbstractContextManager[None] | None = None) -> None:
         self.limit = limit
         self.active = 0
+        self.busy = busy
 
     def acquire(self) -> None:
         if self.active >= self.limit:
             raise ApiError(429, "RESOURCE_EXHAUSTED", f"too many running processes (limit {self.limit})")
         self.active += 1
+        if self.busy is not None:
+            self.busy.__enter__()
 
     def release(self) -> None:
         self.active -= 1
+        if self.busy is not None:
+            self.busy.__exit__(None, None, None)
 
 
 # What one kept output chunk costs besides its bytes (the Chunk and bytes objects, the deque slot): counted

@@ -55,12 +55,13 @@ class Runtime:
             max_bytes=settings.journal_max_bytes,
             handoff=settings.handoff,
         )
-        self.exec = ExecService(settings, self.root, self.metrics, self.journal)
+        # Idle time (/v1/health): API requests and gRPC calls in flight, and every process slot held.
+        self.activity = Activity()
+        self.exec = ExecService(settings, self.root, self.metrics, self.journal, self.activity)
         self.baselines = Baselines(self.root.real, settings.state)
         # One capture or diff at a time: a diff must not read a baseline being replaced.
         self.baseline_lock = asyncio.Lock()
         self.started = time.time()
-        self.activity = Activity()
 
     async def blocking(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run a blocking call (a directory walk, a manifest read) in the runtime's thread pool."""

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from shadow_operator.resources import sandbox as sandbox_res
 
 pytestmark = pytest.mark.unit
 
@@ -130,6 +131,24 @@ def test_sandbox_health() -> None:
     assert health(suspended, script) == ("Suspended", "idle")
     stale = env(generation=3, conditions=[cond("Ready", "True", generation=2)])
     assert health(stale, script)[0] == "Progressing"
+
+
+def test_idle_suspended_sandbox_is_suspended() -> None:
+    """The conditions the operator writes for an idle suspension (its spec still Running) read as Suspended,
+    while the Pod goes and after."""
+    script = ARGOCD / "sandbox-health.lua"
+    body = {
+        "metadata": {"name": "box", "namespace": "ns", "generation": 1},
+        "spec": {"operatingMode": "Running"},
+    }
+    why = "Suspended after 600s without activity: Pod deleted, volumes kept"
+    for pod in ({"status": {"phase": "Running"}}, None):
+        found, _ = sandbox_res.compute_conditions(body, sandbox_res.Observed(pod=pod, idle=why))
+        conditions = [x.model_dump(by_alias=True, mode="json", exclude_none=True) for x in found]
+        assert health({**body, "status": {"conditions": conditions}}, script)[0] == "Suspended", pod
+    gone, _ = sandbox_res.compute_conditions(body, sandbox_res.Observed(pod=None, idle=why))
+    conditions = [x.model_dump(by_alias=True, mode="json", exclude_none=True) for x in gone]
+    assert health({**body, "status": {"conditions": conditions}}, script) == ("Suspended", why)
 
 
 def test_sandbox_claim_health() -> None:

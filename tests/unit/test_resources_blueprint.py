@@ -131,7 +131,7 @@ def test_adoption_patch_is_guarded_by_resource_version() -> None:
     )
     warm["metadata"]["resourceVersion"] = "42"
     warm["metadata"]["name"] = "p-x1y2z"  # the API server's, from generateName
-    patch = blueprint.adoption_patch(warm, claim())
+    patch = blueprint.adoption_patch(warm, claim(), template())
     assert patch["metadata"]["resourceVersion"] == "42"
     assert patch["metadata"]["ownerReferences"][0]["uid"] == "claim-uid"
     assert patch["metadata"]["labels"][c.LABEL_WARM_POOL] is None
@@ -155,7 +155,7 @@ def test_a_claim_chooses_a_private_or_public_preview_for_its_sandbox() -> None:
     )
     warm["metadata"]["resourceVersion"] = "7"
     warm["metadata"]["name"] = "p-x1y2z"
-    assert blueprint.adoption_patch(warm, private)["metadata"]["annotations"] == {
+    assert blueprint.adoption_patch(warm, private, template())["metadata"]["annotations"] == {
         c.ANNOTATION_POD_NAME: "p-x1y2z",
         c.ANNOTATION_PREVIEW_ACCESS: "private",
     }
@@ -192,3 +192,39 @@ def test_default_ingress_lists_every_allowed_namespace() -> None:
         "shadow-system",
         "preview",
     ]
+
+
+def test_a_claims_sandbox_gets_the_claims_policy_within_the_templates() -> None:
+    ceiling = template(autoSuspendPolicy={"suspendThresholdSeconds": 600})
+    assert "autoSuspendPolicy" not in blueprint.build_claimed_sandbox(claim(), template())["spec"]
+    default = blueprint.build_claimed_sandbox(claim(), ceiling)
+    assert default["spec"]["autoSuspendPolicy"] == {"suspendThresholdSeconds": 600}
+    shorter = claim(autoSuspendPolicy={"suspendThresholdSeconds": 60})
+    assert blueprint.build_claimed_sandbox(shorter, ceiling)["spec"]["autoSuspendPolicy"] == {
+        "suspendThresholdSeconds": 60
+    }
+    # Without a template policy, the claim's own; left out, the CRD default (900).
+    assert blueprint.build_claimed_sandbox(claim(autoSuspendPolicy={}), template())["spec"][
+        "autoSuspendPolicy"
+    ] == {"suspendThresholdSeconds": 900}
+    longer = claim(autoSuspendPolicy={"suspendThresholdSeconds": 601})
+    with pytest.raises(blueprint.ClaimRejected) as refused:
+        blueprint.build_claimed_sandbox(longer, ceiling)
+    assert refused.value.reason == c.REASON_AUTO_SUSPEND_POLICY_REFUSED
+    assert "601" in str(refused.value) and "600" in str(refused.value)
+    # A warm sandbox has none; adoption sets the claim's (a merge patch: null removes it).
+    warm = blueprint.build_warm_sandbox(
+        {
+            "apiVersion": "x/v1",
+            "kind": "SandboxWarmPool",
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+        },
+        ceiling,
+    )
+    assert "autoSuspendPolicy" not in warm["spec"]
+    warm["metadata"].update(resourceVersion="1", name="p-abcde")
+    assert blueprint.adoption_patch(warm, shorter, ceiling)["spec"]["autoSuspendPolicy"] == {
+        "suspendThresholdSeconds": 60
+    }
+    with pytest.raises(blueprint.ClaimRejected):
+        blueprint.adoption_patch(warm, longer, ceiling)

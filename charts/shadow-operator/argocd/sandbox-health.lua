@@ -28,6 +28,12 @@ if suspended ~= nil and suspended.status == "True" then
   hs.message = suspended.message or "suspended"
   return hs
 end
+-- Suspended for idleness (spec.autoSuspendPolicy), its Pod still going: nothing to wait for either.
+if ready ~= nil and ready.reason == "Suspended" then
+  hs.status = "Suspended"
+  hs.message = ready.message or "suspended"
+  return hs
+end
 if ready == nil then
   return hs
 end

@@ -73,8 +73,6 @@ REASON_RECONCILER_ERROR: Final = "ReconcilerError"
 # The pod template asks for what the chart does not allow (privileged, host namespaces, hostPath, an account).
 REASON_POD_SECURITY_REFUSED: Final = "PodSecurityRefused"
 REASON_NOT_SUSPENDED: Final = "NotSuspended"
-# Suspended=True for idleness (the Pod deleted, the volumes kept): any request wakes it.
-REASON_IDLE: Final = "Idle"
 REASON_POD_TERMINATED: Final = "PodTerminated"
 REASON_POD_TERMINATING: Final = "PodTerminating"
 REASON_POD_NOT_OWNED: Final = "PodNotOwned"
@@ -115,11 +113,16 @@ ANNOTATION_UPLOAD_PREFIX: Final = f"uploads.{OPERATOR_PREFIX}/"
 BASELINE_EXCLUDE: Final = (".git/", ".sandbox-runtime/", "__pycache__/")
 # Changing its value asks for a new verification (e.g. `shadowctl verify` writes a timestamp).
 ANNOTATION_VERIFY_REQUEST: Final = f"{OPERATOR_PREFIX}/verify-requested"
-# Changing its value resumes a workspace suspended for idleness.
+# Changing its value resumes a Sandbox (or a ShadowEnvironment's workspace) suspended for idleness.
 ANNOTATION_RESUME_REQUEST: Final = f"{OPERATOR_PREFIX}/resume-requested"
-# On a Sandbox: when it last served a request (RFC 3339 UTC, seconds), written by the router and any client;
-# one of the operator's signs of activity for the idle policy.
+# The newest request a client made of a Sandbox outside its runtime (RFC 3339, UTC): the preview router writes
+# it on preview and SDK-path requests; the idle clock (spec.autoSuspendPolicy) counts it as activity.
 ANNOTATION_LAST_ACTIVITY: Final = f"{OPERATOR_PREFIX}/last-activity"
+# Idle suspension (spec.autoSuspendPolicy): the Suspended condition's reason, Ready's, and the claim's reason
+# when its policy asks for more than its template allows.
+REASON_IDLE: Final = "Idle"
+REASON_SUSPENDED: Final = "Suspended"
+REASON_AUTO_SUSPEND_POLICY_REFUSED: Final = "AutoSuspendPolicyRefused"
 # ShadowEnvironmentPool: its instances' Sandboxes carry the pool's name until an environment takes one, and
 # a hash of what they were made from (the pool's environment fields and its template), which an environment
 # asking for the pool must match.

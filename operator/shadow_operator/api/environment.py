@@ -15,10 +15,12 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field, model_validator
 
 from shadow_operator.api.models import (
+    AUTO_SUSPEND_POLICY_DESCRIPTION,
     CONDITIONS_FIELD,
     MAX_ENV,
     PRESERVE,
     ApiModel,
+    AutoSuspendPolicy,
     ClaimEnvVar,
     Condition,
     Resource,
@@ -56,6 +58,7 @@ FailureCode = Literal[
     "SnapshotFailed",
     "SnapshotTimeout",
     "CopyFailed",
+    "AutoSuspendPolicyRefused",
 ]
 CloneMethod = Literal["Snapshot", "Copy"]
 
@@ -358,6 +361,10 @@ class ShadowEnvironmentSpec(WorkspaceShape):
                 "spec.sources is immutable: create a new environment for other sources",
                 reason="FieldValueForbidden",
             ),
+            cel(
+                "!has(self.idleTimeoutSeconds) || !has(self.autoSuspendPolicy)",
+                "set spec.autoSuspendPolicy or spec.idleTimeoutSeconds (its older short form), not both",
+            ),
         )
     )
 
@@ -405,11 +412,18 @@ class ShadowEnvironmentSpec(WorkspaceShape):
     shutdown_time: datetime | None = Field(
         default=None, description="Absolute time when the workspace expires (its Pod is removed)."
     )
+    auto_suspend_policy: AutoSuspendPolicy | None = Field(
+        default=None,
+        description=AUTO_SUSPEND_POLICY_DESCRIPTION
+        + " Given to the workspace Sandbox, which suspends (its Pod "
+        "removed, its volume and Gitea kept); set the annotation on the environment (shadowctl start) or on "
+        "its Sandbox. Overrides the template's, within it: a threshold longer than the template's fails "
+        "with AutoSuspendPolicyRefused.",
+    )
     idle_timeout_seconds: int | None = Field(
         default=None,
         ge=60,
-        description="Suspend the workspace after this long without runtime API activity (its Pod is removed, "
-        "its volume kept); set the annotation shadow.dev/resume-requested to a new value to resume.",
+        description="The older short form of autoSuspendPolicy.suspendThresholdSeconds (at least 60 here).",
     )
     suspend: bool = Field(
         default=False,

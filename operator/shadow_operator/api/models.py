@@ -343,6 +343,74 @@ class StorageClass(Resource):
         return self.metadata.annotations.get("storageclass.kubernetes.io/is-default-class") == "true"
 
 
+# --------------------------------------------------------------------------------------- idle suspension
+MIN_SUSPEND_THRESHOLD_SECONDS = 10
+MAX_SUSPEND_THRESHOLD_SECONDS = 30 * 86400
+
+
+class AutoSuspendPolicy(ApiModel):
+    """Suspend the sandbox when nobody has used it for a while, and keep it suspended until a new value of the
+    annotation shadow.dev/resume-requested (or operatingMode/replicas) brings it back. The shape of
+    agent-sandbox's proposed AutoSuspendPolicy (KEP-0968) with its one timer strategy; unlike that proposal
+    the operator never writes spec.operatingMode: the suspension shows in status (status.idle, the Suspended
+    condition with reason Idle)."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                f"!has(self.suspendThresholdSeconds) || self.suspendThresholdSeconds >= "
+                f"{MIN_SUSPEND_THRESHOLD_SECONDS}",
+                f"autoSuspendPolicy.suspendThresholdSeconds must be at least {MIN_SUSPEND_THRESHOLD_SECONDS} "
+                "seconds (a sandbox suspended sooner would go down between two calls of one client); leave "
+                "autoSuspendPolicy out to never suspend",
+                fieldPath=".suspendThresholdSeconds",
+            ),
+            cel(
+                f"!has(self.suspendThresholdSeconds) || self.suspendThresholdSeconds <= "
+                f"{MAX_SUSPEND_THRESHOLD_SECONDS}",
+                f"autoSuspendPolicy.suspendThresholdSeconds must be at most {MAX_SUSPEND_THRESHOLD_SECONDS} "
+                "seconds (30 days); leave autoSuspendPolicy out to never suspend",
+                fieldPath=".suspendThresholdSeconds",
+            ),
+        )
+    )
+
+    suspend_threshold_seconds: int = Field(
+        default=900,
+        description="Seconds without activity after which the sandbox is suspended (its Pod deleted, its "
+        "volumes kept). Activity: a runtime API call, an open terminal, a process started through the runtime "
+        "still running, or a preview/SDK request through the router (the annotation shadow.dev/last-activity).",
+    )
+
+
+AUTO_SUSPEND_POLICY_DESCRIPTION = (
+    "Suspend the sandbox after suspendThresholdSeconds without activity; a new value of the annotation "
+    "shadow.dev/resume-requested resumes it."
+)
+
+
+class SandboxIdleStatus(ApiModel):
+    """Idle suspension of a Sandbox (spec.autoSuspendPolicy)."""
+
+    suspended_at: datetime | None = Field(
+        default=None, description="When the idle sandbox was suspended (unset while it is not)."
+    )
+    last_activity_time: datetime | None = Field(
+        default=None,
+        description="The newest activity the operator saw when it last looked (the runtime's idle clock, the "
+        "annotation shadow.dev/last-activity, the Pod's start).",
+    )
+    resume_request: str | None = Field(
+        default=None,
+        description="The last value of the annotation shadow.dev/resume-requested the operator acted on; only "
+        "a different value resumes the sandbox again.",
+    )
+    resume_requested_at: datetime | None = Field(
+        default=None,
+        description="When the operator saw the resume request it is acting on (unset once the sandbox is Ready).",
+    )
+
+
 CONDITIONS_FIELD: Any = Field(
     default=None,
     description="Observations of the object's state; `Ready` is the one to wait for.",
@@ -393,6 +461,11 @@ class SandboxSpec(ApiModel):
         le=1,
         description="Deprecated (v1alpha1 clients): 0 suspends the sandbox like operatingMode: Suspended.",
     )
+    auto_suspend_policy: AutoSuspendPolicy | None = Field(
+        default=None,
+        description=AUTO_SUSPEND_POLICY_DESCRIPTION + " A claim's Sandbox gets the claim's policy, else its "
+        "template's.",
+    )
 
 
 class SandboxStatus(ApiModel):
@@ -416,6 +489,9 @@ class SandboxStatus(ApiModel):
     )
     runtime_token_secret: str | None = Field(
         default=None, description="Name of the Secret holding the runtime's bearer token (key `token`)."
+    )
+    idle: SandboxIdleStatus | None = Field(
+        default=None, description="Idle suspension (spec.autoSuspendPolicy)."
     )
 
 
@@ -469,6 +545,12 @@ class SandboxTemplateSpec(ApiModel):
     volume_claim_templates_policy: Literal["Disallowed", "Allowed", "Overrides"] = Field(
         default="Disallowed",
         description="Whether claims may add (Allowed) or also replace (Overrides) volume claim templates.",
+    )
+    auto_suspend_policy: AutoSuspendPolicy | None = Field(
+        default=None,
+        description=AUTO_SUSPEND_POLICY_DESCRIPTION + " The default for the Sandboxes of claims and "
+        "environments; its threshold is also their ceiling: a claim or environment may only shorten it. Warm "
+        "pool sandboxes are never suspended while they wait in the pool. Read when a sandbox is claimed.",
     )
 
 
@@ -569,6 +651,12 @@ class SandboxClaimSpec(ApiModel):
         "a unique metadata.name: the claim reports one without (Ready=False, VolumeClaimTemplatesError), as "
         "upstream does, rather than being refused.",
         json_schema_extra={"x-kubernetes-list-type": "atomic"},
+    )
+    auto_suspend_policy: AutoSuspendPolicy | None = Field(
+        default=None,
+        description=AUTO_SUSPEND_POLICY_DESCRIPTION + " Overrides the template's, within it: a threshold "
+        "longer than the template's is refused (Ready=False, AutoSuspendPolicyRefused). Read when the sandbox "
+        "is claimed.",
     )
 
 

@@ -180,7 +180,7 @@ class ClaimReconciler(Reconciler[SandboxClaim]):
             blueprint.check_metadata(claim.body)
             wants_cold = bool(spec.env or spec.volume_claim_templates)
             if candidate_pools and not wants_cold:
-                adopted = await self._adopt(claim, candidate_pools)
+                adopted = await self._adopt(claim, candidate_pools, template)
                 if adopted is not None:
                     return adopted, c.LAUNCH_WARM
             manifest = blueprint.build_claimed_sandbox(claim.body, template)
@@ -212,7 +212,7 @@ class ClaimReconciler(Reconciler[SandboxClaim]):
         )
         return created
 
-    async def _adopt(self, claim: SandboxClaim, candidate_pools: list[Body]) -> Body | None:
+    async def _adopt(self, claim: SandboxClaim, candidate_pools: list[Body], template: Body) -> Body | None:
         """Take over a warm sandbox; the resourceVersion guard makes concurrent claims pick different ones."""
         for pool in candidate_pools:
             for candidate in self._candidates(pool, claim.metadata.uid):
@@ -221,7 +221,7 @@ class ClaimReconciler(Reconciler[SandboxClaim]):
                         SANDBOX,
                         claim.namespace,
                         candidate["metadata"]["name"],
-                        blueprint.adoption_patch(candidate, claim.body),
+                        blueprint.adoption_patch(candidate, claim.body, template),
                     )
                 except ApiError as exc:
                     if exc.conflict or exc.not_found:

@@ -38,3 +38,26 @@ POOL_TAKES = Counter(
     "PoolMismatch, PoolNotFound, Fork.",
     ["namespace", "pool", "reason"],
 )
+SANDBOXES_SUSPENDED = Gauge(
+    "shadow_operator_sandboxes_suspended",
+    "Sandboxes whose Pod is gone while they are kept, by cause: idle (spec.autoSuspendPolicy) or scale "
+    "(operatingMode Suspended, replicas 0).",
+    ["namespace", "cause"],
+)
+SANDBOX_SUSPENDS = Counter(
+    "shadow_operator_sandbox_suspends_total",
+    "Sandbox suspensions, by cause: idle (decided by the operator), scale (the spec asked for it).",
+    ["namespace", "cause"],
+)
+SANDBOX_RESUMES = Counter(
+    "shadow_operator_sandbox_resumes_total",
+    "Sandbox resumes, by cause: annotation (a new shadow.dev/resume-requested value woke an idle sandbox), "
+    "scale (the spec asked for it to run again).",
+    ["namespace", "cause"],
+)
+SANDBOX_RESUME_SECONDS = Histogram(
+    "shadow_operator_sandbox_resume_seconds",
+    "Seconds from the operator seeing a resume request (annotation or spec) to the Sandbox being Ready again.",
+    ["namespace"],
+    buckets=(0.25, 0.5, 1, 1.5, 2, 3, 4, 6, 8, 10, 15, 20, 30, 60, 120),
+)

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import secrets
 from datetime import UTC, datetime
+from typing import Any
 
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
 from shadow_operator.api.kinds import POD, PVC, SANDBOX, SANDBOX_TEMPLATE, SECRET, SERVICE, ResourceKind
 from shadow_operator.api.models import Condition, ObjectMeta, Resource, Sandbox, SandboxStatus, Service
 from shadow_operator.clients.kube import ApiError
+from shadow_operator.controllers import sandbox_idle
 from shadow_operator.engine import Cached, Index, NotOwned, Reconciler
-from shadow_operator.engine.cache import Body
+from shadow_operator.engine.cache import Body, Key
 from shadow_operator.engine.status import StatusPass
 from shadow_operator.resources import conditions as conds
 from shadow_operator.resources import indexes, metadata, podsecurity, runtime_auth
@@ -44,6 +47,13 @@ class SandboxReconciler(Reconciler[Sandbox]):
     indexes = (Index(POD, indexes.BY_CONTROLLER, indexes.by_controller),)
     workers = 8
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.idle = sandbox_idle.SandboxIdle(self.cache, self.recorder, self.config.runtime_api_url)
+
+    async def deleted(self, key: Key) -> None:
+        self.idle.forget(key)
+
     async def reconcile(self, sandbox: Sandbox) -> float | None:
         if sandbox.deleting:
             return None
@@ -52,20 +62,33 @@ class SandboxReconciler(Reconciler[Sandbox]):
         if shutdown is not None and now >= shutdown:
             await self._expire(sandbox)
             return None
-        seen = await self._reconcile_children(sandbox)
-        state = self._status(sandbox, seen)
+        state = StatusPass(sandbox, SandboxStatus)
+        idle_recheck = await self.idle.decide(sandbox, state, now)
+        idle = sandbox_idle.is_suspended(state)
+        seen = await self._reconcile_children(
+            sandbox, suspended=idle or res.is_suspended(sandbox.body["spec"])
+        )
+        if idle:
+            policy = sandbox.spec.auto_suspend_policy
+            threshold = policy.suspend_threshold_seconds if policy else None
+            assert state.status.idle is not None
+            seen = dataclasses.replace(seen, idle=sandbox_idle.idle_message(state.status.idle, threshold))
+        self._status(sandbox, seen, state)
+        self.idle.observe(sandbox, state, now)
         written = await state.write(self.client, SANDBOX)
         if written and state.became_true(c.COND_READY) and not _pool_member(sandbox):
             self.recorder.info(sandbox.body, reason=c.REASON_DEPENDENCIES_READY, message="Sandbox is Ready")
         # A foreign object holding a child's name is not watched: look again now and then.
         foreign_pod = seen.pod is not None and not seen.pod_owned
         delays = [CONFLICT_RECHECK_SECONDS] if seen.error or foreign_pod else []
+        if idle_recheck is not None:
+            delays.append(idle_recheck)
         if shutdown is not None:
             delays.append(min((shutdown - now).total_seconds(), RESYNC_SECONDS))
         return min(delays) if delays else None
 
     # ------------------------------------------------------------------------------------------ children
-    async def _reconcile_children(self, sandbox: Sandbox) -> res.Observed:
+    async def _reconcile_children(self, sandbox: Sandbox, *, suspended: bool) -> res.Observed:
         body = sandbox.body
         namespace, name, uid = sandbox.namespace, sandbox.name, sandbox.metadata.uid
         owned = self.cache.store(POD).by_index(indexes.BY_CONTROLLER, uid)
@@ -79,7 +102,7 @@ class SandboxReconciler(Reconciler[Sandbox]):
 
         # The token Secret and the PVCs are needed by the Pod, but not before it is scheduled: create all
         # of them at once so that a cold start costs one round trip, not four.
-        pod_task = asyncio.ensure_future(self._reconcile_pod(sandbox))
+        pod_task = asyncio.ensure_future(self._reconcile_pod(sandbox, suspended=suspended))
         others = [self._ensure_token_secret(sandbox)]
         others += [self._ensure_pvc(pvc, body) for pvc in res.build_pvcs(body)]
         service_task = asyncio.ensure_future(self._reconcile_service(sandbox))
@@ -107,12 +130,12 @@ class SandboxReconciler(Reconciler[Sandbox]):
         except NotOwned:
             return
 
-    async def _reconcile_pod(self, sandbox: Sandbox) -> res.Observed:
+    async def _reconcile_pod(self, sandbox: Sandbox, *, suspended: bool) -> res.Observed:
         body = sandbox.body
         namespace, name = sandbox.namespace, sandbox.name
         pod = self.cache.store(POD).get(namespace, name)
         pod_owned = True
-        if pod is None and res.is_suspended(body["spec"]):
+        if pod is None and suspended:
             # The cache holds only labelled Pods: whether a foreign one holds the name, only a read can tell
             # (suspended Sandboxes are reconciled rarely; a running one finds out when it creates its Pod).
             pod = await self.client.get_live(POD, namespace, name)
@@ -120,7 +143,7 @@ class SandboxReconciler(Reconciler[Sandbox]):
             foreign = pod
             pod = await self._adopt_if_allowed(POD, body, pod)
             pod_owned = pod is not None
-            if pod is None and res.is_suspended(body["spec"]):
+            if pod is None and suspended:
                 # Nothing to delete that is ours; the foreign Pod is left alone and Suspended says so.
                 return res.Observed(pod=foreign, pod_owned=False)
             if pod is None:
@@ -128,7 +151,7 @@ class SandboxReconciler(Reconciler[Sandbox]):
                     pod=None, pod_owned=False, error=f"Pod {name!r} exists and is not owned by this Sandbox"
                 )
 
-        if res.is_suspended(body["spec"]):
+        if suspended:
             if pod is not None and not Resource.model_validate(pod).deleting:
                 await self.client.delete(POD, namespace, name, uid=pod["metadata"]["uid"])
                 self.recorder.info(
@@ -312,10 +335,12 @@ class SandboxReconciler(Reconciler[Sandbox]):
         await self._status(sandbox, res.Observed(pod=None, expired=True)).write(self.client, SANDBOX)
 
     # -------------------------------------------------------------------------------------------- status
-    def _status(self, sandbox: Sandbox, seen: res.Observed) -> StatusPass[SandboxStatus]:
-        """The status of what this pass saw (written by the caller, when it changed)."""
+    def _status(
+        self, sandbox: Sandbox, seen: res.Observed, state: StatusPass[SandboxStatus] | None = None
+    ) -> StatusPass[SandboxStatus]:
+        """The status of what this pass saw, in `state` (written by the caller, when it changed)."""
         config = self.config
-        state = StatusPass(sandbox, SandboxStatus)
+        state = state or StatusPass(sandbox, SandboxStatus)
         desired, remove = res.compute_conditions(sandbox.body, seen)
         state.conditions.remove(*remove)
         for condition in desired:

@@ -10,6 +10,7 @@ from typing import Any
 
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
+from shadow_operator.resources import idle
 from shadow_operator.resources.metadata import drop_reserved, owner_reference
 
 Body = Mapping[str, Any]
@@ -202,6 +203,9 @@ def build_claimed_sandbox(claim: Body, template: Body) -> Manifest:
         tspec.get("volumeClaimTemplatesPolicy", "Disallowed"),
     )
     apply_claim_metadata(spec["podTemplate"], claim)
+    policy = claim_policy(claim, template)
+    if policy is not None:
+        spec["autoSuspendPolicy"] = policy
     labels = _base_labels(template)
     labels[c.LABEL_CLAIM_UID] = cmeta["uid"]
     labels[c.LABEL_LAUNCH_TYPE] = c.LAUNCH_COLD
@@ -225,6 +229,16 @@ def build_claimed_sandbox(claim: Body, template: Body) -> Manifest:
     }
 
 
+def claim_policy(claim: Body, template: Body) -> dict[str, Any] | None:
+    """The claim's Sandbox's autoSuspendPolicy: the claim's within the template's (resources/idle.py)."""
+    try:
+        return idle.effective_policy(
+            template["spec"], idle.policy_of(claim["spec"]), f"SandboxClaim {claim['metadata']['name']!r}"
+        )
+    except idle.PolicyRefused as refused:
+        raise ClaimRejected(c.REASON_AUTO_SUSPEND_POLICY_REFUSED, str(refused)) from None
+
+
 def preview_access(owner: Body) -> dict[str, str]:
     """The claim's (or environment's) choice of a public or private preview, for its Sandbox."""
     value = (owner["metadata"].get("annotations") or {}).get(c.ANNOTATION_PREVIEW_ACCESS)
@@ -239,7 +253,7 @@ def apply_claim_metadata(pod_template: dict[str, Any], claim: Body) -> None:
             meta[kind] = add_missing(dict(meta.get(kind) or {}), extra[kind])
 
 
-def adoption_patch(sandbox: Body, claim: Body) -> Manifest:
+def adoption_patch(sandbox: Body, claim: Body, template: Body) -> Manifest:
     """Merge patch moving a warm sandbox to a claim, guarded by the sandbox's resourceVersion.
 
     Including metadata.resourceVersion makes the API server reject the patch with 409 if anyone changed the
@@ -264,7 +278,11 @@ def adoption_patch(sandbox: Body, claim: Body) -> Manifest:
         # Clients that follow the Sandbox to its Pod read the name here once it is Ready (as upstream sets it).
         "annotations": {c.ANNOTATION_POD_NAME: sandbox["metadata"]["name"], **preview_access(claim)},
     }
+    # A warm sandbox has no policy while it waits in its pool (nobody uses it; it must not be suspended).
     return {
         "metadata": metadata,
-        "spec": {"podTemplate": {"metadata": pod_template.get("metadata") or {}}},
+        "spec": {
+            "podTemplate": {"metadata": pod_template.get("metadata") or {}},
+            "autoSuspendPolicy": claim_policy(claim, template),
+        },
     }

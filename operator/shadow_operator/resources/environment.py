@@ -301,6 +301,7 @@ def build_workspace_sandbox(
     *,
     gitea_base_url: str | None,
     suspended: bool = False,
+    auto_suspend_policy: Mapping[str, Any] | None = None,
     data_source: Mapping[str, str] | None = None,
     storage_class: str | None = None,
     min_size: str | None = None,
@@ -309,6 +310,7 @@ def build_workspace_sandbox(
 
     A fork's volume is restored from `data_source` (a VolumeSnapshot), in `storage_class` (the source
     volume's when spec.workspace.storageClassName is unset), at least `min_size` (the snapshot's size).
+    `suspended`: stopped on request (spec.suspend); idleness is the Sandbox's own (`auto_suspend_policy`).
     """
     meta, spec = env["metadata"], env["spec"]
     workspace = spec.get("workspace") or {}
@@ -387,6 +389,8 @@ def build_workspace_sandbox(
     # The runtime URL in status is the headless Service's name.
     sandbox_spec["service"] = True
     sandbox_spec["operatingMode"] = "Suspended" if suspended else "Running"
+    if auto_suspend_policy is not None:
+        sandbox_spec["autoSuspendPolicy"] = dict(auto_suspend_policy)
     if spec.get("shutdownTime"):
         sandbox_spec["shutdownTime"] = spec["shutdownTime"]
     return {

@@ -248,6 +248,8 @@ class Observed:
     refused: str | None = None
     multiple_pods: int = 0
     expired: bool = False
+    # Suspended for idleness (spec.autoSuspendPolicy): why, as the conditions say it.
+    idle: str | None = None
 
 
 def _pod_condition(pod: Body, type_: str) -> Mapping[str, Any] | None:
@@ -278,7 +280,7 @@ def compute_conditions(sandbox: Body, seen: Observed) -> tuple[list[Condition], 
     """(conditions to set, condition types to remove) for the Sandbox status."""
     spec = sandbox["spec"]
     generation = sandbox["metadata"].get("generation")
-    suspended_mode = is_suspended(spec)
+    suspended_mode = is_suspended(spec) or seen.idle is not None
     pod = seen.pod if seen.pod_owned else None
     remove: list[str] = []
 
@@ -295,6 +297,8 @@ def compute_conditions(sandbox: Body, seen: Observed) -> tuple[list[Condition], 
             "Refused to delete pod because it is not owned by this sandbox",
             generation,
         )
+    elif pod is None and seen.idle is not None:
+        suspended = make_condition(c.COND_SUSPENDED, True, c.REASON_IDLE, seen.idle, generation)
     elif pod is None:
         suspended = make_condition(
             c.COND_SUSPENDED,
@@ -368,6 +372,8 @@ def _ready_condition(
         return not_ready(c.REASON_POD_SECURITY_REFUSED, seen.refused)
     if seen.error:
         return not_ready(c.REASON_RECONCILER_ERROR, "Error seen: " + seen.error)
+    if seen.idle is not None:
+        return not_ready(c.REASON_SUSPENDED, "Sandbox is suspending: idle" if seen.pod else seen.idle)
     if suspended_mode:
         return not_ready(
             c.REASON_SANDBOX_SUSPENDED, "Sandbox is suspending" if seen.pod else "Sandbox is suspended"

@@ -17,7 +17,8 @@ restart of the operator (or a second replica taking over) resumes where the last
    uploads snapshotted (copyin.py `prepare`), so that only the push waits for Gitea;
 5. copy-in (copyin.py): each source is cloned (or waits for its upload), snapshotted with its uncommitted
    work and pushed to Gitea; then the runtime captures the baseline that diffs are taken against;
-6. verification (verify.py): seed 001's rubric, scored into `status.verdict`; then idleness (idle.py).
+6. verification (verify.py): seed 001's rubric, scored into `status.verdict`. Idleness is the workspace
+   Sandbox's own (spec.autoSuspendPolicy, given by idle.py, which reports it).
 
 The status is the typed `ShadowEnvironmentStatus` the engine validated; the steps change it and this module
 writes it back. When each phase first finished goes to status.timings and to a histogram (metrics.py).
@@ -197,21 +198,23 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
         if env.spec.workspace.from_ is not None:
             restore = await self.clone.restore(state)
         stopped = self.idle.stopped(state)
-        suspended = self.idle.suspended(state) or stopped
         sandbox = await self.steps.apply(
             SANDBOX,
             res.build_workspace_sandbox(
                 state.named,
                 template,
                 gitea_base_url=status.gitea_url,
-                suspended=suspended,
+                suspended=stopped,
+                auto_suspend_policy=self.idle.policy(state, template),
                 data_source=restore.data_source if restore else None,
                 storage_class=restore.storage_class if restore else None,
                 min_size=restore.min_size if restore else None,
             ),
             env,
         )
-        sb_status = Sandbox.from_body(sandbox).status or SandboxStatus()
+        await self.idle.forward_resume(state, sandbox)
+        workspace = Sandbox.from_body(sandbox)
+        sb_status = workspace.status or SandboxStatus()
         status.runtime_url = sb_status.runtime_url
         status.runtime_token_secret = sb_status.runtime_token_secret
         status.preview_url = sb_status.preview_url
@@ -223,10 +226,12 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
             )
             state.set(c.COND_WORKSPACE_READY, False, "Stopped", message)
             raise StepFailed(None, "Stopped", message, retry=None)
-        if suspended:
+        if self.idle.suspended(state, workspace):
+            policy = workspace.spec.auto_suspend_policy
+            after = f" after {policy.suspend_threshold_seconds}s" if policy else ""
             message = (
-                f"suspended after {env.spec.idle_timeout_seconds}s without activity; its volume is kept. "
-                f"Set the annotation {c.ANNOTATION_RESUME_REQUEST} to a new value to resume"
+                f"suspended{after} without activity; its volume is kept. Set the annotation "
+                f"{c.ANNOTATION_RESUME_REQUEST} to a new value (shadowctl start) to resume"
             )
             state.set(c.COND_WORKSPACE_READY, False, "Suspended", message)
             raise StepFailed(None, "Suspended", message, retry=None)
@@ -268,7 +273,7 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
         if gitea_on:
             await self.copy_in.push_request(state, creds.get(c.GITEA_SECRET_TOKEN))
         await self.verify.verify(state)
-        return await self.idle.suspend_if_idle(state)
+        return None
 
     async def _workspace(self, state: Pass, sb_status: SandboxStatus) -> bool:
         """Whether the workspace Pod is Ready; raises StepFailed when it cannot start."""
