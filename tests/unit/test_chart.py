@@ -506,7 +506,9 @@ def test_preview_router_routes_only_through_router_auth(helm: str) -> None:
     # connection: its Pod went down. A request with a body is held the same way, then sent back with a 307.
     assert conf.count("auth_request /_shadow/auth-retry;") == 4
     assert conf.count("proxy_pass http://$shadow_upstream;") == 4
-    assert conf.count("proxy_cache_bypass 1;") == 2 and conf.count("error_page 502 = $shadow_on_refused;") == 2
+    assert (
+        conf.count("proxy_cache_bypass 1;") == 2 and conf.count("error_page 502 = $shadow_on_refused;") == 2
+    )
     assert '  ""      @shadow_retry;' in conf and "  default @shadow_resend;" in conf
     # A request for a sleeping sandbox waits in router-auth up to holdSeconds (15): nginx waits longer.
     assert conf.count("proxy_read_timeout 25s;") == 6
