@@ -40,6 +40,7 @@ from tests.e2e.cluster import (
     condition,
     eventually,
 )
+from tests.e2e.devserver import WS_SERVER
 from tests.support.shadowctl import run
 
 pytestmark = pytest.mark.e2e
@@ -49,46 +50,6 @@ ROUTER_SERVICE = f"{FULLNAME}-preview-router"
 SDK_SERVICE = "sandbox-router-svc"
 IDLE_SECONDS = 10  # the shortest threshold the API allows
 SLEEP_TIMEOUT = 120.0
-
-# The app: GET / is a page whose script opens a WebSocket to /ws and shows the echo; /ws echoes text frames.
-DEV_SERVER = r"""
-import base64, hashlib, socketserver, struct, sys
-MARKER = sys.argv[1]
-PAGE = ('<!doctype html><html><head><title>app</title></head><body><p id="marker">' + MARKER +
-        '</p><p id="ws">connecting</p><script>const s = new WebSocket("ws://" + location.host + "/ws");'
-        's.onopen = () => s.send("hmr"); s.onmessage = e => { document.getElementById("ws").textContent = e.data; };'
-        '</script></body></html>').encode()
-class Handler(socketserver.StreamRequestHandler):
-    def handle(self):
-        head = b""
-        while not head.endswith(b"\r\n\r\n"):
-            chunk = self.rfile.readline()
-            if not chunk:
-                return
-            head += chunk
-        lines = head.decode().split("\r\n")
-        headers = {k.lower(): v.strip() for k, _, v in (l.partition(":") for l in lines[1:] if l)}
-        if lines[0].split()[1] != "/ws":
-            self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(PAGE) + PAGE)
-            return
-        accept = base64.b64encode(hashlib.sha1((headers["sec-websocket-key"] + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest())
-        self.wfile.write(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: " + accept + b"\r\n\r\n")
-        while True:
-            b1, b2 = self.rfile.read(2)
-            length = b2 & 127
-            if length == 126:
-                length = struct.unpack(">H", self.rfile.read(2))[0]
-            mask = self.rfile.read(4)
-            data = bytes(b ^ mask[i % 4] for i, b in enumerate(self.rfile.read(length)))
-            if b1 & 15 == 8:
-                return
-            reply = b"echo:" + data
-            self.wfile.write(bytes([0x81, len(reply)]) + reply)
-class Server(socketserver.ThreadingTCPServer):
-    allow_reuse_address = True
-    daemon_threads = True
-Server(("0.0.0.0", 3000), Handler).serve_forever()
-"""
 
 
 def unique(prefix: str) -> str:
@@ -126,7 +87,7 @@ def app(cluster: Cluster) -> Iterator[tuple[str, str, str]]:
             "name": "dev",
             "image": runtime["image"],
             "imagePullPolicy": runtime.get("imagePullPolicy", "IfNotPresent"),
-            "command": ["python3", "-c", DEV_SERVER, marker],
+            "command": ["python3", "-c", WS_SERVER, marker, "page"],
             "ports": [{"name": "preview", "containerPort": 3000, "protocol": "TCP"}],
             **({"securityContext": runtime["securityContext"]} if runtime.get("securityContext") else {}),
             "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},

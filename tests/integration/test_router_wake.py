@@ -23,7 +23,6 @@ import aiohttp
 import httpx
 import pytest
 from kubernetes import client, watch
-from prometheus_client.parser import text_string_to_metric_families
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
 from urllib3.exceptions import ProtocolError
@@ -33,11 +32,13 @@ from tests.support.router import (
     Box,
     Router,
     Upstreams,
+    metric,
     raw_get,
     router_account,
     running_router,
     sandbox_object,
     sandbox_pod,
+    scrape,
     token_secret,
 )
 from tests.support.sandbox_operator import install_crds
@@ -48,7 +49,6 @@ DOMAIN = "wake.test"
 HOLD_SECONDS = 6
 GROUP, VERSION, PLURAL = "agents.x-k8s.io", "v1beta1", "sandboxes"
 ADDRESSES = (f"127.0.{a}.{b}" for a in range(1, 250) for b in range(2, 250))
-Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
 @dataclass
@@ -232,27 +232,14 @@ def _preview(world: World, name: str, path: str = "/", headers: list[tuple[str, 
     return raw_get(world.router.preview_port, path, headers or [], host=f"{name}.{DOMAIN}")
 
 
-def _scrape(router: Router) -> Series:
-    text = httpx.get(router.metrics, timeout=10).text
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-
-
-def _metric(series: Series, name: str, **labels: str) -> float:
-    return series.get((name, tuple(sorted(labels.items()))), 0.0)
-
-
 def _resumes(router: Router, cause: str) -> float:
-    return _metric(_scrape(router), "shadow_router_resumes_requested_total", cause=cause)
+    return metric(scrape(router), "shadow_router_resumes_requested_total", cause=cause)
 
 
 # ---------------------------------------------------------------------------------------------- tests
 def test_fifty_requests_on_a_sleeping_sandbox_cause_one_resume_and_are_all_served(world: World) -> None:
     box = _sleeping(world, "sb-fifty")
-    before = _scrape(world.router)
+    before = scrape(world.router)
     with _annotation_values(world, box.name, c.ANNOTATION_RESUME_REQUEST) as values:
         _resume_on_request(world, box)
         started = time.monotonic()
@@ -265,24 +252,24 @@ def test_fifty_requests_on_a_sleeping_sandbox_cause_one_resume_and_are_all_serve
         assert time.monotonic() - started < HOLD_SECONDS
         _marker(world, box.name, values, c.ANNOTATION_RESUME_REQUEST)
         assert len(values) == 1, values  # one resume patch for fifty requests
-    after = _scrape(world.router)
+    after = scrape(world.router)
     assert (
-        _metric(after, "shadow_router_resumes_requested_total", cause="preview")
-        - _metric(before, "shadow_router_resumes_requested_total", cause="preview")
+        metric(after, "shadow_router_resumes_requested_total", cause="preview")
+        - metric(before, "shadow_router_resumes_requested_total", cause="preview")
         == 1
     )
-    held = _metric(after, "shadow_router_requests_held_total", route="preview") - _metric(
+    held = metric(after, "shadow_router_requests_held_total", route="preview") - metric(
         before, "shadow_router_requests_held_total", route="preview"
     )
     assert 1 <= held <= 50
-    assert _metric(after, "shadow_router_hold_seconds_count", route="preview") > _metric(
+    assert metric(after, "shadow_router_hold_seconds_count", route="preview") > metric(
         before, "shadow_router_hold_seconds_count", route="preview"
     )
 
 
 def test_hold_ends_with_a_504_page_after_the_cap(world: World) -> None:
     box = _sleeping(world, "sb-nobody")  # nobody resumes it
-    before = _scrape(world.router)
+    before = scrape(world.router)
     started = time.monotonic()
     status, headers, body = _preview(world, box.name, "/", [("Accept", "text/html,application/xhtml+xml")])
     waited = time.monotonic() - started
@@ -295,8 +282,8 @@ def test_hold_ends_with_a_504_page_after_the_cap(world: World) -> None:
     status, headers, body = _preview(world, box.name, "/api")
     assert status == 504 and headers["content-type"].startswith("text/plain")
     assert body == "Sandbox sb-nobody was asleep and is waking up: retry in a few seconds.\n"
-    after = _scrape(world.router)
-    timed_out = _metric(after, "shadow_router_holds_timed_out_total", route="preview") - _metric(
+    after = scrape(world.router)
+    timed_out = metric(after, "shadow_router_holds_timed_out_total", route="preview") - metric(
         before, "shadow_router_holds_timed_out_total", route="preview"
     )
     assert timed_out == 2
@@ -406,7 +393,7 @@ def test_hostile_requests_wake_nothing(world: World) -> None:
     made-up hosts: no resume asked, no annotation written."""
     outside = _sleeping(world, "sb-outside", ns=world.other)
     private = _sleeping(world, "sb-locked", private=True)
-    before = _scrape(world.router)
+    before = scrape(world.router)
     assert _preview(world, outside.name)[0] == 404
     status, _, body = _preview(world, private.name)
     assert status == 401, body
@@ -419,9 +406,9 @@ def test_hostile_requests_wake_nothing(world: World) -> None:
     with concurrent.futures.ThreadPoolExecutor(16) as pool:
         statuses = set(pool.map(lambda n: _preview(world, f"flood-{n}")[0], range(300)))
     assert statuses == {404}
-    after = _scrape(world.router)
+    after = scrape(world.router)
     for cause in ("preview", "sdk"):
-        assert _metric(after, "shadow_router_resumes_requested_total", cause=cause) == _metric(
+        assert metric(after, "shadow_router_resumes_requested_total", cause=cause) == metric(
             before, "shadow_router_resumes_requested_total", cause=cause
         )
     for name, ns in ((outside.name, world.other), (private.name, world.namespace)):

@@ -437,3 +437,24 @@ def raw_get(
     result = response.status, {k.lower(): v for k, v in response.getheaders()}, body
     connection.close()
     return result
+
+
+# ------------------------------------------------------------------------------------------- metrics
+Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def scrape(router: Router) -> Series:
+    """router-auth's /metrics: every sample by (name, sorted labels)."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(router.metrics, timeout=10).text
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def metric(series: Series, name: str, **labels: str) -> float:
+    return series.get((name, tuple(sorted(labels.items()))), 0.0)

@@ -18,7 +18,7 @@ from typing import TypeVar
 
 from shadow_operator.api import constants as c
 from shadow_operator.api.environment import ShadowEnvironment
-from shadow_operator.api.kinds import SANDBOX, SHADOW_ENVIRONMENT
+from shadow_operator.api.kinds import SANDBOX, SHADOW_ENVIRONMENT, ResourceKind
 from shadow_operator.sdk import errors, kube
 from shadow_operator.sdk.errors import RuntimeUnreachable, WaitTimeout
 from shadow_operator.sdk.kube import Body, Call, Op
@@ -65,6 +65,37 @@ def _timed_out(what: str, timeout: float, hint: str) -> Callable[[Body], errors.
     return error
 
 
+def _resume(
+    kind: ResourceKind,
+    namespace: str,
+    name: str,
+    what: str,
+    metadata: Body,
+    awake: Callable[[Body], bool],
+    timeout: float,
+    hint: str,
+    gone: errors.ShadowError,
+) -> Op[Body]:
+    """Set a new resume-requested value on the object, then follow it (watching) until `awake`."""
+    patch = {"metadata": {**metadata, "annotations": {c.ANNOTATION_RESUME_REQUEST: resume_value()}}}
+    body = yield from kube.send(
+        Call("PATCH", kind.path(namespace, name), f"resume {what}", body=patch, content_type=kube.MERGE_PATCH)
+    )
+    return (
+        yield from kube.wait_for(
+            kind.path(namespace),
+            name,
+            what,
+            body,
+            lambda b: b if awake(b) else None,
+            time.monotonic() + timeout,
+            time.monotonic,
+            _timed_out(what, timeout, hint),
+            lambda: gone,
+        )
+    )
+
+
 def wake_sandbox(
     namespace: str, name: str, *, timeout: float = WAKE_TIMEOUT, progress: Progress | None = None
 ) -> Op[Body]:
@@ -76,33 +107,18 @@ def wake_sandbox(
         return body
     if progress is not None:
         progress(f"waking {what}…")
-    # The uid as a precondition: a sandbox created again under this name is not the one asked about.
-    patch = {
-        "metadata": {
-            "uid": body["metadata"]["uid"],
-            "annotations": {c.ANNOTATION_RESUME_REQUEST: resume_value()},
-        }
-    }
-    body = yield from kube.send(
-        Call(
-            "PATCH",
-            SANDBOX.path(namespace, name),
-            f"resume {what}",
-            body=patch,
-            content_type=kube.MERGE_PATCH,
-        )
-    )
     return (
-        yield from kube.wait_for(
-            SANDBOX.path(namespace),
+        yield from _resume(
+            SANDBOX,
+            namespace,
             name,
             what,
-            body,
-            lambda b: b if is_ready(b) else None,
-            time.monotonic() + timeout,
-            time.monotonic,
-            _timed_out(what, timeout, f"kubectl -n {namespace} describe sandbox {name}"),
-            lambda: errors.SandboxNotFoundError(f"{what} was deleted while waking up"),
+            # The uid as a precondition: a sandbox created again under this name is not the one asked about.
+            {"uid": body["metadata"]["uid"]},
+            is_ready,
+            timeout,
+            f"kubectl -n {namespace} describe sandbox {name}",
+            errors.SandboxNotFoundError(f"{what} was deleted while waking up"),
         )
     )
 
@@ -146,29 +162,15 @@ def wake_environment(
     what = f"environment {namespace}/{name}"
     if progress is not None:
         progress(f"waking {what}…")
-    patch = {"metadata": {"annotations": {c.ANNOTATION_RESUME_REQUEST: resume_value()}}}
-    body = yield from kube.send(
-        Call(
-            "PATCH",
-            SHADOW_ENVIRONMENT.path(namespace, name),
-            f"resume {what}",
-            body=patch,
-            content_type=kube.MERGE_PATCH,
-        )
-    )
-
-    def workspace_ready(b: Body) -> Body | None:
-        return b if _condition(b, c.COND_WORKSPACE_READY).get("status") == "True" else None
-
-    woken = yield from kube.wait_for(
-        SHADOW_ENVIRONMENT.path(namespace),
+    woken = yield from _resume(
+        SHADOW_ENVIRONMENT,
+        namespace,
         name,
         what,
-        body,
-        workspace_ready,
-        time.monotonic() + timeout,
-        time.monotonic,
-        _timed_out(what, timeout, f"shadowctl status {name} -n {namespace}"),
-        lambda: errors.EnvironmentNotFound(f"{what} was deleted while waking up"),
+        {},
+        lambda b: _condition(b, c.COND_WORKSPACE_READY).get("status") == "True",
+        timeout,
+        f"shadowctl status {name} -n {namespace}",
+        errors.EnvironmentNotFound(f"{what} was deleted while waking up"),
     )
     return ShadowEnvironment.from_body(woken)
