@@ -4,7 +4,10 @@ HTML page showing it, whose script opens a WebSocket to /ws and shows the echo, 
 connects); GET /ws upgrades and echoes text frames as `echo:<text>`."""
 
 WS_SERVER = r"""
-import base64, hashlib, socketserver, struct, sys
+import base64, hashlib, signal, socketserver, struct, sys
+# As PID 1 of its container, a process that does not handle SIGTERM ignores it: its Pod would take the whole
+# grace period to go down (and a sandbox woken meanwhile waits for that, since its new Pod has the same name).
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 MARKER = sys.argv[1]
 BODY = MARKER.encode()
 if sys.argv[2:] == ["page"]:
