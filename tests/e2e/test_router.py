@@ -24,6 +24,7 @@ from shadow_operator.sdk.kube import connect
 from shadow_operator.sdk.preview import PreviewKeysUnavailable
 
 from tests.e2e.cluster import DEFAULT_TEMPLATE, FULLNAME, KUBECONFIG, OPERATOR_NAMESPACE, Cluster, eventually
+from tests.e2e.devserver import WS_SERVER
 
 pytestmark = pytest.mark.e2e
 
@@ -32,43 +33,6 @@ ROUTER_SERVICE = f"{FULLNAME}-preview-router"
 KEYS_SECRET = f"{FULLNAME}-preview-keys"
 # The kubelet refreshes a mounted Secret within its sync period (about a minute), plus nginx's auth cache.
 KEYS_PROPAGATION_SECONDS = 150
-
-# A dev server with a WebSocket, from the standard library only (the workspace image has no npm registry):
-# GET / answers the marker, GET /ws upgrades and echoes text frames.
-WS_SERVER = r"""
-import base64, hashlib, socketserver, struct, sys
-MARKER = sys.argv[1].encode()
-class Handler(socketserver.StreamRequestHandler):
-    def handle(self):
-        head = b""
-        while not head.endswith(b"\r\n\r\n"):
-            chunk = self.rfile.readline()
-            if not chunk:
-                return
-            head += chunk
-        lines = head.decode().split("\r\n")
-        headers = {k.lower(): v.strip() for k, _, v in (l.partition(":") for l in lines[1:] if l)}
-        if lines[0].split()[1] != "/ws":
-            self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(MARKER) + MARKER)
-            return
-        accept = base64.b64encode(hashlib.sha1((headers["sec-websocket-key"] + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest())
-        self.wfile.write(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: " + accept + b"\r\n\r\n")
-        while True:
-            b1, b2 = self.rfile.read(2)
-            length = b2 & 127
-            if length == 126:
-                length = struct.unpack(">H", self.rfile.read(2))[0]
-            mask = self.rfile.read(4)
-            data = bytes(b ^ mask[i % 4] for i, b in enumerate(self.rfile.read(length)))
-            if b1 & 15 == 8:
-                return
-            reply = b"echo:" + data
-            self.wfile.write(bytes([0x81, len(reply)]) + reply)
-class Server(socketserver.ThreadingTCPServer):
-    allow_reuse_address = True
-    daemon_threads = True
-Server(("0.0.0.0", 3000), Handler).serve_forever()
-"""
 
 
 def unique(prefix: str) -> str:

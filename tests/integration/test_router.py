@@ -30,7 +30,6 @@ import pytest
 import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
-from prometheus_client.parser import text_string_to_metric_families
 from shadow_operator.api import constants as c
 from shadow_operator.api import naming
 from shadow_operator.clients.kube import Kube
@@ -46,14 +45,17 @@ from tests.support.router import (
     SSE_GAP_SECONDS,
     Box,
     Router,
+    Series,
     Upstreams,
     managed_sandbox,
+    metric,
     outside_address,
     raw_get,
     router_account,
     running_router,
     sandbox_object,
     sandbox_pod,
+    scrape,
     set_ready,
 )
 from tests.support.sandbox_operator import install_crds
@@ -953,37 +955,21 @@ def test_recreated_sandbox_refuses_links_to_its_predecessor(world: World, k8s_ap
 
 
 # -------------------------------------------------------------------------------------------- metrics
-Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def _scrape(router: Router) -> Series:
-    text = httpx.get(router.metrics, timeout=10).text
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-
-
-def _value(series: Series, name: str, **labels: str) -> float:
-    return series.get((name, tuple(sorted(labels.items()))), 0.0)
-
-
 def _requests(series: Series, route: str, ns: str, sandbox: str, code: str = "2xx") -> float:
     labels = {"route": route, "namespace": ns, "sandbox": sandbox, "code": code}
-    return _value(series, "shadow_router_requests_total", **labels)
+    return metric(series, "shadow_router_requests_total", **labels)
 
 
 def _latency_count(series: Series, route: str, ns: str, sandbox: str) -> float:
     labels = {"route": route, "namespace": ns, "sandbox": sandbox}
-    return _value(series, "shadow_router_upstream_latency_seconds_count", **labels)
+    return metric(series, "shadow_router_upstream_latency_seconds_count", **labels)
 
 
 def test_metrics_count_routed_requests_and_upstream_latency_per_sandbox(world: World) -> None:
     """From nginx's access log (syslog over UDP to router-auth): only routed requests count, each under the
     sandbox router-auth's decision named, with the sandbox's answer time in a histogram."""
     ns, router = world.namespace, world.router
-    before = _scrape(router)
+    before = scrape(router)
     # Refused first (unknown host, a private preview without a token, an SDK call for a Service): UDP from
     # nginx to router-auth on loopback keeps their order, so they would be counted before the routed ones.
     for host in ("no-such-sandbox", "other-svc", "sb-private"):
@@ -997,14 +983,14 @@ def test_metrics_count_routed_requests_and_upstream_latency_per_sandbox(world: W
         assert _sdk(world, "sb-a", world.boxes["sb-a"].runtime_port).status_code == 200
 
     def delta(route: str, sandbox: str) -> float:
-        return _requests(_scrape(router), route, ns, sandbox) - _requests(before, route, ns, sandbox)
+        return _requests(scrape(router), route, ns, sandbox) - _requests(before, route, ns, sandbox)
 
     wait_for(
         lambda: (delta("preview", "sb-a"), delta("preview", "sb-b"), delta("sdk", "sb-a")) == (7, 3, 4),
         timeout=10,
         what="the routed requests to be counted",
     )
-    after = _scrape(router)
+    after = scrape(router)
     assert _latency_count(after, "preview", ns, "sb-a") - _latency_count(before, "preview", ns, "sb-a") == 7
     assert _latency_count(after, "sdk", ns, "sb-a") - _latency_count(before, "sdk", ns, "sb-a") == 4
     buckets = {
@@ -1019,7 +1005,7 @@ def test_metrics_count_routed_requests_and_upstream_latency_per_sandbox(world: W
     sandboxes = {dict(labels).get("sandbox") for (_, labels) in after}
     assert not sandboxes & {"no-such-sandbox", "other-svc"}
     assert _requests(after, "preview", ns, "sb-private") == _requests(before, "preview", ns, "sb-private")
-    assert _value(after, "shadow_router_log_lines_invalid_total") == 0
+    assert metric(after, "shadow_router_log_lines_invalid_total") == 0
 
 
 def test_metrics_sandbox_labels_are_bounded(
@@ -1048,7 +1034,7 @@ def test_metrics_sandbox_labels_are_bounded(
             return raw_get(router.preview_port, "/", [], host=f"{name}.{DOMAIN}")[0]
 
         def counts() -> tuple[float, float, float]:
-            series = _scrape(router)
+            series = scrape(router)
             return (
                 _requests(series, "preview", ns, "sb-m1"),
                 _requests(series, "preview", ns, "sb-m2"),
@@ -1064,6 +1050,6 @@ def test_metrics_sandbox_labels_are_bounded(
         wait_for(lambda: get("sb-m1") == 404, timeout=15, what="sb-m1 to be gone")
         assert get("sb-m2") == 200
         wait_for(lambda: counts() == (0, 1, 2), timeout=10, what="sb-m2 to take the freed label")
-        series = _scrape(router)
+        series = scrape(router)
         assert not any(dict(labels).get("sandbox") == "sb-m1" for (_, labels) in series)
         assert {dict(labels).get("sandbox") for (_, labels) in series} - {None} == {"sb-m2", "_other"}

@@ -128,21 +128,29 @@ class Upstreams:
 
     loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.new_event_loop)
     runners: list[web.AppRunner] = field(default_factory=list)
+    by_name: dict[str, web.AppRunner] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
 
-    def start(self, name: str, host: str) -> int:
+    def start(self, name: str, host: str, port: int | None = None) -> int:
         async def serve() -> int:
             runner = web.AppRunner(upstream_app(name), access_log=None)
             await runner.setup()
-            port = free_port()
-            await web.TCPSite(runner, host, port).start()
+            port_ = port or free_port()
+            await web.TCPSite(runner, host, port_).start()
             self.runners.append(runner)
-            return port
+            self.by_name[name] = runner
+            return port_
 
         return asyncio.run_coroutine_threadsafe(serve(), self.loop).result(10)
+
+    def stop(self, name: str) -> None:
+        """Stop one server: its port then refuses connections, as a Pod's does once its process exits."""
+        runner = self.by_name.pop(name)
+        self.runners.remove(runner)
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), self.loop).result(10)
 
     def close(self) -> None:
         async def cleanup() -> None:
@@ -429,3 +437,24 @@ def raw_get(
     result = response.status, {k.lower(): v for k, v in response.getheaders()}, body
     connection.close()
     return result
+
+
+# ------------------------------------------------------------------------------------------- metrics
+Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def scrape(router: Router) -> Series:
+    """router-auth's /metrics: every sample by (name, sorted labels)."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(router.metrics, timeout=10).text
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def metric(series: Series, name: str, **labels: str) -> float:
+    return series.get((name, tuple(sorted(labels.items()))), 0.0)

@@ -504,7 +504,16 @@ def test_preview_router_routes_only_through_router_auth(helm: str) -> None:
     # Every proxied request is decided by router-auth; the upstream is the address it returns, never a name
     # built from the Host header, and nginx resolves no names at all.
     assert conf.count("auth_request /_shadow/auth;") == 2
-    assert conf.count("proxy_pass http://$shadow_upstream;") == 2
+    # Asked again (never from the cache, and the cached answer replaced) when the upstream refused the
+    # connection: its Pod went down. A request with a body is held the same way, then sent back with a 307.
+    assert conf.count("auth_request /_shadow/auth-retry;") == 4
+    assert conf.count("proxy_pass http://$shadow_upstream;") == 4
+    assert (
+        conf.count("proxy_cache_bypass 1;") == 2 and conf.count("error_page 502 = $shadow_on_refused;") == 2
+    )
+    assert '  ""      @shadow_retry;' in conf and "  default @shadow_resend;" in conf
+    # A request for a sleeping sandbox waits in router-auth up to holdSeconds (15): nginx waits longer.
+    assert conf.count("proxy_read_timeout 25s;") == 6
     assert "svc.cluster.local" not in conf and "resolver" not in conf
     assert 'proxy_set_header Authorization "";' in conf
     assert "proxy_set_header X-Sandbox-Runtime-Token $shadow_runtime_token;" in conf
@@ -513,7 +522,7 @@ def test_preview_router_routes_only_through_router_auth(helm: str) -> None:
     # nginx over any header of that name, in the auth subrequest and the refusal page alike; and nginx never
     # reuses an answer for another peer. No real_ip module rewrites $remote_addr from a header.
     sdk_server = conf[conf.index("listen 8081") :]
-    assert sdk_server.count("proxy_set_header X-Shadow-Peer $remote_addr;") == 2
+    assert sdk_server.count("proxy_set_header X-Shadow-Peer $remote_addr;") == 5
     assert 'proxy_cache_key "sdk|$remote_addr|' in sdk_server
     assert "real_ip" not in conf and "set_real_ip_from" not in conf
     assert "proxy_set_header Upgrade $http_upgrade;" in conf and "proxy_buffering off;" in conf
@@ -588,7 +597,7 @@ def test_router_metrics_per_sandbox_from_nginx_access_log(helm: str) -> None:
     conf = config["data"]["router.conf"]
     # Only requests router-auth routed are sent (it names their sandbox), to its UDP port on loopback; the
     # stdout access log stays beside them.
-    assert conf.count("auth_request_set $shadow_sandbox $upstream_http_x_shadow_sandbox;") == 2
+    assert conf.count("auth_request_set $shadow_sandbox $upstream_http_x_shadow_sandbox;") == 4
     for route in ("preview", "sdk"):
         assert (
             "access_log syslog:server=127.0.0.1:8091,nohostname,tag=shadow_metrics "
@@ -628,7 +637,13 @@ def test_router_auth_reads_only_what_it_routes(helm: str) -> None:
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     for role in roles:
         for rule in role["rules"]:
-            assert set(rule["verbs"]) <= {"get", "list", "watch"}
+            # patch: Sandboxes only, for shadow.dev/resume-requested and shadow.dev/last-activity.
+            allowed = (
+                {"get", "list", "watch", "patch"}
+                if rule["resources"] == ["sandboxes"]
+                else {"get", "list", "watch"}
+            )
+            assert set(rule["verbs"]) <= allowed
         assert {res for rule in role["rules"] for res in rule["resources"]} == {
             "sandboxes",
             "sandboxtemplates",

@@ -27,6 +27,11 @@ err = Console(stderr=True, soft_wrap=True, highlight=False)
 OUTPUTS = ("text", "json", "yaml")
 
 
+def waking(message: str) -> None:
+    """Progress of a call that wakes a sandbox suspended for idleness ("waking sandbox ns/name…"), on stderr."""
+    err.print(message, markup=False)
+
+
 @dataclass
 class Globals:
     """Options kubectl takes anywhere on the command line: `main()` lifts them out of argv before click

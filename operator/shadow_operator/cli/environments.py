@@ -26,6 +26,7 @@ from shadow_operator.cli.common import (
     fail,
     kube_list,
     out,
+    waking,
 )
 from shadow_operator.cli.copying import MaxBytesOpt, cp_command
 from shadow_operator.cli.fallback import FallbackLocalOpt, FallbackOpt, FallbackVerifyOpt, with_fallback
@@ -42,7 +43,7 @@ if TYPE_CHECKING:  # the models load with the verbs that use them: `list` and `e
 def gateway(name: str, namespace: str) -> ShadowGateway:
     from shadow_operator.sdk.gateway import ShadowGateway
 
-    return ShadowGateway(name, namespace=namespace, client=connect())
+    return ShadowGateway(name, namespace=namespace, client=connect(), on_wake=waking)
 
 
 # ------------------------------------------------------------------------------------------- parsing
@@ -362,10 +363,12 @@ def shell(
 
 
 def environment_endpoint(name: str, namespace: str) -> kube.Op[runtime.RuntimeEndpoint]:
-    """The runtime of an environment's workspace (as the gateway reads it)."""
+    """The runtime of an environment's workspace (as the gateway reads it), woken first when it sleeps."""
     from shadow_operator.sdk import environment as envops
+    from shadow_operator.sdk import wake
 
     env = yield from envops.get(namespace, name)
+    env = yield from wake.wake_environment(env, progress=waking)
     return (yield from envops.runtime_endpoint(env))
 
 

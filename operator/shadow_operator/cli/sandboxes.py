@@ -23,10 +23,11 @@ from shadow_operator.cli.common import (
     fail,
     kube_list,
     out,
+    waking,
 )
 from shadow_operator.cli.copying import cp_command
 from shadow_operator.sdk import fork as forkops
-from shadow_operator.sdk import kube
+from shadow_operator.sdk import kube, wake
 from shadow_operator.sdk import sandbox as ops
 from shadow_operator.sdk.errors import ShadowError
 from shadow_operator.sdk.runtime import RuntimeEndpoint
@@ -127,7 +128,7 @@ def exec_(
 
     Prints its output; shadowctl exits with the command's exit code (124 on timeout).
     """
-    client = SandboxClient(namespace=namespace, client=connect())
+    client = SandboxClient(namespace=namespace, client=connect(), on_wake=waking)
     result = client.get_sandbox(name).commands.run(command, timeout)
     sys.stdout.write(result.stdout)
     sys.stderr.write(result.stderr)
@@ -135,8 +136,9 @@ def exec_(
 
 
 def claim_endpoint(name: str, namespace: str) -> kube.Op[RuntimeEndpoint]:
-    """The runtime of a claimed sandbox."""
+    """The runtime of a claimed sandbox, woken first when it sleeps."""
     ref = yield from ops.get(name, namespace)
+    yield from wake.wake_sandbox(ref.namespace, ref.sandbox_name, progress=waking)
     return (yield from ops.endpoint(ref))
 
 

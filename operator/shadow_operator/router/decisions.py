@@ -35,6 +35,9 @@ class Decision:
     runtime_token: str | None = None
     sandbox: str | None = None  # `namespace/name` of the sandbox a 200 routes to (the metrics' label)
     headers: Mapping[str, str] = field(default_factory=dict)
+    uid: str | None = None  # the uid of that sandbox
+    # A sandbox that exists and may be reached but is not Ready: the request may be held while it wakes.
+    waiting_for: Route | None = None
 
 
 def _upstream(ip: str, port: int) -> str:
@@ -84,13 +87,16 @@ class PreviewPolicy:
             denied = self._check_access(route, uri, cookie_header, header_token)
             if denied is not None:
                 return denied
-        if not route.ready or route.preview_port is None or not route.ips:
+        if route.preview_port is None:
             return Decision(503, f"Sandbox {sandbox} is starting or not ready yet.")
+        if not route.ready or not route.ips:
+            return Decision(503, f"Sandbox {sandbox} is starting or not ready yet.", waiting_for=route)
         return Decision(
             200,
             "ok",
             upstream=_upstream(route.ips[0], route.preview_port),
             sandbox=f"{route.namespace}/{route.name}",
+            uid=route.uid,
         )
 
     def _verify(self, token: str, route: Route) -> int | None:
@@ -202,7 +208,7 @@ class SdkPolicy:
                 f"template (declared: {declared})",
             )
         if not route.ready or not route.ips:
-            return Decision(502, f"sandbox {target.namespace}/{target.name} is not ready")
+            return Decision(502, f"sandbox {target.namespace}/{target.name} is not ready", waiting_for=route)
         ip = route.ips[0]
         if target.pod_ip is not None:
             if target.pod_ip not in route.ips:
@@ -223,4 +229,5 @@ class SdkPolicy:
             upstream=_upstream(ip, target.port),
             runtime_token=token,
             sandbox=f"{route.namespace}/{route.name}",
+            uid=route.uid,
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +23,7 @@ from shadow_operator.router.options import ACCESS_VALUES
 Body = Mapping[str, Any]
 Key = tuple[str, str]
 
+REASON_IDLE = c.REASON_IDLE
 # `public` or `private`, on a Sandbox (wins) or on its SandboxTemplate; else the router's default.
 ANNOTATION_PREVIEW_ACCESS = c.ANNOTATION_PREVIEW_ACCESS
 
@@ -36,6 +37,8 @@ class SandboxEntry:
     ports: frozenset[int]
     access: str | None
     template: str | None
+    idle_suspended: bool = False
+    spec_suspended: bool = False  # its spec says Suspended (a user's choice): no request wakes it
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,7 @@ class PodEntry:
     controller_uid: str | None
     ips: tuple[str, ...]
     ready: bool
+    deleting: bool = False
 
 
 @dataclass(frozen=True)
@@ -58,11 +62,22 @@ class Route:
     runtime_port: int
     ports: frozenset[int]  # the TCP ports its pod template declares: all the SDK path may reach
     access: str | None
+    asleep: bool = False  # idle-suspended, or its Pod going down: a request wakes it (and waits)
 
 
 def _access(annotations: Mapping[str, str] | None) -> str | None:
     value = (annotations or {}).get(ANNOTATION_PREVIEW_ACCESS)
     return value if value in ACCESS_VALUES else None
+
+
+def idle_suspended(body: Body) -> bool:
+    """Suspended by the operator for idleness (not by its spec: a user's Suspended stays suspended)."""
+    return any(
+        cond.get("type") == c.COND_SUSPENDED
+        and cond.get("status") == "True"
+        and cond.get("reason") == REASON_IDLE
+        for cond in (body.get("status") or {}).get("conditions") or ()
+    )
 
 
 def sandbox_entry(body: Body, default_preview_port: int | None) -> SandboxEntry:
@@ -76,6 +91,8 @@ def sandbox_entry(body: Body, default_preview_port: int | None) -> SandboxEntry:
         ports=frozenset(p["port"] for p in res.service_ports(pod_spec) if p["protocol"] == "TCP"),
         access=_access(meta.get("annotations")),
         template=(meta.get("annotations") or {}).get(c.ANNOTATION_TEMPLATE_REF),
+        idle_suspended=idle_suspended(body),
+        spec_suspended=res.is_suspended(body.get("spec") or {}),
     )
 
 
@@ -90,6 +107,7 @@ def pod_entry(body: Body) -> PodEntry:
         controller_uid=metadata.controller_uid(body),
         ips=tuple(res.pod_ips(body)),
         ready=ready and not deleting,
+        deleting=deleting,
     )
 
 
@@ -102,19 +120,23 @@ class Index:
     pods: dict[Key, PodEntry] = field(default_factory=dict)
     pods_by_owner: dict[str, set[Key]] = field(default_factory=dict)
     template_access: dict[Key, str] = field(default_factory=dict)
+    on_change: Callable[[str], None] | None = None
 
     # ------------------------------------------------------------------------------------------ writes
     def put(self, kind: str, body: Body) -> None:
         meta = body["metadata"]
         key = (meta.get("namespace") or "", meta["name"])
         if kind == "Sandbox":
-            self.sandboxes[key] = sandbox_entry(body, self.default_preview_port)
+            entry = sandbox_entry(body, self.default_preview_port)
+            self.sandboxes[key] = entry
+            self._changed(entry.uid)
         elif kind == "Pod":
             self._drop_pod(key)
-            entry = pod_entry(body)
-            self.pods[key] = entry
-            if entry.controller_uid:
-                self.pods_by_owner.setdefault(entry.controller_uid, set()).add(key)
+            pod = pod_entry(body)
+            self.pods[key] = pod
+            if pod.controller_uid:
+                self.pods_by_owner.setdefault(pod.controller_uid, set()).add(key)
+            self._changed(pod.controller_uid)
         elif kind == "SandboxTemplate":
             access = _access(meta.get("annotations"))
             if access is None:
@@ -125,7 +147,9 @@ class Index:
     def remove(self, kind: str, namespace: str, name: str) -> None:
         key = (namespace, name)
         if kind == "Sandbox":
-            self.sandboxes.pop(key, None)
+            gone = self.sandboxes.pop(key, None)
+            if gone is not None:
+                self._changed(gone.uid)
         elif kind == "Pod":
             self._drop_pod(key)
         elif kind == "SandboxTemplate":
@@ -149,8 +173,14 @@ class Index:
         }
         return tables[kind].keys()
 
+    def _changed(self, uid: str | None) -> None:
+        if uid and self.on_change is not None:
+            self.on_change(uid)
+
     def _drop_pod(self, key: Key) -> None:
         old = self.pods.pop(key, None)
+        if old is not None:
+            self._changed(old.controller_uid)
         if old is not None and old.controller_uid:
             owned = self.pods_by_owner.get(old.controller_uid)
             if owned is not None:
@@ -167,6 +197,7 @@ class Index:
         owned = [self.pods[key] for key in self.pods_by_owner.get(entry.uid, ()) if key in self.pods]
         pod = owned[0] if len(owned) == 1 else None
         ready = entry.ready and pod is not None and pod.ready and bool(pod.ips)
+        going_down = any(p.deleting for p in owned)
         access = entry.access
         if access is None and entry.template:
             access = self.template_access.get((namespace, entry.template))
@@ -180,6 +211,7 @@ class Index:
             runtime_port=entry.runtime_port,
             ports=entry.ports,
             access=access,
+            asleep=not ready and not entry.spec_suspended and (entry.idle_suspended or going_down),
         )
 
 

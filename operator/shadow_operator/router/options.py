@@ -9,6 +9,7 @@ ACCESS_VALUES = ("public", "private")
 # decisions.SUBJECT_ACCESS_REVIEW, decisions.INSECURE_ALLOW_ALL (named here again: --help stays light).
 AUTHZ_MODES = ("subjectaccessreview", "insecure-allow-all")
 DEFAULT_MAX_TOKEN_SECONDS = 24 * 3600  # tokens.DEFAULT_MAX_LIFETIME_SECONDS
+DEFAULT_HOLD_SECONDS = 15.0  # wake.DEFAULT_HOLD_SECONDS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,6 +53,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="serve the SDK path (reads a sandbox's runtime token Secret, by name, to attach it)",
+    )
+    parser.add_argument(
+        "--hold-seconds",
+        type=float,
+        default=DEFAULT_HOLD_SECONDS,
+        help="how long a request for a sleeping sandbox waits while it wakes up, then 504",
     )
     parser.add_argument(
         "--metrics-listen",

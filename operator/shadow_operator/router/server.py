@@ -19,6 +19,7 @@ from shadow_operator.router.decisions import PreviewPolicy, SdkPolicy
 from shadow_operator.router.index import Index
 from shadow_operator.router.metrics import LogReceiver, RouterMetrics
 from shadow_operator.router.secrets import RuntimeTokens
+from shadow_operator.router.wake import Activity, WakeMetrics, Waker, kube_annotate
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -26,9 +27,10 @@ def split_address(address: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
-async def serve_metrics(args: argparse.Namespace, index: Index) -> Callable[[], Awaitable[None]]:
+async def serve_metrics(
+    args: argparse.Namespace, index: Index, registry: CollectorRegistry
+) -> Callable[[], Awaitable[None]]:
     """/metrics and the UDP receiver of nginx's access log; returns what stops them."""
-    registry = CollectorRegistry()
     metrics = RouterMetrics(
         registry,
         max_sandboxes=args.metrics_max_sandboxes,
@@ -72,15 +74,21 @@ async def serve(args: argparse.Namespace) -> None:
         trust_loopback=args.trust_loopback,
         default_access=args.default_access,
     )
-    app = build_app(preview, sdk, ready=feeder.synced)
+    registry = CollectorRegistry()
+    annotate = kube_annotate(kube)
+    waker = Waker(index, annotate, WakeMetrics(registry), hold_seconds=args.hold_seconds)
+    activity = Activity(annotate)
+    app = build_app(preview, sdk, ready=feeder.synced, waker=waker, activity=activity)
     host, _, port = args.listen.rpartition(":")
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host or "127.0.0.1", int(port)).start()
-    stop_metrics = await serve_metrics(args, index) if args.metrics_listen else None
+    stop_metrics = await serve_metrics(args, index, registry) if args.metrics_listen else None
     logging.getLogger(__name__).info("router-auth listening on %s for %s", args.listen, ", ".join(namespaces))
     try:
-        await feeder.run()
+        async with asyncio.TaskGroup() as group:
+            group.create_task(feeder.run())
+            group.create_task(activity.run())
     finally:
         if stop_metrics is not None:
             await stop_metrics()

@@ -26,7 +26,7 @@ from pydantic import ValidationError
 
 from shadow_operator.api.environment import PushRequest, ShadowEnvironment, Verdict
 from shadow_operator.common.sources import SourcePlan
-from shadow_operator.sdk import confine, hostonly, kube, localdirs, promote, runtime
+from shadow_operator.sdk import confine, hostonly, kube, localdirs, promote, runtime, wake
 from shadow_operator.sdk import environment as envops
 from shadow_operator.sdk import fork as forkops
 from shadow_operator.sdk import manifest as manifestops
@@ -123,6 +123,8 @@ class GatewayOps:
         # The runtime's endpoint (pod proxy path and token) read once, not twice per call; dropped when the
         # runtime cannot be reached or refuses the token (the workspace was suspended or recreated).
         self._endpoint: runtime.RuntimeEndpoint | None = None
+        # Told "waking environment …" when a call finds the workspace suspended for idleness and wakes it.
+        self.on_wake: Callable[[str], None] | None = None
 
     def sibling(self, name: str) -> GatewayOps:
         """The operations of another environment of the same namespace (a fork of this one)."""
@@ -218,8 +220,10 @@ class GatewayOps:
         )
 
     def endpoint(self) -> Op[runtime.RuntimeEndpoint]:
+        """The runtime's endpoint; a workspace suspended for idleness is woken first (`sdk.wake`)."""
         if self._endpoint is None:
             env = yield from envops.get(self.namespace, self.name)
+            env = yield from wake.wake_environment(env, progress=self.on_wake)
             self._endpoint = yield from envops.runtime_endpoint(env)
         return self._endpoint
 
@@ -229,7 +233,8 @@ class GatewayOps:
     def on_runtime(self, make: Callable[[runtime.RuntimeEndpoint], Op[T]]) -> Op[T]:
         """Run a runtime operation on the cached endpoint. When the runtime is gone or refuses the token, the
         endpoint is read again, so a workspace that is not ready says so (SandboxNotReadyError) and the next
-        call uses the new one; the operation itself is not repeated (it may have run)."""
+        call uses the new one; the operation itself is not repeated (it may have run), unless the workspace
+        was found suspended for idleness: it is woken and the operation, which never reached it, runs."""
         cached = self._endpoint is not None
         ep = yield from self.endpoint()
         try:
@@ -238,6 +243,9 @@ class GatewayOps:
             if not cached or (isinstance(exc, RuntimeRefused) and exc.status != 401):
                 raise
             self._endpoint = None
+            env = yield from envops.get(self.namespace, self.name)
+            if isinstance(exc, RuntimeUnreachable) and wake.environment_asleep(env):
+                return (yield from make((yield from self.endpoint())))
             yield from self.endpoint()
             raise
 
@@ -480,11 +488,13 @@ class GatewayHolder(kube.Holder[kube.C]):
         namespace: str | None = None,
         pool: str | None = None,
         client: kube.C | None = None,
+        on_wake: Callable[[str], None] | None = None,
     ) -> None:
         super().__init__(client)
         # As kubectl: the kubeconfig context's namespace unless one is named.
         namespace = namespace or kube.context_namespace()
         self._ops = GatewayOps(name, namespace, workspace_path, str(self._http.base_url), pool)
+        self._ops.on_wake = on_wake
 
     name = property(lambda self: self._ops.name, doc="The environment's name.")
     namespace = property(

@@ -26,7 +26,7 @@ from shadow_operator.api import constants as c
 from shadow_operator.api import naming
 from shadow_operator.api.kinds import SANDBOX, SANDBOX_CLAIM
 from shadow_operator.common import egress
-from shadow_operator.sdk import errors, kube, runtime
+from shadow_operator.sdk import errors, kube, runtime, wake
 from shadow_operator.sdk.errors import NotFound, ShadowError, WaitTimeout
 from shadow_operator.sdk.kube import Body, Call, Op
 from shadow_operator.sdk.runtime import ExecOptions, ExecutionResult, RuntimeEndpoint
@@ -158,10 +158,28 @@ def get(claim_name: str, namespace: str) -> Op[SandboxRef]:
         raise errors.SandboxNotFoundError(f"{what} does not exist") from None
     ref = claim_ready(body)
     if ref is None:
+        ref = yield from sleeping(body)
+    if ref is None:
         raise errors.SandboxNotReadyError(
             f"{what} is not ready", hint=f"kubectl -n {namespace} describe sandboxclaim {claim_name}"
         )
     return ref
+
+
+def sleeping(claim: Body) -> Op[SandboxRef | None]:
+    """The claim's sandbox when it is not Ready only because it sleeps (suspended for idleness): the first
+    call wakes it."""
+    meta = claim["metadata"]
+    name = ((claim.get("status") or {}).get("sandbox") or {}).get("name")
+    if not name:
+        return None
+    try:
+        body = yield from kube.get(
+            SANDBOX.path(meta["namespace"], name), f"Sandbox {meta['namespace']}/{name}"
+        )
+    except NotFound:
+        return None
+    return SandboxRef(meta["name"], name, meta["namespace"]) if wake.asleep(body) else None
 
 
 def list_claims(namespace: str | None) -> Op[list[Body]]:
@@ -194,6 +212,14 @@ def endpoint(ref: SandboxRef) -> Op[RuntimeEndpoint]:
 
 def claim_name_for(prefix: str = "sandbox") -> str:
     return f"{prefix}-{secrets.token_hex(4)}"
+
+
+def _woken(sandbox: Sandbox | AsyncSandbox, make: Callable[[], Op[T]]) -> Op[T]:
+    """A runtime operation that wakes the sandbox first if it finds it asleep (both twins)."""
+    ref = sandbox.ref
+    return wake.on_sandbox(
+        ref.namespace, ref.sandbox_name, make, timeout=sandbox.wake_timeout, progress=sandbox.on_wake
+    )
 
 
 # --------------------------------------------------------------------------------------------- sync
@@ -241,10 +267,18 @@ class SandboxHandle(Generic[kube.C]):
     """What both Sandbox twins are made of: the claim's reference, an httpx client (`C`: sync or async), and
     the runtime's endpoint once read."""
 
-    def __init__(self, http: kube.C, ref: SandboxRef) -> None:
+    def __init__(
+        self,
+        http: kube.C,
+        ref: SandboxRef,
+        on_wake: wake.Progress | None = None,
+        wake_timeout: float = wake.WAKE_TIMEOUT,
+    ) -> None:
         self._http = http
         self.ref = ref
         self._ep: RuntimeEndpoint | None = None
+        self.on_wake = on_wake  # told "waking sandbox …" when a call wakes it up
+        self.wake_timeout = wake_timeout
 
     claim_name = property(lambda self: self.ref.claim_name, doc="The SandboxClaim's name.")
     sandbox_name = property(
@@ -257,8 +291,14 @@ class SandboxHandle(Generic[kube.C]):
 class Sandbox(SandboxHandle[httpx.Client]):
     """A claimed sandbox: `commands`, `files`, `terminate()`."""
 
-    def __init__(self, http: httpx.Client, ref: SandboxRef) -> None:
-        super().__init__(http, ref)
+    def __init__(
+        self,
+        http: httpx.Client,
+        ref: SandboxRef,
+        on_wake: wake.Progress | None = None,
+        wake_timeout: float = wake.WAKE_TIMEOUT,
+    ) -> None:
+        super().__init__(http, ref, on_wake, wake_timeout)
         self.commands = CommandExecutor(self)
         self.files = Filesystem(self)
 
@@ -269,7 +309,8 @@ class Sandbox(SandboxHandle[httpx.Client]):
         return self._ep
 
     def _run(self, make: Callable[[RuntimeEndpoint], Op[T]]) -> T:
-        return kube.run(self._http, make(self.endpoint()))
+        ep = self.endpoint()
+        return kube.run(self._http, _woken(self, lambda: make(ep)))
 
     def run(self, command: str | list[str], timeout: float = 60.0) -> ExecutionResult:
         """Run a command in the sandbox (a string under `sh -c`, a list without a shell)."""
@@ -297,11 +338,22 @@ class ClaimOptions(TypedDict, total=False):
 class ClaimsHolder(kube.Holder[kube.C], Generic[kube.C, S]):
     """What both SandboxClient twins are made of: a namespace, an httpx client, the sandboxes (`S`) created."""
 
-    def __init__(self, *, namespace: str | None = None, client: kube.C | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        namespace: str | None = None,
+        client: kube.C | None = None,
+        on_wake: wake.Progress | None = None,
+        wake_timeout: float = wake.WAKE_TIMEOUT,
+    ) -> None:
         super().__init__(client)
         # As kubectl: the kubeconfig context's namespace unless one is named.
         self.namespace = namespace or kube.context_namespace()
         self._created: list[S] = []
+        # Told "waking sandbox …" when a call finds its sandbox suspended for idleness and wakes it; such a
+        # call waits `wake_timeout` seconds at most for it.
+        self.on_wake = on_wake
+        self.wake_timeout = wake_timeout
 
     def _claim_op(
         self,
@@ -337,13 +389,15 @@ class SandboxClient(ClaimsHolder[httpx.Client, "Sandbox"], kube.ClientHolder):
         """Claim a sandbox from a template (cold start) or a warm pool, and wait (watching) until Ready;
         `warmpool`, `namespace`, `claim_name`, `sandbox_ready_timeout`, `labels`, `env`, `allow` as
         `ClaimOptions` (`allow` narrows the template's egress allowlist: [METHOD,...] HOST[:PORT][/PATH] each)."""
-        sandbox = Sandbox(self._http, kube.run(self._http, self._claim_op(template, **options)))
+        ref = kube.run(self._http, self._claim_op(template, **options))
+        sandbox = Sandbox(self._http, ref, self.on_wake, self.wake_timeout)
         self._created.append(sandbox)
         return sandbox
 
     def get_sandbox(self, claim_name: str, namespace: str | None = None) -> Sandbox:
         """A sandbox already claimed, by its claim's name."""
-        return Sandbox(self._http, kube.run(self._http, get(claim_name, namespace or self.namespace)))
+        ref = kube.run(self._http, get(claim_name, namespace or self.namespace))
+        return Sandbox(self._http, ref, self.on_wake, self.wake_timeout)
 
     def list_sandboxes(self, namespace: str | None = None) -> list[Body]:
         """The SandboxClaims of a namespace (this client's by default), as the API server has them."""
@@ -410,8 +464,14 @@ class AsyncFilesystem:
 
 @kube.documented_as(Sandbox)
 class AsyncSandbox(SandboxHandle[httpx.AsyncClient]):
-    def __init__(self, http: httpx.AsyncClient, ref: SandboxRef) -> None:
-        super().__init__(http, ref)
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        ref: SandboxRef,
+        on_wake: wake.Progress | None = None,
+        wake_timeout: float = wake.WAKE_TIMEOUT,
+    ) -> None:
+        super().__init__(http, ref, on_wake, wake_timeout)
         self.commands = AsyncCommandExecutor(self)
         self.files = AsyncFilesystem(self)
 
@@ -421,7 +481,8 @@ class AsyncSandbox(SandboxHandle[httpx.AsyncClient]):
         return self._ep
 
     async def _run(self, make: Callable[[RuntimeEndpoint], Op[T]]) -> T:
-        return await kube.arun(self._http, make(await self.endpoint()))
+        ep = await self.endpoint()
+        return await kube.arun(self._http, _woken(self, lambda: make(ep)))
 
     async def run(self, command: str | list[str], timeout: float = 60.0) -> ExecutionResult:
         return await self.commands.run(command, timeout)
@@ -437,14 +498,14 @@ class AsyncSandboxClient(ClaimsHolder[httpx.AsyncClient, "AsyncSandbox"], kube.A
     async def create_sandbox(
         self, template: str | None = None, **options: Unpack[ClaimOptions]
     ) -> AsyncSandbox:
-        sandbox = AsyncSandbox(self._http, await kube.arun(self._http, self._claim_op(template, **options)))
+        ref = await kube.arun(self._http, self._claim_op(template, **options))
+        sandbox = AsyncSandbox(self._http, ref, self.on_wake, self.wake_timeout)
         self._created.append(sandbox)
         return sandbox
 
     async def get_sandbox(self, claim_name: str, namespace: str | None = None) -> AsyncSandbox:
-        return AsyncSandbox(
-            self._http, await kube.arun(self._http, get(claim_name, namespace or self.namespace))
-        )
+        ref = await kube.arun(self._http, get(claim_name, namespace or self.namespace))
+        return AsyncSandbox(self._http, ref, self.on_wake, self.wake_timeout)
 
     async def list_sandboxes(self, namespace: str | None = None) -> list[Body]:
         return await kube.arun(self._http, list_claims(namespace or self.namespace))

@@ -1,0 +1,241 @@
+"""The SDK (sync and async) and shadowctl wake a sandbox suspended for idleness: through the real API server's
+pod proxy to a real sandbox-runtime.
+
+The operator does not run: the test writes what it would. A sleeping sandbox is a SandboxClaim (not Ready) bound
+to a Sandbox whose status says Suspended=True (reason Idle), Ready=False, with no Pod; the runtime already
+listens. The stand-in plays the operator's resume: once a client sets a new shadow.dev/resume-requested, it
+creates the Pod (at the runtime's address) and marks the Sandbox and the claim Ready.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from shadow_operator.api import constants as c
+from shadow_operator.api import naming
+from shadow_operator.sdk import AsyncSandboxClient, SandboxClient
+from shadow_operator.sdk.errors import WaitTimeout
+
+from tests.runtime.conftest import Server, start_server
+from tests.support.controlplane import wait_for
+from tests.support.proxied_workspace import proxied_environment
+from tests.support.router import outside_address, sandbox_pod, token_secret
+from tests.support.sandbox_operator import install_crds
+from tests.support.shadowctl import run
+
+pytestmark = pytest.mark.integration
+
+GROUP, EXT, VERSION = "agents.x-k8s.io", "extensions.agents.x-k8s.io", "v1beta1"
+
+
+@dataclass
+class Sleeper:
+    claim: str
+    sandbox: str
+    namespace: str
+    server: Server
+    custom: client.CustomObjectsApi
+    core: client.CoreV1Api
+
+    def annotation(self) -> str | None:
+        body = self.custom.get_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, "sandboxes", self.sandbox
+        )
+        return (body["metadata"].get("annotations") or {}).get(c.ANNOTATION_RESUME_REQUEST)
+
+    def resume_on_request(self) -> threading.Thread:
+        """In the background, the operator's part: the Pod back and Ready once a resume is asked for."""
+
+        def wake() -> None:
+            wait_for(self.annotation, timeout=30, what=f"a resume request on {self.sandbox}")
+            ip = self.server.url.split("//", 1)[1].rsplit(":", 1)[0]
+            sandbox_pod(self.core, self.namespace, self.sandbox, ip, None, {"app": self.sandbox})
+            _status(self, ready=True)
+
+        thread = threading.Thread(target=wake, daemon=True)
+        thread.start()
+        return thread
+
+
+def _conditions(ready: bool) -> list[dict[str, str]]:
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return [
+        {
+            "type": c.COND_READY,
+            "status": str(ready),
+            "reason": c.REASON_DEPENDENCIES_READY if ready else "Suspended",
+            "message": "the test's",
+            "lastTransitionTime": now,
+        },
+        {
+            "type": c.COND_SUSPENDED,
+            "status": str(not ready),
+            "reason": c.REASON_NOT_SUSPENDED if ready else c.REASON_IDLE,
+            "message": "the test's",
+            "lastTransitionTime": now,
+        },
+    ]
+
+
+def _status(s: Sleeper, *, ready: bool) -> None:
+    port = int(s.server.url.rsplit(":", 1)[1])
+    status: dict[str, Any] = {
+        "conditions": _conditions(ready),
+        "runtimeURL": f"http://{s.sandbox}.{s.namespace}.svc:{port}",
+        "runtimeTokenSecret": naming.token_secret_name(s.sandbox),
+    }
+    s.custom.patch_namespaced_custom_object_status(
+        GROUP, VERSION, s.namespace, "sandboxes", s.sandbox, {"status": status}
+    )
+    claim = {"conditions": _conditions(ready)[:1], "sandbox": {"name": s.sandbox}}
+    s.custom.patch_namespaced_custom_object_status(
+        EXT, VERSION, s.namespace, "sandboxclaims", s.claim, {"status": claim}
+    )
+
+
+@pytest.fixture
+def sleeper(k8s_api: client.ApiClient, namespace: str, tmp_path: Path, kubeconfig: str) -> Iterator[Sleeper]:
+    install_crds(k8s_api)
+    core, custom = client.CoreV1Api(k8s_api), client.CustomObjectsApi(k8s_api)
+    token = secrets.token_hex(16)
+    root = tmp_path / "workspace"
+    root.mkdir()
+    server = start_server(
+        root,
+        env={"SANDBOX_RUNTIME_TOKEN": token},
+        token=token,
+        host=outside_address(),
+        log=tmp_path / "rt.log",
+    )
+    try:
+        claim = {
+            "apiVersion": f"{EXT}/{VERSION}",
+            "kind": "SandboxClaim",
+            "metadata": {"name": "my-claim"},
+            "spec": {"sandboxTemplateRef": {"name": "python"}},
+        }
+        custom.create_namespaced_custom_object(EXT, VERSION, namespace, "sandboxclaims", claim)
+        sandbox = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "Sandbox",
+            "metadata": {"name": "my-sandbox"},
+            "spec": {"podTemplate": {"spec": {"containers": [{"name": "runtime", "image": "runtime:dev"}]}}},
+        }
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "sandboxes", sandbox)
+        token_secret(core, namespace, "my-sandbox", token)
+        found = Sleeper("my-claim", "my-sandbox", namespace, server, custom, core)
+        _status(found, ready=False)
+        yield found
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def use_kubeconfig(kubeconfig: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBECONFIG", kubeconfig)
+
+
+def test_sdk_call_wakes_the_sandbox_and_runs(sleeper: Sleeper, use_kubeconfig: None) -> None:
+    told: list[str] = []
+    waker = sleeper.resume_on_request()
+    with SandboxClient(namespace=sleeper.namespace, on_wake=told.append) as sdk:
+        sandbox = sdk.get_sandbox("my-claim")  # a sleeping sandbox is not "not ready": the call wakes it
+        result = sandbox.commands.run("echo awake")
+    waker.join(10)
+    assert result.exit_code == 0 and result.stdout == "awake\n"
+    assert told == [f"waking sandbox {sleeper.namespace}/my-sandbox…"]
+    assert sleeper.annotation() is not None
+
+
+def test_async_sdk_call_wakes_the_sandbox_and_runs(sleeper: Sleeper, use_kubeconfig: None) -> None:
+    waker = sleeper.resume_on_request()
+
+    async def call() -> str:
+        async with AsyncSandboxClient(namespace=sleeper.namespace) as sdk:
+            sandbox = await sdk.get_sandbox("my-claim")
+            await sandbox.files.write("note.txt", "kept")
+            return (await sandbox.files.read("note.txt")).decode()
+
+    assert asyncio.run(call()) == "kept"
+    waker.join(10)
+
+
+def test_shadowctl_sandbox_exec_says_it_is_waking_the_sandbox(sleeper: Sleeper, kubeconfig: str) -> None:
+    waker = sleeper.resume_on_request()
+    done = run(kubeconfig, "sandbox", "exec", "my-claim", "-n", sleeper.namespace, "--", "echo", "hi")
+    waker.join(10)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "hi\n"
+    assert f"waking sandbox {sleeper.namespace}/my-sandbox…" in done.stderr
+
+
+def test_a_sandbox_that_does_not_wake_is_a_one_line_error(sleeper: Sleeper, use_kubeconfig: None) -> None:
+    with SandboxClient(namespace=sleeper.namespace, wake_timeout=2) as sdk:
+        sandbox = sdk.get_sandbox("my-claim")
+        with pytest.raises(WaitTimeout) as raised:
+            sandbox.commands.run("true")
+    message = str(raised.value)
+    assert "\n" not in message
+    assert f"sandbox {sleeper.namespace}/my-sandbox did not wake up within 2s" in message
+    assert sleeper.annotation() is not None
+
+
+def test_shadowctl_exec_wakes_an_idle_environment(
+    k8s_api: client.ApiClient, namespace: str, tmp_path: Path, kubeconfig: str
+) -> None:
+    install_crds(k8s_api)
+    custom = client.CustomObjectsApi(k8s_api)
+    root = tmp_path / "workspace"
+    root.mkdir()
+    with proxied_environment(k8s_api, namespace, "ws", root):
+        now = "2026-01-01T00:00:00Z"
+        suspended = {
+            "type": c.COND_WORKSPACE_READY,
+            "status": "False",
+            "reason": "Suspended",
+            "message": "idle",
+            "lastTransitionTime": now,
+        }
+        custom.patch_namespaced_custom_object_status(
+            "shadow.dev",
+            "v1alpha1",
+            namespace,
+            "shadowenvironments",
+            "ws",
+            {"status": {"conditions": [suspended]}},
+        )
+
+        def wake() -> None:
+            def asked() -> bool:
+                env = custom.get_namespaced_custom_object(
+                    "shadow.dev", "v1alpha1", namespace, "shadowenvironments", "ws"
+                )
+                return c.ANNOTATION_RESUME_REQUEST in (env["metadata"].get("annotations") or {})
+
+            wait_for(asked, timeout=30, what="a resume request on the environment")
+            ready = {**suspended, "status": "True", "reason": "Ready", "message": ""}
+            custom.patch_namespaced_custom_object_status(
+                "shadow.dev",
+                "v1alpha1",
+                namespace,
+                "shadowenvironments",
+                "ws",
+                {"status": {"conditions": [ready]}},
+            )
+
+        waker = threading.Thread(target=wake, daemon=True)
+        waker.start()
+        done = run(kubeconfig, "exec", "ws", "-n", namespace, "echo up")
+        waker.join(10)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "up\n"
+    assert f"waking environment {namespace}/ws…" in done.stderr
