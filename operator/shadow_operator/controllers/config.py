@@ -157,6 +157,13 @@ class Config(BaseModel):
     git_work_dir: str | None = Field(None, validation_alias="SHADOW_GIT_WORK_DIR")
     max_bundle_bytes: int = Field(1 << 30, validation_alias="SHADOW_MAX_BUNDLE_BYTES")
     git_push_concurrency: int = Field(2, validation_alias="SHADOW_GIT_PUSH_CONCURRENCY")
+    # A SandboxWarmPool whose members claims are taking replaces them once the claims pause for this long
+    # (seconds; 0: at once), and at the latest this long after it first fell short: the new Pods start on the
+    # nodes the claimed sandboxes are answering their first commands on (controllers/warmpool.py).
+    warm_pool_refill_delay: float = Field(1.0, ge=0, validation_alias="SHADOW_WARM_POOL_REFILL_DELAY")
+    warm_pool_refill_max_delay: float = Field(
+        10.0, ge=0, validation_alias="SHADOW_WARM_POOL_REFILL_MAX_DELAY"
+    )
 
     @model_validator(mode="after")
     def _pod_security_holds(self) -> Config:
