@@ -403,7 +403,8 @@ class ProcessManager:
             pid=proc.pid,
             started_at=time.time(),
             proc=proc,
-            log_limit=self.log_limit,
+            # A caller that wants less output than the log keeps (the operator's verify checks) gets its tail.
+            log_limit=min(self.log_limit, spec.max_output),
             tag=tag,
         )
         if background:

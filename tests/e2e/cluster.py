@@ -257,20 +257,6 @@ def pod_ready(pod: client.V1Pod) -> bool:
     return any(c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or []))
 
 
-def git(cwd: Path, *args: str) -> str:
-    env = {
-        "PATH": os.environ["PATH"],
-        "HOME": str(cwd),
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_AUTHOR_NAME": "dev",
-        "GIT_AUTHOR_EMAIL": "dev@example.com",
-        "GIT_COMMITTER_NAME": "dev",
-        "GIT_COMMITTER_EMAIL": "dev@example.com",
-    }
-    out = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=True)
-    return out.stdout.strip()
-
-
 # Run a module's (or a test's) workspaces under each runtime class: its e2e_namespace's copy of the default
 # template gets the class as runtimeClassName, so every claim and environment there (environments take the
 # namespace's `workspace` template) runs under it.

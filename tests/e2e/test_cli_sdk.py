@@ -20,7 +20,8 @@ import pytest
 from kubernetes import client as k8s
 from shadow_operator.sdk import AsyncShadowGateway, EnvironmentSpec, LocalSource, ShadowGateway
 
-from tests.e2e.cluster import FULLNAME, OPERATOR_NAMESPACE, Cluster, eventually, git
+from tests.e2e.cluster import FULLNAME, OPERATOR_NAMESPACE, Cluster, eventually
+from tests.support.hostile_repo import git
 
 pytestmark = pytest.mark.e2e
 

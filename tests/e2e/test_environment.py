@@ -24,10 +24,10 @@ from tests.e2e.cluster import (
     assert_runs_under_namespace_runtime,
     condition,
     eventually,
-    git,
     is_ready,
     under_each_runtime,
 )
+from tests.support.hostile_repo import git
 
 # Under runc and under gVisor (the namespace's template asks for the class; see tests/e2e/cluster.py).
 pytestmark = [pytest.mark.e2e, under_each_runtime]

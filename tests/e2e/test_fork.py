@@ -19,12 +19,12 @@ from tests.e2e.cluster import (
     Cluster,
     assert_runs_under_namespace_runtime,
     eventually,
-    git,
     is_ready,
     namespace_runtime_class,
     under_each_runtime,
 )
 from tests.e2e.test_cli_sdk import REQUESTS, TIMEOUT, ctl, ok
+from tests.support.hostile_repo import git
 
 # Under runc and under gVisor (the namespace's template asks for the class; see tests/e2e/cluster.py).
 pytestmark = [pytest.mark.e2e, under_each_runtime]

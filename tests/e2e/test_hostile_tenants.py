@@ -39,11 +39,11 @@ from tests.e2e.cluster import (
     Cluster,
     assert_runs_under_namespace_runtime,
     eventually,
-    git,
     under_each_runtime,
 )
 from tests.e2e.test_cli_sdk import REQUESTS, TIMEOUT, ctl, ok
 from tests.e2e.test_environment import python_package
+from tests.support.hostile_repo import git
 
 pytestmark = pytest.mark.e2e
 

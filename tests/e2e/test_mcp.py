@@ -18,10 +18,11 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult
 
-from tests.e2e.cluster import Cluster, git
+from tests.e2e.cluster import Cluster
 from tests.e2e.test_cli_sdk import REQUESTS, TIMEOUT
 from tests.e2e.test_fork import SNAPSHOT_CLASS
 from tests.e2e.test_race import CANDIDATES, repository
+from tests.support.hostile_repo import git
 from tests.support.race import BROKEN, CHECK
 
 pytestmark = pytest.mark.e2e

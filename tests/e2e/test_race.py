@@ -16,9 +16,10 @@ import pytest
 from shadow_operator.sdk import ShadowGateway
 from shadow_operator.sdk import manifest as manifestops
 
-from tests.e2e.cluster import Cluster, git
+from tests.e2e.cluster import Cluster
 from tests.e2e.test_cli_sdk import REQUESTS, TIMEOUT, ctl, ok
 from tests.e2e.test_fork import SNAPSHOT_CLASS, read
+from tests.support.hostile_repo import git
 from tests.support.race import BROKEN, CHECK, GAMED
 
 pytestmark = pytest.mark.e2e

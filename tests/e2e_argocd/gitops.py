@@ -18,7 +18,8 @@ from typing import Any
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from tests.e2e.cluster import OPERATOR_NAMESPACE, RELEASE, Cluster, git
+from tests.e2e.cluster import OPERATOR_NAMESPACE, RELEASE, Cluster
+from tests.support.hostile_repo import git
 
 ARGOCD_NS = "argocd"
 GIT_URL = f"http://gitops-git.{ARGOCD_NS}.svc.cluster.local:3000"

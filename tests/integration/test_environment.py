@@ -80,12 +80,7 @@ def test_children_gitea_bootstrap_and_no_secret_leaks(objs: Objects, tmp_path: P
         wait_for(lambda: objs.secret_exists("env1-gitea-admin"), timeout=30, what="Gitea admin Secret")
         wait_bound(objs, ["workspace-env1"], timeout=120)
         creds = objs.secret_data("env1-gitea-admin")
-        with GiteaServer(
-            tmp_path / "gitea",
-            admin_username=creds["username"],
-            admin_password=creds["password"],
-            port=GITEA_PORT,
-        ) as gitea:
+        with GiteaServer.standing_in(tmp_path / "gitea", creds, GITEA_PORT) as gitea:
             env = objs.wait_condition(ENVIRONMENT, "env1", type_="GiteaReady", timeout=120, version=V)
 
             # Children, each controlled by the environment.

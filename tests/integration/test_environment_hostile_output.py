@@ -16,7 +16,7 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 import pytest
@@ -60,27 +60,30 @@ def peak_rss() -> int:
 
 
 class InFront(BaseHTTPRequestHandler):
-    """Passes requests through to the runtime; answers the ENDLESS exec with an endless JSON string."""
+    """Passes requests through to the runtime; answers the output of the ENDLESS command (a background process
+    of the runtime: its logs) with an endless stream of output events."""
 
     protocol_version = "HTTP/1.1"
     upstream: httpx.Client
+    endless: ClassVar[set[str]] = set()  # the ids of ENDLESS processes
 
     def _forward(self) -> None:
         body = self.rfile.read(int(self.headers.get("content-length") or 0))
-        if self.command == "POST" and self.path == "/v1/exec" and ENDLESS.encode() in body:
+        if self.command == "GET" and any(self.path == f"/v1/processes/{i}/logs" for i in self.endless):
             self.send_response(200)
             self.send_header("content-type", "application/json")
             self.send_header("transfer-encoding", "chunked")
             self.end_headers()
-            chunk = b'{"stdout": "' + b"\\u0001" * 10_000
+            chunk = b'{"type": "stdout", "offset": 0, "data": "' + b"\\u0001" * 10_000 + b'"}\n'
             try:
                 while True:
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                    chunk = b"\\u0001" * 10_000
             except (BrokenPipeError, ConnectionResetError):
                 return
         headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
         answer = self.upstream.request(self.command, self.path, content=body, headers=headers)
+        if self.command == "POST" and self.path == "/v1/processes" and ENDLESS.encode() in body:
+            self.endless.add(answer.json()["id"])
         self.send_response(answer.status_code)
         for key, value in answer.headers.items():
             if key.lower() not in ("content-length", "transfer-encoding", "connection", "content-encoding"):
@@ -181,8 +184,9 @@ def test_a_flood_of_control_characters_gets_a_verdict_not_the_operator_oom(
     assert detail.startswith("exit code 0: (output truncated) ") and len(detail) < 500
     assert not checks["endless"]["passed"]
     assert checks["endless"]["detail"] == (
-        "the runtime's answer to POST /v1/exec is larger than 1048576 bytes, the most the operator reads "
-        "(operator setting SHADOW_RUNTIME_MAX_ANSWER_BYTES, chart value operator.runtimeMaxAnswerBytes)"
+        f"the runtime's answer to GET /v1/processes/{sorted(InFront.endless)[0]}/logs is larger than 8388608 "
+        "bytes, the most the operator reads (operator setting SHADOW_RUNTIME_MAX_ANSWER_BYTES, chart value "
+        "operator.runtimeMaxAnswerBytes)"
     )
     # Before the cap the whole answer (60 MiB of JSON) and its parse were held: +154 MiB for one call.
     assert growth < 50 * MiB, f"operator process peak RSS grew {growth / MiB:.0f} MiB"

@@ -180,12 +180,7 @@ def test_an_environment_takes_a_started_instance_and_the_pool_refills(objs: Obje
 
         # An environment naming the pool takes the instance: Sandbox and Gitea become its children.
         creds = objs.secret_data(res.gitea_secret_name(name))
-        with GiteaServer(
-            tmp_path / "gitea",
-            admin_username=creds["username"],
-            admin_password=creds["password"],
-            port=GITEA_PORT,
-        ) as gitea:
+        with GiteaServer.standing_in(tmp_path / "gitea", creds, GITEA_PORT) as gitea:
             env = objs.create(ENVIRONMENT, env_body("taker", "warm"), version=V)
             uid = env["metadata"]["uid"]
             env = objs.wait_condition(ENVIRONMENT, "taker", type_="GiteaReady", timeout=60, version=V)

@@ -84,12 +84,7 @@ def test_pushes_never_hand_the_token_to_the_workspace_and_lfs_copies_in(
         wait_for(lambda: objs.secret_exists("hostile-gitea-admin"), timeout=30, what="Gitea admin Secret")
         creds = objs.secret_data("hostile-gitea-admin")
         with (
-            GiteaServer(
-                tmp_path / "gitea",
-                admin_username=creds["username"],
-                admin_password=creds["password"],
-                port=GITEA_PORT,
-            ) as gitea,
+            GiteaServer.standing_in(tmp_path / "gitea", creds, GITEA_PORT) as gitea,
             CanaryServer() as canary,
         ):
             objs.wait_condition(

@@ -71,12 +71,7 @@ def test_each_phase_is_timed_once_in_order_and_exported(
         wait_for(lambda: objs.get(ENVIRONMENT, "timed", V) is not None, timeout=10, what="the environment")
         wait_for(lambda: objs.secret_exists("timed-gitea-admin"), timeout=30, what="Gitea admin Secret")
         creds = objs.secret_data("timed-gitea-admin")
-        with GiteaServer(
-            tmp_path / "gitea",
-            admin_username=creds["username"],
-            admin_password=creds["password"],
-            port=GITEA_PORT,
-        ):
+        with GiteaServer.standing_in(tmp_path / "gitea", creds, GITEA_PORT):
             env = objs.wait_condition(
                 ENVIRONMENT,
                 "timed",

@@ -221,12 +221,7 @@ def test_an_agent_creates_changes_verifies_and_promotes_over_stdio(
                 wait_for, lambda: objs.secret_exists("seed-gitea-admin"), timeout=60, what="Gitea Secret"
             )
             creds = objs.secret_data("seed-gitea-admin")
-            gitea = GiteaServer(
-                tmp_path / "gitea",
-                admin_username=creds["username"],
-                admin_password=creds["password"],
-                port=GITEA_PORT,
-            )
+            gitea = GiteaServer.standing_in(tmp_path / "gitea", creds, GITEA_PORT)
             await asyncio.to_thread(stack.enter_context, gitea)
             created = data(await create)
             assert created["ready"] is True and created["sources"] == ["core"]

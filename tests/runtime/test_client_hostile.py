@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from shadow_operator.cli.environments import copy
+from shadow_operator.cli.copying import copy
 from shadow_operator.sdk import confine, kube, promote, runtime
 from shadow_operator.sdk.errors import ShadowError
 from shadow_operator.sdk.runtime import RuntimeEndpoint
@@ -139,7 +139,7 @@ def test_cp_writes_nothing_into_dotgit_and_no_setuid(tmp_path: Path) -> None:
 # Peak RSS as VmHWM: ru_maxrss would carry the forking pytest process's size across exec.
 CP_CLIENT = """
 import re, sys, httpx
-from shadow_operator.cli.environments import copy
+from shadow_operator.cli.copying import copy
 from shadow_operator.sdk.errors import ShadowError
 from shadow_operator.sdk.runtime import RuntimeEndpoint
 url, target = sys.argv[1], sys.argv[2]

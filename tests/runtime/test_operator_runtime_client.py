@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 from shadow_operator.clients.runtime import (
-    ExecResult,
+    ExecutionResult,
     Runtime,
     RuntimeAnswerTooLarge,
     RuntimeRefused,
@@ -53,14 +53,14 @@ def peak_of(call: Callable[[], Any]) -> tuple[Any, int]:
     return result, peak
 
 
-async def _sh(url: str, token: str | None, script: str, **kw: Any) -> ExecResult:
+async def _sh(url: str, token: str | None, script: str, **kw: Any) -> ExecutionResult:
     async with Runtime(url, token, **kw) as runtime:
         return await runtime.sh(script, timeout=120, tag="test")
 
 
 def test_a_control_character_flood_is_capped_with_its_tail_marked(server: Server) -> None:
     result, peak = peak_of(lambda: asyncio.run(_sh(server.url, server.token, CONTROL_FLOOD)))
-    assert isinstance(result, ExecResult), result
+    assert isinstance(result, ExecutionResult), result
     assert result.exit_code == 0 and result.truncated
     # The runtime keeps the head of what it was asked to cap; the client never holds more than the limit.
     assert len(result.stdout) <= (4 * MiB) // 16 and set(result.stdout) == {"\x01"}

@@ -47,7 +47,7 @@ def push(
 ) -> tuple[str, str]:
     async def go() -> tuple[str, str]:
         async with Runtime(srv.url, srv.token) as rt:
-            target = pushes.Target(url, url, TOKEN)
+            target = pushes.Target(url, url, TOKEN, "team")
             return await pushes.snapshot_and_push(
                 rt, source, target, settings or gitpush.PushSettings(), **kw
             )

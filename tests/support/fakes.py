@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import itertools
 import re
@@ -21,7 +20,8 @@ from shadow_operator.api.kinds import ResourceKind
 from shadow_operator.clients.gitea import Gitea, GiteaError
 from shadow_operator.clients.gitpush import PushSettings
 from shadow_operator.clients.kube import ApiError
-from shadow_operator.clients.runtime import ExecResult, Runtime, RuntimeUnavailable
+from shadow_operator.clients.pacing import Slots
+from shadow_operator.clients.runtime import ExecutionResult, Runtime, RuntimeStalled, RuntimeUnavailable
 from shadow_operator.controllers.config import Config
 from shadow_operator.controllers.environment.state import Pass, Ports
 from shadow_operator.engine import Client, Deps, NotOwned, Reconciler
@@ -143,12 +143,15 @@ class FakeRuntime:
 
     def __init__(self, url: str, token: str | None = None) -> None:
         self.url, self.token = url, token
-        self.answers: list[tuple[str, ExecResult]] = []
+        self.answers: list[tuple[str, ExecutionResult]] = []
         self.calls: list[str] = []
         self.idle = 0.0
         self.baseline = False
         self.unavailable: str | None = None
+        self.stalled: str | None = None  # a real runtime's stall: tests/runtime/test_transfer_pace.py
         self.tree_bytes = 0
+        self.processes: dict[str, ExecutionResult] = {}  # background processes, by id
+        self.removed: list[str] = []
 
     async def __aenter__(self) -> FakeRuntime:
         return self
@@ -160,6 +163,8 @@ class FakeRuntime:
         self.calls.append(call)
         if self.unavailable:
             raise RuntimeUnavailable(self.unavailable)
+        if self.stalled:
+            raise RuntimeStalled(self.stalled)
 
     async def sh(
         self,
@@ -169,12 +174,36 @@ class FakeRuntime:
         cwd: str = "",
         timeout: float = 60.0,
         tag: str = "",
-    ) -> ExecResult:
+    ) -> ExecutionResult:
         self._reach(f"sh {tag}")
+        return self._answer(script)
+
+    def _answer(self, script: str) -> ExecutionResult:
         for fragment, result in self.answers:
             if fragment in script:
                 return result
-        return ExecResult(exit_code=0, stdout="", stderr="", timed_out=False)
+        return ExecutionResult(exit_code=0, stdout="", stderr="", timed_out=False)
+
+    async def start(
+        self, script: str, *, env: dict[str, str] | None = None, cwd: str = "", timeout: float, tag: str
+    ) -> str:
+        """A background process, ended at once with the answer `sh` would give."""
+        self._reach(f"start {tag}")
+        process_id = f"p{len(self.processes) + 1}"
+        self.processes[process_id] = self._answer(script)
+        return process_id
+
+    async def running(self, process_id: str) -> bool | None:
+        self._reach("running")
+        return False if process_id in self.processes else None
+
+    async def result(self, process_id: str) -> ExecutionResult | None:
+        self._reach("result")
+        return self.processes.get(process_id)
+
+    async def remove(self, process_id: str) -> None:
+        self._reach("remove")
+        self.removed.append(process_id)
 
     async def idle_seconds(self) -> float:
         self._reach("idle")
@@ -277,7 +306,9 @@ class World:
             cache=self.cache,
             recorder=self.recorder,
             config=config or Config(),
-            push_settings=PushSettings(work_dir=None, max_bundle_bytes=1 << 20, slots=asyncio.Semaphore(1)),
+            push_settings=PushSettings(
+                work_dir=None, max_bundle_bytes=1 << 20, slots=Slots(total=1, per_namespace=1)
+            ),
             open_runtime=self._open_runtime,
             open_gitea=self.gitea.open,
         )
@@ -285,7 +316,7 @@ class World:
     def runtime(self, url: str) -> FakeRuntime:
         return self.runtimes.setdefault(url, FakeRuntime(url))
 
-    def _open_runtime(self, url: str, token: str | None, limit: int) -> Runtime:
+    def _open_runtime(self, url: str, token: str | None, config: Config) -> Runtime:
         runtime = self.runtime(url)
         runtime.token = token
         return cast(Runtime, runtime)

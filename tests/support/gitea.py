@@ -25,6 +25,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -94,6 +95,12 @@ class GiteaServer:
     # Extra environment for gitea-start.sh (e.g. GITEA__section__KEY settings).
     env: dict[str, str] = field(default_factory=dict)
     process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
+
+    @classmethod
+    def standing_in(cls, data_dir: Path, admin: Mapping[str, str], port: int) -> GiteaServer:
+        """The Gitea an environment's reconciler expects on `port`, with the admin credentials it wrote into
+        the environment's `<name>-gitea-admin` Secret (`admin`: that Secret's data)."""
+        return cls(data_dir, admin_username=admin["username"], admin_password=admin["password"], port=port)
 
     # ---- addresses ---------------------------------------------------------------------------------
     @property

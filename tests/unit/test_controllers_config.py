@@ -60,3 +60,49 @@ def test_every_bad_variable_is_named_at_once() -> None:
         "SHADOW_ALLOW_HOST_PATH: '1' is neither true nor false; "
         "SHADOW_POD_SECURITY_AUDIT: 'lax' is not a Pod Security level (privileged, baseline, restricted)"
     )
+
+
+def test_workers_per_kind_and_the_namespace_share_reach_each_kinds_queue() -> None:
+    """The chart's operator.workers and namespaceShare: set ones win, the rest keep the reconciler's defaults
+    (before, SHADOW_WORKERS was rendered by the chart and read by nothing)."""
+    from shadow_operator.controllers import RECONCILERS, settings
+
+    config = Config.from_env({"SHADOW_WORKERS": '{"ShadowEnvironment": 12}', "SHADOW_NAMESPACE_SHARE": "2"})
+    tuned = {rec.name(): settings.concurrency(config, rec) for rec in RECONCILERS}
+    assert (tuned["ShadowEnvironment"].workers, tuned["ShadowEnvironment"].namespace_share) == (12, 2)
+    assert (tuned["SandboxClaim"].workers, tuned["SandboxClaim"].namespace_share) == (16, 2)
+    defaults = settings.concurrency(Config.from_env({"SHADOW_WORKERS": "{}"}), RECONCILERS[0])
+    assert (defaults.workers, defaults.namespace_share) == (RECONCILERS[0].workers, None)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (
+            '{"Sandboxes": 4}',
+            "'Sandboxes' is not a kind the operator reconciles (one of Sandbox, SandboxClaim",
+        ),
+        ('{"Sandbox": 0}', "workers for Sandbox must be a whole number of at least 1, got 0"),
+        ("[8]", "expected an object of kind: workers"),
+        ("8", "expected an object of kind: workers"),
+    ],
+)
+def test_bad_workers_are_refused_with_the_kinds_named(value: str, message: str) -> None:
+    with pytest.raises(ValueError, match="SHADOW_WORKERS") as refused:
+        Config.from_env({"SHADOW_WORKERS": value})
+    assert message in str(refused.value)
+
+
+def test_the_transfer_pace_and_push_slots_come_from_the_environment() -> None:
+    config = Config.from_env(
+        {
+            "SHADOW_TRANSFER_MIN_RATE": "1024",
+            "SHADOW_TRANSFER_WINDOW": "5",
+            "SHADOW_GIT_PUSH_CONCURRENCY_PER_NAMESPACE": "2",
+            "SHADOW_GIT_PUSH_TIMEOUT": "60",
+        }
+    )
+    assert (config.transfer_pace.min_rate, config.transfer_pace.min_bytes) == (1024, 5120)
+    assert (config.git_push_concurrency_per_namespace, config.git_push_timeout) == (2, 60.0)
+    with pytest.raises(ValueError, match="SHADOW_GIT_PUSH_CONCURRENCY_PER_NAMESPACE"):
+        Config.from_env({"SHADOW_GIT_PUSH_CONCURRENCY_PER_NAMESPACE": "0"})

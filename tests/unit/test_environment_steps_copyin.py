@@ -7,7 +7,7 @@ import json
 
 import pytest
 from shadow_operator.api import constants as c
-from shadow_operator.clients.runtime import ExecResult
+from shadow_operator.clients.runtime import ExecutionResult
 from shadow_operator.controllers.environment.copyin import CopyInStep
 from shadow_operator.controllers.environment.state import StepFailed
 from shadow_operator.resources import copyin
@@ -28,9 +28,9 @@ SPEC = {
 }
 
 
-def snapshot_ok() -> tuple[str, ExecResult]:
+def snapshot_ok() -> tuple[str, ExecutionResult]:
     out = f"cloning...\n{copyin.RESULT_MARKER} {COMMIT} main\n"
-    return copyin.SNAPSHOT, ExecResult(exit_code=0, stdout=out, stderr="", timed_out=False)
+    return copyin.SNAPSHOT, ExecutionResult(exit_code=0, stdout=out, stderr="", timed_out=False)
 
 
 async def test_waits_for_the_upload_then_copies_both_and_captures_the_baseline_once() -> None:
@@ -78,12 +78,25 @@ async def test_waits_for_the_upload_then_copies_both_and_captures_the_baseline_o
 async def test_a_source_that_cannot_be_fetched_fails_with_its_code() -> None:
     world = World()
     world.runtime(URL).answers = [
-        (copyin.SNAPSHOT, ExecResult(exit_code=128, stdout="", stderr="fatal: not found", timed_out=False))
+        (
+            copyin.SNAPSHOT,
+            ExecutionResult(exit_code=128, stdout="", stderr="fatal: not found", timed_out=False),
+        )
     ]
     state = new_pass(environment(spec=SPEC, status={"runtimeURL": URL}))
     with pytest.raises(StepFailed) as failed:
         await CopyInStep(world.deps).copy_in(state, None)
     assert failed.value.code == "SourceFetchFailed" and "fatal: not found" in failed.value.message
+
+
+async def test_a_runtime_that_stalls_the_copy_in_fails_it_with_its_own_code() -> None:
+    """Before, a stalled transfer was `RuntimeUnreachable`: no failure code, retried for ever in silence."""
+    world = World()
+    world.runtime(URL).stalled = "the download of x moved fewer than 1966080 bytes in 30s"
+    state = new_pass(environment(spec=SPEC, status={"runtimeURL": URL}))
+    with pytest.raises(StepFailed) as failed:
+        await CopyInStep(world.deps).copy_in(state, None)
+    assert failed.value.code == "RuntimeStalled" and "source 'lib': the download" in failed.value.message
 
 
 async def test_a_fork_keeps_the_baseline_its_clone_brought() -> None:
@@ -173,7 +186,10 @@ async def test_while_gitea_starts_sources_are_fetched_into_the_workspace_once() 
 async def test_a_source_that_cannot_be_cloned_fails_before_gitea_is_up() -> None:
     world = World()
     world.runtime(URL).answers = [
-        (copyin.SNAPSHOT, ExecResult(exit_code=128, stdout="", stderr="fatal: no such repo", timed_out=False))
+        (
+            copyin.SNAPSHOT,
+            ExecutionResult(exit_code=128, stdout="", stderr="fatal: no such repo", timed_out=False),
+        )
     ]
     state = new_pass(environment(spec={**SPEC, "gitea": {"enabled": True}}, status={"runtimeURL": URL}))
     with pytest.raises(StepFailed) as failed:

@@ -6,11 +6,12 @@ The real ctr is replaced by a recorder script that prints the arguments it recei
 from __future__ import annotations
 
 import os
-import stat
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from tests.support.scripts import argument_recorder
 
 pytestmark = pytest.mark.unit
 
@@ -22,10 +23,7 @@ HOSTS = ["--hosts-dir", "/etc/containerd/certs.d"]
 
 @pytest.fixture
 def recorder(tmp_path: Path) -> Path:
-    script = tmp_path / "record-args"
-    script.write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done\n')
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
-    return script
+    return argument_recorder(tmp_path)
 
 
 def ctr(real: Path, *args: str) -> list[str]:

@@ -3,6 +3,7 @@ same parameters), and every public method and function of the SDK says what it d
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from pathlib import Path
 
@@ -80,3 +81,42 @@ def test_every_client_defaults_to_the_contexts_namespace(
     assert sdk.AsyncSandboxClient(client=httpx.AsyncClient()).namespace == "team-a"
     for function in (sdk.upload_source, sdk.preview_link, sdk.apreview_link):
         assert inspect.signature(function).parameters["namespace"].default is None, function.__name__
+
+
+def test_a_keyword_option_the_sdk_does_not_know_is_refused_before_anything_is_sent() -> None:
+    # The twins take their keyword options as **options (typed by StartOptions, ForkOptions, PromoteOptions,
+    # ClaimOptions, LinkOptions) and hand them to the one operation that declares them: a misspelt option is
+    # still a TypeError, as with an explicit signature, and never silently dropped. Port 1: nothing listens.
+    server = "http://127.0.0.1:1"
+
+    async def asynchronous() -> None:
+        async with sdk.AsyncShadowGateway(
+            "env", namespace="ns", client=httpx.AsyncClient(base_url=server)
+        ) as gw:
+            for call in (
+                lambda: gw.start(None, wiat=False),  # type: ignore[call-arg]
+                lambda: gw.fork(cuont=2),  # type: ignore[call-arg]
+                lambda: gw.promote(to_brnach="x"),  # type: ignore[call-arg]
+            ):
+                with pytest.raises(TypeError, match="unexpected keyword"):
+                    await call()
+        client = sdk.AsyncSandboxClient(namespace="ns", client=httpx.AsyncClient(base_url=server))
+        with pytest.raises(TypeError, match="unexpected keyword"):
+            await client.create_sandbox("python", warm_pool="p")  # type: ignore[call-arg]
+        with pytest.raises(TypeError, match="unexpected keyword"):
+            await sdk.apreview_link("sb", "ns", ttl=60, http=httpx.AsyncClient(base_url=server))  # type: ignore[call-arg]
+
+    with sdk.ShadowGateway("env", namespace="ns", client=httpx.Client(base_url=server)) as gw:
+        for call in (
+            lambda: gw.start(None, wiat=False),  # type: ignore[call-arg]
+            lambda: gw.fork(cuont=2),  # type: ignore[call-arg]
+            lambda: gw.promote(to_brnach="x"),  # type: ignore[call-arg]
+        ):
+            with pytest.raises(TypeError, match="unexpected keyword"):
+                call()
+    client = sdk.SandboxClient(namespace="ns", client=httpx.Client(base_url=server))
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        client.create_sandbox("python", warm_pool="p")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        sdk.preview_link("sb", "ns", ttl=60, http=httpx.Client(base_url=server))  # type: ignore[call-arg]
+    asyncio.run(asynchronous())

@@ -56,8 +56,10 @@ FailureCode = Literal[
     "SnapshotFailed",
     "SnapshotTimeout",
     "CopyFailed",
+    "RuntimeStalled",
 ]
 CloneMethod = Literal["Snapshot", "Copy"]
+Category = Literal["sourceVerification", "installationHealth", "codeExecution"]
 
 
 # ------------------------------------------------------------------------------------------------ spec
@@ -490,6 +492,35 @@ class Verdict(ApiModel):
     )
 
 
+class VerifyRunCheck(ApiModel):
+    """A check of the verification under way: done once `passed` is set."""
+
+    category: Category = Field(description="The rubric category it counts in.")
+    name: str = Field(description="What is checked, as the verdict's evidence names it.")
+    passed: bool | None = Field(default=None, description="Its outcome; unset while it has not ended.")
+    detail: str = Field(default="", description="Evidence: exit code, the tail of the output.")
+    source: str | None = Field(default=None, description="An install check's source.")
+    tool: Literal["pip", "npm"] | None = Field(default=None, description="An install check's installer.")
+    command: str | None = Field(default=None, description="A verify command's name (spec.verify.commands).")
+    process: str | None = Field(
+        default=None, description="The runtime's id of the background process running the check."
+    )
+    deadline: datetime | None = Field(
+        default=None, description="When the operator stops waiting for the process (its timeout and 30 s)."
+    )
+
+
+class VerifyRun(ApiModel):
+    """The verification under way. Each check that runs in the workspace is a background process of its
+    runtime, which the operator starts and then looks in on, so no operator worker waits for it; an operator that
+    takes over (a leader change, a restart) carries on from here instead of running a check again."""
+
+    generation: int = Field(description="The generation being verified.")
+    trigger: str | None = Field(default=None, description="The shadow.dev/verify-requested value it answers.")
+    started_at: datetime = Field(description="When it started.")
+    checks: list[VerifyRunCheck] = Field(default_factory=list, description="Its checks, in order.")
+
+
 class IdleStatus(ApiModel):
     """Suspension after spec.idleTimeoutSeconds without runtime activity."""
 
@@ -669,6 +700,7 @@ class ShadowEnvironmentStatus(ApiModel):
     clone: CloneStatus | None = Field(default=None, description="Details of the clone (spec.workspace.from).")
     failure: Failure | None = Field(default=None, description="Set while the environment cannot work.")
     verdict: Verdict | None = Field(default=None, description="The last verification's verdict.")
+    verify_run: VerifyRun | None = Field(default=None, description="The verification under way, if any.")
     last_push: PushStatus | None = Field(
         default=None, description="The answer to the last shadow.dev/push-request annotation."
     )

@@ -25,8 +25,8 @@ from shadow_operator.cli.common import (
     fail,
     kube_list,
     out,
-    split_remote,
 )
+from shadow_operator.cli.copying import MaxBytesOpt, cp_command
 from shadow_operator.cli.fallback import FallbackLocalOpt, FallbackOpt, FallbackVerifyOpt, with_fallback
 from shadow_operator.sdk import confine, kube
 
@@ -356,77 +356,25 @@ def shell(
     raise typer.Exit(code)
 
 
-MaxBytesOpt = Annotated[
-    int,
-    typer.Option(
-        "--max-bytes", min=1, help="Stop before writing more than this many bytes from the workspace."
-    ),
-]
-MaxMembersOpt = Annotated[
-    int, typer.Option("--max-members", min=1, help="Refuse a download of more entries than this.")
-]
+def environment_endpoint(name: str, namespace: str) -> kube.Op[runtime.RuntimeEndpoint]:
+    """The runtime of an environment's workspace (as the gateway reads it)."""
+    from shadow_operator.sdk import environment as envops
+
+    env = yield from envops.get(namespace, name)
+    return (yield from envops.runtime_endpoint(env))
 
 
-def cp(
-    source: Annotated[str, typer.Argument(help="NAME:PATH or a local path.", show_default=False)],
-    dest: Annotated[str, typer.Argument(help="NAME:PATH or a local path.", show_default=False)],
-    namespace: NamespaceOpt = "",
-    max_bytes: MaxBytesOpt = confine.DEFAULT_MAX_BYTES,
-    max_members: MaxMembersOpt = confine.DEFAULT_MAX_MEMBERS,
-) -> None:
+cp = cp_command(
+    environment_endpoint,
+    "NAME:PATH or a local path.",
+    ("cp needs exactly one side in the environment", "e.g. shadowctl cp my-env:src/app.py ./app.py"),
     """Copy files between this machine and a workspace.
 
     One side is NAME:PATH, as with kubectl cp; directories travel as a tar.gz stream. Downloads stream to
     disk within --max-bytes and --max-members; only files and directories are written, never into a .git
     (in any spelling) and never through a symbolic link; execute bits are kept, setuid/setgid are not.
-    """
-    src_env, src_path = split_remote(source)
-    dst_env, dst_path = split_remote(dest)
-    if (src_env is None) == (dst_env is None):
-        fail("cp needs exactly one side in the environment", "e.g. shadowctl cp my-env:src/app.py ./app.py")
-    budget = confine.Budget(max_bytes, max_members)
-    with gateway(str(src_env or dst_env), namespace) as gw:
-        copy(gw.client, gw.runtime_endpoint(), src_env, src_path, dst_path, budget)
-
-
-def copy(
-    http: Any,
-    ep: runtime.RuntimeEndpoint,
-    src_remote: str | None,
-    src: str,
-    dst: str,
-    budget: confine.Budget | None = None,
-) -> None:
-    """Shared by `cp` and `sandbox cp`: files one by one, directories as a tar.gz stream (downloads within
-    the budget, 1 GiB and 100,000 entries by default)."""
-    from shadow_operator.sdk import download, runtime
-    from shadow_operator.sdk.upload import stream_worktree
-
-    budget = budget or confine.Budget()
-    if src_remote is None:
-        local = Path(src).expanduser()
-        if local.is_dir():
-            with byte_progress(f"uploading {local.name}") as report:
-                result = kube.run(
-                    http, runtime.import_archive(ep, dst, stream_worktree(local, progress=report))
-                )
-            err.print(f"copied {result.files} files into {dst or '.'}")
-        elif local.is_file():
-            kube.run(http, runtime.write_file(ep, dst, local.read_bytes()))
-        else:
-            fail(f"{src}: no such file or directory", "check the local path")
-        return
-    info = kube.run(http, runtime.stat(ep, src))
-    if info is None:
-        fail(f"{src}: no such file or directory in the workspace", "list it: shadowctl exec NAME -- ls")
-    target = Path(dst).expanduser()
-    if info.get("type") == "directory":
-        count = download.download_dir(http, ep, src, target, budget)
-        err.print(f"copied {count} files into {target}")
-        return
-    if target.is_dir():
-        target = target / Path(src).name
-    download.download_file(http, ep, src, target, confine.number(info.get("mode"), 8), budget)
+    """,
+)
 
 
 def diff(

@@ -8,7 +8,8 @@ and for no other namespace's (the router only verifies).
 from __future__ import annotations
 
 import datetime as dt
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import typer
 
@@ -41,33 +42,19 @@ KeysNamespaceOpt = Annotated[
 ClaimArg = Annotated[str, typer.Argument(help="Name of the SandboxClaim.", show_default=False)]
 
 
-def environment_link(
-    name: str, namespace: str, ttl: int, keys_secret: str | None, keys_namespace: str | None
-) -> Op[PreviewLink]:
+def environment_sandbox(name: str, namespace: str) -> Op[str]:
+    """The workspace Sandbox of a ShadowEnvironment."""
     env = yield from envops.get(namespace, name)
     sandbox = env.status.sandbox if env.status else None
     if not sandbox:
         raise envops.runtime_not_ready(env, " (it has no workspace Sandbox yet)")
-    return (
-        yield from signed_preview(
-            sandbox, namespace, ttl_seconds=ttl, keys_secret=keys_secret, keys_namespace=keys_namespace
-        )
-    )
+    return sandbox
 
 
-def claim_link(
-    name: str, namespace: str, ttl: int, keys_secret: str | None, keys_namespace: str | None
-) -> Op[PreviewLink]:
+def claim_sandbox(name: str, namespace: str) -> Op[str]:
+    """The Sandbox a SandboxClaim holds."""
     ref = yield from ops.get(name, namespace)
-    return (
-        yield from signed_preview(
-            ref.sandbox_name,
-            namespace,
-            ttl_seconds=ttl,
-            keys_secret=keys_secret,
-            keys_namespace=keys_namespace,
-        )
-    )
+    return ref.sandbox_name
 
 
 def show(link: PreviewLink, output: str) -> None:
@@ -84,30 +71,44 @@ def show(link: PreviewLink, output: str) -> None:
     err.print(f"valid until {data['expiresAt']}; anyone with the link can open the preview until then")
 
 
-def preview(
-    name: NameArg,
-    namespace: NamespaceOpt = "",
-    ttl: TtlOpt = DEFAULT_TTL_SECONDS,
-    keys_secret: KeysSecretOpt = None,
-    keys_namespace: KeysNamespaceOpt = None,
-    output: OutputOpt = "text",
-) -> None:
-    """Print a signed link to the environment's (private) preview."""
-    with connect() as http:
-        show(kube.run(http, environment_link(name, namespace, ttl, keys_secret, keys_namespace)), output)
+def link_command(find: Callable[[str, str], Op[str]], name_arg: Any, doc: str) -> Callable[..., None]:
+    """A `preview` verb: `find` names the Sandbox of the object NAME (its argument `name_arg`), whose preview
+    link the verb signs and prints; the verbs differ in nothing else."""
+
+    def command(
+        name: str,
+        namespace: NamespaceOpt = "",
+        ttl: TtlOpt = DEFAULT_TTL_SECONDS,
+        keys_secret: KeysSecretOpt = None,
+        keys_namespace: KeysNamespaceOpt = None,
+        output: OutputOpt = "text",
+    ) -> None:
+        def link() -> Op[PreviewLink]:
+            sandbox = yield from find(name, namespace)
+            return (
+                yield from signed_preview(
+                    sandbox,
+                    namespace,
+                    ttl_seconds=ttl,
+                    keys_secret=keys_secret,
+                    keys_namespace=keys_namespace,
+                )
+            )
+
+        with connect() as http:
+            show(kube.run(http, link()), output)
+
+    command.__doc__ = doc
+    command.__annotations__["name"] = name_arg  # typer reads the argument's help from it
+    return command
 
 
-def sandbox_preview(
-    name: ClaimArg,
-    namespace: NamespaceOpt = "",
-    ttl: TtlOpt = DEFAULT_TTL_SECONDS,
-    keys_secret: KeysSecretOpt = None,
-    keys_namespace: KeysNamespaceOpt = None,
-    output: OutputOpt = "text",
-) -> None:
-    """Print a signed link to the claimed sandbox's (private) preview."""
-    with connect() as http:
-        show(kube.run(http, claim_link(name, namespace, ttl, keys_secret, keys_namespace)), output)
+preview = link_command(
+    environment_sandbox, NameArg, "Print a signed link to the environment's (private) preview."
+)
+sandbox_preview = link_command(
+    claim_sandbox, ClaimArg, "Print a signed link to the claimed sandbox's (private) preview."
+)
 
 
 def register(app: typer.Typer, sandbox_app: typer.Typer) -> None:

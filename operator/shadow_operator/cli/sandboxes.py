@@ -22,13 +22,13 @@ from shadow_operator.cli.common import (
     fail,
     kube_list,
     out,
-    split_remote,
 )
-from shadow_operator.cli.environments import MaxBytesOpt, MaxMembersOpt, copy
-from shadow_operator.sdk import confine, kube
+from shadow_operator.cli.copying import cp_command
 from shadow_operator.sdk import fork as forkops
+from shadow_operator.sdk import kube
 from shadow_operator.sdk import sandbox as ops
 from shadow_operator.sdk.errors import ShadowError
+from shadow_operator.sdk.runtime import RuntimeEndpoint
 from shadow_operator.sdk.sandbox import SandboxClient
 
 app = typer.Typer(help="Plain sandboxes: claim, exec, cp, preview, snapshot, delete.", no_args_is_help=True)
@@ -127,25 +127,20 @@ def exec_(
     raise typer.Exit(124 if result.timed_out else result.exit_code)
 
 
-@app.command()
-def cp(
-    source: Annotated[str, typer.Argument(help="CLAIM:PATH or a local path.", show_default=False)],
-    dest: Annotated[str, typer.Argument(help="CLAIM:PATH or a local path.", show_default=False)],
-    namespace: NamespaceOpt = "",
-    max_bytes: MaxBytesOpt = confine.DEFAULT_MAX_BYTES,
-    max_members: MaxMembersOpt = confine.DEFAULT_MAX_MEMBERS,
-) -> None:
-    """Copy a file or directory between this machine and a sandbox (downloads: as `shadowctl cp`)."""
-    src_claim, src_path = split_remote(source)
-    dst_claim, dst_path = split_remote(dest)
-    if (src_claim is None) == (dst_claim is None):
-        fail(
-            "cp needs exactly one side in the sandbox", "e.g. shadowctl sandbox cp my-claim:out.txt ./out.txt"
-        )
-    with connect() as http:
-        ref = kube.run(http, ops.get(str(src_claim or dst_claim), namespace))
-        ep = kube.run(http, ops.endpoint(ref))
-        copy(http, ep, src_claim, src_path, dst_path, confine.Budget(max_bytes, max_members))
+def claim_endpoint(name: str, namespace: str) -> kube.Op[RuntimeEndpoint]:
+    """The runtime of a claimed sandbox."""
+    ref = yield from ops.get(name, namespace)
+    return (yield from ops.endpoint(ref))
+
+
+app.command("cp")(
+    cp_command(
+        claim_endpoint,
+        "CLAIM:PATH or a local path.",
+        ("cp needs exactly one side in the sandbox", "e.g. shadowctl sandbox cp my-claim:out.txt ./out.txt"),
+        "Copy a file or directory between this machine and a sandbox (downloads: as `shadowctl cp`).",
+    )
+)
 
 
 @app.command()

@@ -7,6 +7,7 @@ never leave this module in messages: errors carry the HTTP status and Gitea's ow
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +53,9 @@ class Gitea:
             auth = httpx.BasicAuth(username, password)
         self.username = username
         self.base_url = base_url.rstrip("/")
+        # Per call in total (httpx's `timeout` is per read): Gitea runs in the tenant's namespace, where a
+        # tenant who can exec into its Pod could slow it to a trickle.
+        self.call_deadline = 4 * timeout
         self._http = httpx.AsyncClient(
             base_url=self.base_url + "/api/v1",
             headers=headers,
@@ -74,9 +78,12 @@ class Gitea:
         self, what: str, method: str, path: str, *, ok: tuple[int, ...] = (200, 201, 204), **kw: Any
     ) -> httpx.Response:
         try:
-            resp = await self._http.request(method, path, **kw)
+            async with asyncio.timeout(self.call_deadline):
+                resp = await self._http.request(method, path, **kw)
         except httpx.HTTPError as exc:
             raise GiteaError(what, 0, f"{type(exc).__name__}: {exc}") from None
+        except TimeoutError:
+            raise GiteaError(what, 0, f"no whole answer within {self.call_deadline:g}s") from None
         if resp.status_code not in ok:
             try:
                 message = str(resp.json().get("message") or resp.text)

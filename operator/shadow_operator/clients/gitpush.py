@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from shadow_operator.api import constants as c
+from shadow_operator.clients.pacing import Slots
 from shadow_operator.clients.runtime import DownloadTooLarge, Runtime, RuntimeUnavailable
 
 OUTPUT_LIMIT = 64 * 1024  # bytes of a git's stdout/stderr kept (the rest is read and dropped)
@@ -54,6 +55,9 @@ PUSH_CONFIG = (
     ("protocol.http.allow", "always"),
     ("protocol.https.allow", "always"),
     ("http.followRedirects", "false"),
+    # Gitea stalled (its Pod is in the tenant's namespace): under 1 KiB/s for 30 s ends the push, and its slot.
+    ("http.lowSpeedLimit", "1024"),
+    ("http.lowSpeedTime", "30"),
 )
 ADDRESS_SPACE_LIMIT = 1 << 30
 
@@ -65,13 +69,16 @@ class PushFailed(Exception):
 @dataclass(frozen=True)
 class PushSettings:
     """One per operator: `slots` bounds the pushes under way, so the work dir (an emptyDir whose overflow
-    would evict the operator) never holds more than about slots x 2 x max_bundle_bytes."""
+    would evict the operator) never holds more than about slots.total x 2 x max_bundle_bytes, and one namespace
+    never holds more than slots.per_namespace of them. `timeout` bounds each step of a push in total (the
+    bundle's download, each git command)."""
 
     work_dir: str | None = None  # where the temporary bare repositories go (the operator's emptyDir)
     max_bundle_bytes: int = 1 << 30
     max_refs: int = 5000
     timeout: float = 900.0
-    slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(2), compare=False)
+    cleanup_seconds: float = 10.0  # for deleting the bundle in the workspace, which may be stopped
+    slots: Slots = field(default_factory=lambda: Slots(total=2, per_namespace=1), compare=False)
 
 
 def push_refspecs(refs: Iterable[str], branch: str, *, everything: bool) -> list[str]:
@@ -103,10 +110,12 @@ async def push_snapshot(
     branch: str,
     everything: bool,
     settings: PushSettings,
+    tenant: str,
 ) -> None:
     """Fetch the bundle the workspace wrote at `bundle_path` (then delete it there), verify it, and push the
-    snapshot to `branch` of `remote_url` (with `everything`: the repository's branches and tags too)."""
-    async with settings.slots:
+    snapshot to `branch` of `remote_url` (with `everything`: the repository's branches and tags too). The push
+    takes one of the operator's slots, within the share of the namespace `tenant`."""
+    async with settings.slots.hold(tenant):
         with tempfile.TemporaryDirectory(prefix="shadow-push-", dir=settings.work_dir) as tmp:
             home, bundle, repo = Path(tmp, "home"), Path(tmp, "snapshot.bundle"), Path(tmp, "repo.git")
             home.mkdir(mode=0o700)
@@ -152,8 +161,10 @@ async def _download(runtime: Runtime, bundle_path: str, bundle: Path, settings: 
             "operator.gitPush.maxBundleBytes)"
         ) from None
     finally:
-        with contextlib.suppress(RuntimeUnavailable):
-            await runtime.delete(bundle_path)
+        # Briefly: after a stall the runtime is likely stopped still, and the push's slot is held until this ends.
+        with contextlib.suppress(RuntimeUnavailable, TimeoutError):
+            async with asyncio.timeout(settings.cleanup_seconds):
+                await runtime.delete(bundle_path)
 
 
 class _Git:

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import quote
 
+from pydantic import BaseModel
+
 T = TypeVar("T")
 
 # What the operator reads of one answer by default (SHADOW_RUNTIME_MAX_ANSWER_BYTES).
@@ -227,6 +229,30 @@ def exec_request(body: Mapping[str, Any], *, stream: bool = False) -> Request:
     return Request("POST", path, "exec", body=dict(body), timeout=wait, max_containers=MAX_JSON_CONTAINERS)
 
 
+class ExecutionResult(BaseModel):
+    """What a command did, for the operator and the SDK alike (the `k8s-agent-sandbox` SDK's name and first
+    four fields). `truncated`: output was cut (by the runtime, or by a reader with a smaller limit), so stdout
+    and stderr hold only their tails."""
+
+    stdout: str = ""
+    stderr: str = ""
+    exit_code: int = -1
+    timed_out: bool = False
+    signal: int | None = None
+    truncated: bool = False
+    duration_seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """Whether the command exited 0 (not killed, not timed out)."""
+        return self.exit_code == 0 and not self.timed_out
+
+    @property
+    def output(self) -> str:
+        """stdout and stderr together, one line between them, stripped."""
+        return (self.stdout + ("\n" if self.stdout and self.stderr else "") + self.stderr).strip()
+
+
 def run(body: Mapping[str, Any]) -> Op[dict[str, Any]]:
     """POST /v1/exec: the command's result (exit_code, stdout, stderr, timed_out, truncated ...)."""
     return _object((yield exec_request(body)))
@@ -314,6 +340,45 @@ def import_archive(
         timeout=timeout,
     )
     return _object(answer)
+
+
+def start_process(body: Mapping[str, Any]) -> Op[dict[str, Any]]:
+    """POST /v1/processes: a background process (exec_body's fields); its summary, with the runtime's `id`."""
+    answer = yield Request(
+        "POST",
+        "/v1/processes",
+        "start a process",
+        body=dict(body),
+        timeout=60.0,
+        max_containers=MAX_JSON_CONTAINERS,
+    )
+    return _object(answer)
+
+
+def process(process_id: str) -> Op[dict[str, Any] | None]:
+    """A background process' summary (state, exit_code, timed_out ...), or None when the runtime has none of
+    that id (it restarted, or forgot the process)."""
+    answer = yield Request(
+        "GET",
+        "/v1/processes/" + quote(process_id, safe=""),
+        "process",
+        timeout=30.0,
+        ok=(404,),
+        max_containers=MAX_JSON_CONTAINERS,
+    )
+    return None if answer.status == 404 else _object(answer)
+
+
+def process_logs_request(process_id: str) -> Request:
+    """GET /v1/processes/{id}/logs: its kept output as NDJSON events (stream the answer)."""
+    return Request("GET", f"/v1/processes/{quote(process_id, safe='')}/logs", "process output", timeout=60.0)
+
+
+def remove_process(process_id: str) -> Op[None]:
+    """Kill (if running) and forget a background process; gone already is fine."""
+    yield Request(
+        "DELETE", "/v1/processes/" + quote(process_id, safe=""), "remove a process", timeout=30.0, ok=(404,)
+    )
 
 
 def journal_params(since: int, significant: bool) -> dict[str, str]:

@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from shadow_operator.api.environment import Check, EvidenceCategory, Verdict
 
-SOURCE_VERIFICATION = "sourceVerification"
-INSTALLATION_HEALTH = "installationHealth"
-CODE_EXECUTION = "codeExecution"
+SOURCE_VERIFICATION: Final = "sourceVerification"
+INSTALLATION_HEALTH: Final = "installationHealth"
+CODE_EXECUTION: Final = "codeExecution"
 
 
 @dataclass(frozen=True)

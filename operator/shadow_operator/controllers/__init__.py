@@ -23,7 +23,11 @@ RECONCILERS = (
 )
 
 manager = Manager(
-    RECONCILERS, load_config=Config.from_env, configure=settings.configure, prepare=settings.prepare
+    RECONCILERS,
+    load_config=Config.from_env,
+    configure=settings.configure,
+    prepare=settings.prepare,
+    concurrency=settings.concurrency,
 )
 manager.register()
 previewkeys.register()

@@ -24,6 +24,8 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
+from shadow_operator.api.kinds import CUSTOM_KINDS
+from shadow_operator.clients.pacing import DEFAULT_MIN_RATE, DEFAULT_WINDOW, Pace
 from shadow_operator.clients.runtime import DEFAULT_MAX_ANSWER_BYTES
 from shadow_operator.common.podsecurity import LEVELS
 from shadow_operator.resources.environment import GITEA_RESOURCES
@@ -68,6 +70,26 @@ def _cidrs(value: tuple[str, ...]) -> tuple[str, ...]:
 
 def _json_logs(value: object) -> object:
     return value.lower() == "json" if isinstance(value, str) else value
+
+
+def _workers(value: object) -> object:
+    """Workers per kind, given as JSON (the chart's toJson): {"ShadowEnvironment": 8}."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else {}
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"not JSON ({exc.msg})") from None
+    if not isinstance(value, Mapping):
+        raise ValueError(
+            f'expected an object of kind: workers, e.g. {{"ShadowEnvironment": 8}}, got {value!r}'
+        )
+    kinds = sorted(k.kind for k in CUSTOM_KINDS)
+    for kind, count in value.items():
+        if kind not in kinds:
+            raise ValueError(f"{kind!r} is not a kind the operator reconciles (one of {', '.join(kinds)})")
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise ValueError(f"workers for {kind} must be a whole number of at least 1, got {count!r}")
+    return value
 
 
 def _resources(value: object) -> object:
@@ -156,7 +178,21 @@ class Config(BaseModel):
     # the largest snapshot bundle taken from a workspace.
     git_work_dir: str | None = Field(None, validation_alias="SHADOW_GIT_WORK_DIR")
     max_bundle_bytes: int = Field(1 << 30, validation_alias="SHADOW_MAX_BUNDLE_BYTES")
-    git_push_concurrency: int = Field(2, validation_alias="SHADOW_GIT_PUSH_CONCURRENCY")
+    git_push_concurrency: int = Field(2, ge=1, validation_alias="SHADOW_GIT_PUSH_CONCURRENCY")
+    git_push_timeout: float = Field(900.0, gt=0, validation_alias="SHADOW_GIT_PUSH_TIMEOUT")
+    git_push_concurrency_per_namespace: int = Field(
+        1, ge=1, validation_alias="SHADOW_GIT_PUSH_CONCURRENCY_PER_NAMESPACE"
+    )
+    # Transfers with a workspace runtime (clients/pacing.py): at least this many bytes per second over every
+    # window, or the transfer ends as stalled (failure code RuntimeStalled) and frees its worker and slot.
+    transfer_min_rate: int = Field(DEFAULT_MIN_RATE, ge=1, validation_alias="SHADOW_TRANSFER_MIN_RATE")
+    transfer_window: float = Field(DEFAULT_WINDOW, gt=0, validation_alias="SHADOW_TRANSFER_WINDOW")
+    # Concurrent reconciles: per kind (a JSON object, e.g. {"ShadowEnvironment": 8}; kinds left out keep their
+    # default), and the most of a kind's workers one namespace may hold at once (0: all but one).
+    workers: Annotated[Mapping[str, int], BeforeValidator(_workers)] = Field(
+        default_factory=dict, validation_alias="SHADOW_WORKERS"
+    )
+    namespace_share: int = Field(0, ge=0, validation_alias="SHADOW_NAMESPACE_SHARE")
     # A SandboxWarmPool whose members claims are taking replaces them once the claims pause for this long
     # (seconds; 0: at once), and at the latest this long after it first fell short: the new Pods start on the
     # nodes the claimed sandboxes are answering their first commands on (controllers/warmpool.py).
@@ -170,6 +206,10 @@ class Config(BaseModel):
         """A loosening its level does not allow is refused at start-up (PodSecurity checks that)."""
         _ = self.pod_security
         return self
+
+    @property
+    def transfer_pace(self) -> Pace:
+        return Pace(min_rate=self.transfer_min_rate, window=self.transfer_window)
 
     @property
     def pod_security(self) -> PodSecurity:

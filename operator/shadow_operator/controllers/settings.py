@@ -12,7 +12,7 @@ from shadow_operator.api import constants as c
 from shadow_operator.api.kinds import NAMESPACE
 from shadow_operator.clients.kube import ApiError
 from shadow_operator.controllers.config import Config
-from shadow_operator.engine import Client
+from shadow_operator.engine import Client, Concurrency, Reconciler
 from shadow_operator.resources.podsecurity import namespace_labels
 
 log = logging.getLogger(__name__)
@@ -72,6 +72,15 @@ def start_metrics(config: Config) -> None:
     if config.metrics_port and config.metrics_port not in _metrics_started:
         start_http_server(config.metrics_port)
         _metrics_started.add(config.metrics_port)
+
+
+def concurrency(config: Config, reconciler: type[Reconciler[Any]]) -> Concurrency:
+    """A kind's workers (chart value operator.workers, per kind) and namespace share (operator.namespaceShare):
+    the reconciler's defaults unless set."""
+    return Concurrency(
+        workers=config.workers.get(reconciler.name(), reconciler.workers),
+        namespace_share=config.namespace_share or reconciler.namespace_share,
+    )
 
 
 async def prepare(client: Client, config: Config) -> None:

@@ -9,7 +9,7 @@ from shadow_operator.engine.client import Client
 from shadow_operator.engine.concurrency import gather_bounded
 from shadow_operator.engine.errors import NotOwned, PermanentError, RequeueAfter
 from shadow_operator.engine.events import EventRecorder
-from shadow_operator.engine.manager import Manager
+from shadow_operator.engine.manager import Concurrency, Manager
 from shadow_operator.engine.queue import Backoff, WorkQueue
 from shadow_operator.engine.reconciler import Cached, Deps, Index, Reconciler, Watch, controller_keys
 
@@ -18,6 +18,7 @@ __all__ = [
     "Cache",
     "Cached",
     "Client",
+    "Concurrency",
     "Deps",
     "EventRecorder",
     "Index",

@@ -57,6 +57,14 @@ def _own_key(body: Body, _: Cache) -> Iterable[Key]:
     yield key_of(body)
 
 
+@dataclass(frozen=True)
+class Concurrency:
+    """A kind's work queue: its workers, and the most of them one namespace holds (None: all but one)."""
+
+    workers: int
+    namespace_share: int | None
+
+
 @dataclass
 class Route:
     queue: WorkQueue
@@ -86,12 +94,17 @@ class Manager:
         load_config: Callable[[], Any],
         configure: Callable[[kopf.OperatorSettings, Any], None] | None = None,
         prepare: Callable[[Client, Any], Awaitable[None]] | None = None,
+        concurrency: Callable[[Any, type[Reconciler[Any]]], Concurrency] | None = None,
     ) -> None:
         self.reconciler_types = list(reconcilers)
         self._load_config = load_config
         self._configure = configure
         # Run once at start-up, before any reconciler, with the client and the configuration.
         self._prepare = prepare
+        # A kind's workers and namespace share from the configuration (default: the reconciler's own).
+        self._concurrency = concurrency or (
+            lambda _config, rec: Concurrency(rec.workers, rec.namespace_share)
+        )
         self.cache = Cache()
         self.running: Running | None = None
         # (kind, selector) of the additional feeds (engine/feeds.py), in declaration order.
@@ -203,11 +216,12 @@ class Manager:
         for rec_type in self.reconciler_types:
             for index in rec_type.indexes:
                 self.cache.store(index.kind).add_index(index.name, index.func)
+            tuned = self._concurrency(config, rec_type)
             queue = WorkQueue(
                 rec_type.name(),
                 self._reconcile_func(running, rec_type),
-                workers=rec_type.workers,
-                namespace_share=rec_type.namespace_share,
+                workers=tuned.workers,
+                namespace_share=tuned.namespace_share,
             )
             deps = Deps(client=client, cache=self.cache, recorder=recorder, config=config, enqueue=queue.add)
             running.reconcilers[rec_type.name()] = rec_type(deps)

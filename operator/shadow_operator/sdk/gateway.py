@@ -17,8 +17,9 @@ import functools
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar, Unpack
+from typing import Any, Self, TypedDict, TypeVar, Unpack
 
 import httpx
 from pydantic import ValidationError
@@ -61,6 +62,45 @@ def _push_request(error: type[ShadowError], **fields: str) -> PushRequest:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise error(f"invalid {where or 'request'}: {first['msg']}") from None
+
+
+@dataclass(frozen=True)
+class HostOnly:
+    """An environment that cannot be had, to check on this machine instead: the error (None for a failure
+    code the environment names), the reason, and the environment when the cluster still answers for it."""
+
+    exc: ShadowError | None
+    reason: str
+    env: ShadowEnvironment | None
+
+
+class StartOptions(TypedDict, total=False):
+    """How `start` starts (sync and async alike); all optional."""
+
+    wait: bool  # wait for Ready and a verdict (default True)
+    timeout: float  # seconds for each upload and for the wait (default 600)
+    progress: Callable[[str, int, int], None] | None  # called with (source, bytes sent, bytes in all)
+
+
+class ForkOptions(TypedDict, total=False):
+    """How `fork` forks (sync and async alike); all optional."""
+
+    count: int | None  # this many forks, named NAME-fork-1..N (when no names are given)
+    method: str  # Auto (snapshot where the storage can, else copy), Snapshot or Copy
+    verify: bool | None  # run the smoke test again in each fork (default: as the source)
+    wait: bool  # wait until each fork is Ready with a verdict (default True)
+    timeout: float  # seconds for all that (default 600)
+
+
+class PromoteOptions(TypedDict, total=False):
+    """Where `promote` puts the changes (sync and async alike); all optional."""
+
+    source: str | None  # one source (default: every source that came from a local directory)
+    to: str | Path | None  # the local directory (default: the one the source came from)
+    paths: Sequence[str]  # only these paths (default: all the changed ones)
+    to_branch: str | None  # push a commit to this branch of the source's Gitea repository instead
+    message: str  # that commit's message (default "shadow: promoted changes")
+    max_bytes: int  # the most promote writes in all (default confine.DEFAULT_MAX_BYTES)
 
 
 # ------------------------------------------------------------------------------- operations (shared)
@@ -108,11 +148,13 @@ class GatewayOps:
     def start(
         self,
         spec: EnvironmentSpec | None,
-        wait: bool,
-        timeout: float,
-        progress: Callable[[str, int, int], None] | None,
+        *,
+        wait: bool = True,
+        timeout: float = 600.0,
+        progress: Callable[[str, int, int], None] | None = None,
     ) -> Op[ShadowEnvironment]:
-        """Create the environment, upload its local sources, and wait for Ready and a verdict if asked."""
+        """Create the environment, upload its local sources, and wait for Ready and a verdict if asked: start's
+        operation for both twins, with its options' defaults (`StartOptions` types them for the caller)."""
         spec = self.spec(spec)
         env = yield from self.create(spec)
         for source in spec.local:
@@ -326,6 +368,67 @@ class GatewayOps:
     def verify(self, timeout: float) -> Op[Verdict]:
         return envops.verify(self.namespace, self.name, timeout)
 
+    def promote(
+        self,
+        *,
+        source: str | None = None,
+        to: str | Path | None = None,
+        paths: Sequence[str] = (),
+        to_branch: str | None = None,
+        message: str = "shadow: promoted changes",
+        max_bytes: int = confine.DEFAULT_MAX_BYTES,
+    ) -> Op[list[PromotePlan] | dict[str, str]]:
+        """promote's operation for both twins: its options' defaults, and the refusal of a name that is not
+        one of them (`PromoteOptions` types them for the caller)."""
+        if to_branch:
+            return (yield from self.push_branch(source, to_branch, message))
+        plans = yield from self.plan_promote(source, to, paths)
+        return (yield from self.apply_promote(plans, max_bytes))
+
+    def verify_or_host(self, timeout: float, fallback: str | None) -> Op[Verdict | HostOnly]:
+        """verify's operation for both twins: the new verdict, or (fallback="host-only") what the check on
+        this machine needs when the environment cannot be had."""
+        host = hostonly.check_fallback(fallback)
+        return (yield from self._or_host(self.verify(timeout), host))
+
+    def manifest_or_host(self, fallback: str | None) -> Op[HandoffManifest | HostOnly]:
+        """manifest's operation for both twins: the manifest from the cluster, or (fallback="host-only") what
+        the check on this machine needs when the environment cannot be had or names a failure code."""
+        host = hostonly.check_fallback(fallback)
+        found = yield from self._or_host(
+            manifestops.manifest(self.namespace, self.name, self.recorded()), host
+        )
+        if host and isinstance(found, HandoffManifest) and found.failure_reason:
+            return (yield from self._host_only(None, found.failure_reason))
+        return found
+
+    def _or_host(self, op: Op[T], host: bool) -> Op[T | HostOnly]:
+        try:
+            return (yield from op)
+        except manifestops.UNAVAILABLE as exc:
+            if not host:
+                raise
+            return (yield from self._host_only(exc, exc.code))
+
+    def _host_only(self, exc: ShadowError | None, reason: str) -> Op[HostOnly]:
+        # The environment is looked up for its sources unless the cluster itself is out of reach.
+        env = None
+        if not isinstance(exc, ClusterUnreachable):
+            env = yield from manifestops.known_environment(self.namespace, self.name)
+        return HostOnly(exc, reason, env)
+
+    def on_host(self, host: HostOnly, spec: EnvironmentSpec | None) -> HandoffManifest:
+        """The host-only manifest (`manifest.fallback_for`). It blocks (copies, subprocesses): the async twin
+        runs it off the event loop."""
+        return manifestops.fallback_for(
+            host.exc, host.reason, lambda: host.env, self.recorded(), self.workspace_path, spec, self.name
+        )
+
+    def verdict_on_host(self, host: HostOnly, spec: EnvironmentSpec | None) -> Verdict:
+        verdict = self.on_host(host, spec).verdict
+        assert verdict is not None
+        return verdict
+
     def journal(self, since: int, significant: bool) -> Op[list[JournalEntry]]:
         return self.on_runtime(lambda ep: runtime.journal(ep, since=since, significant=significant))
 
@@ -339,6 +442,21 @@ class GatewayOps:
         return [*names, *(f"{self.name}-fork-{i}" for i in range(1, (count or 0) + 1))] or [
             f"{self.name}-fork-1"
         ]
+
+    def fork_as_asked(
+        self,
+        names: Sequence[str],
+        *,
+        count: int | None = None,
+        method: str = "Auto",
+        verify: bool | None = None,
+        wait: bool = True,
+        timeout: float = 600.0,
+    ) -> Op[list[str]]:
+        """fork's operation for both twins: its options' defaults, and the refusal of a name that is not one
+        of them (`ForkOptions` types them for the caller). The forks' names."""
+        targets = self.fork_names(names, count)
+        return (yield from self.fork(targets, wait, timeout, method=method, verify=verify))
 
     def fork(self, names: Sequence[str], wait: bool, timeout: float, **options: Any) -> Op[list[str]]:
         yield from forkops.fork(self.namespace, self.name, names, **options)
@@ -379,6 +497,13 @@ class GatewayHolder(kube.Holder[kube.C]):
         """The httpx client on the API server (for calls the gateway does not wrap)."""
         return self._http
 
+    def _gateways(self, names: Sequence[str]) -> list[Self]:
+        """A gateway of this kind per environment (forks of this one), on the same client."""
+        return [
+            type(self)(n, self._ops.workspace_path, namespace=self.namespace, client=self._http)
+            for n in names
+        ]
+
 
 # --------------------------------------------------------------------------------------------- sync
 class ShadowGateway(GatewayHolder[httpx.Client], kube.ClientHolder):
@@ -389,15 +514,11 @@ class ShadowGateway(GatewayHolder[httpx.Client], kube.ClientHolder):
 
     # lifecycle
     def start(
-        self,
-        spec: EnvironmentSpec | None = None,
-        *,
-        wait: bool = True,
-        timeout: float = 600.0,
-        progress: Callable[[str, int, int], None] | None = None,
+        self, spec: EnvironmentSpec | None = None, **options: Unpack[StartOptions]
     ) -> ShadowEnvironment:
-        """Create the environment, upload its local sources, and (by default) wait for Ready and a verdict."""
-        return self._run(self._ops.start(spec, wait, timeout, progress))
+        """Create the environment, upload its local sources, and (by default) wait for Ready and a verdict;
+        options as `StartOptions`: wait, timeout, progress."""
+        return self._run(self._ops.start(spec, **options))
 
     def create(self, spec: EnvironmentSpec) -> ShadowEnvironment:
         """Only create the object (start() also uploads and waits)."""
@@ -482,22 +603,11 @@ class ShadowGateway(GatewayHolder[httpx.Client], kube.ClientHolder):
         """What promote would write and delete, per source (nothing is changed)."""
         return self._run(self._ops.plan_promote(source, to, paths))
 
-    def promote(
-        self,
-        *,
-        source: str | None = None,
-        to: str | Path | None = None,
-        paths: Sequence[str] = (),
-        to_branch: str | None = None,
-        message: str = "shadow: promoted changes",
-        max_bytes: int = confine.DEFAULT_MAX_BYTES,
-    ) -> list[PromotePlan] | dict[str, str]:
+    def promote(self, **options: Unpack[PromoteOptions]) -> list[PromotePlan] | dict[str, str]:
         """Changed files back into the local directory (never .git, never through a link, at most `max_bytes`
-        in all), or, with to_branch, a commit pushed to that branch of the source's Gitea repository."""
-        if to_branch:
-            return self._run(self._ops.push_branch(source, to_branch, message))
-        plans = self.plan_promote(source=source, to=to, paths=paths)
-        return self._run(self._ops.apply_promote(plans, max_bytes))
+        in all), or, with to_branch, a commit pushed to that branch of the source's Gitea repository; options
+        as `PromoteOptions`: source, to, paths, to_branch, message, max_bytes."""
+        return self._run(self._ops.promote(**options))
 
     def apply_promote(
         self, plans: Sequence[PromotePlan], *, max_bytes: int = confine.DEFAULT_MAX_BYTES
@@ -523,14 +633,8 @@ class ShadowGateway(GatewayHolder[httpx.Client], kube.ClientHolder):
     ) -> Verdict:
         """Run the smoke checks again and return the new verdict. With fallback="host-only", an environment
         that cannot be had is verified on the host instead (see `manifest`): the verdict says mode host-only."""
-        if not hostonly.check_fallback(fallback):
-            return self._run(self._ops.verify(timeout))
-        try:
-            return self._run(self._ops.verify(timeout))
-        except manifestops.UNAVAILABLE as exc:
-            verdict = self._host_only(exc, exc.code, spec).verdict
-            assert verdict is not None
-            return verdict
+        found = self._run(self._ops.verify_or_host(timeout, fallback))
+        return self._ops.verdict_on_host(found, spec) if isinstance(found, HostOnly) else found
 
     def manifest(
         self, *, fallback: str | None = None, spec: EnvironmentSpec | None = None
@@ -539,31 +643,8 @@ class ShadowGateway(GatewayHolder[httpx.Client], kube.ClientHolder):
         when the environment cannot be had (no cluster, no operator, a failure code) its verification runs
         on the host in a temporary copy of the local sources (`spec`'s, or workspace_path) and the manifest
         says so: fallback_mode true, failure_reason the code, verdict mode host-only (out of 50)."""
-        host = hostonly.check_fallback(fallback)
-        try:
-            found: HandoffManifest = self._run(
-                manifestops.manifest(self.namespace, self.name, self._ops.recorded())
-            )
-        except manifestops.UNAVAILABLE as exc:
-            if not host:
-                raise
-            return self._host_only(exc, exc.code, spec)
-        if host and found.failure_reason:
-            return self._host_only(None, found.failure_reason, spec)
-        return found
-
-    def _host_only(
-        self, exc: ShadowError | None, reason: str, spec: EnvironmentSpec | None
-    ) -> HandoffManifest:
-        return manifestops.fallback_for(
-            exc,
-            reason,
-            lambda: self._run(manifestops.known_environment(self.namespace, self.name)),
-            self._ops.recorded(),
-            self._ops.workspace_path,
-            spec,
-            self.name,
-        )
+        found = self._run(self._ops.manifest_or_host(fallback))
+        return self._ops.on_host(found, spec) if isinstance(found, HostOnly) else found
 
     def race(self, commands: str | Sequence[str], **options: Any) -> RaceResult:
         """Fork this environment once per candidate (one shared snapshot), run each candidate's command in
@@ -593,24 +674,12 @@ class ShadowGateway(GatewayHolder[httpx.Client], kube.ClientHolder):
         return self._run(self._ops.decide(text, author))
 
     # copy-on-write workspaces
-    def fork(
-        self,
-        *names: str,
-        count: int | None = None,
-        method: str = "Auto",
-        verify: bool | None = None,
-        wait: bool = True,
-        timeout: float = 600.0,
-    ) -> list[ShadowGateway]:
+    def fork(self, *names: str, **options: Unpack[ForkOptions]) -> list[ShadowGateway]:
         """Fork this environment (names, or `count` forks named NAME-fork-1..N): independent copies of its
         workspace, uncommitted work included. Several at once restore one shared snapshot where the storage
-        can snapshot; else each is copied (`status.cloneMethod` says which). Returns a gateway per fork."""
-        targets = self._ops.fork_names(names, count)
-        self._run(self._ops.fork(targets, wait, timeout, method=method, verify=verify))
-        return [
-            ShadowGateway(n, self._ops.workspace_path, namespace=self.namespace, client=self._http)
-            for n in targets
-        ]
+        can snapshot; else each is copied (`status.cloneMethod` says which). Returns a gateway per fork;
+        options as `ForkOptions`: count, method, verify, wait, timeout."""
+        return self._gateways(self._run(self._ops.fork_as_asked(names, **options)))
 
     def snapshot(self, name: str | None = None, *, retain: bool = False, timeout: float = 300.0) -> Body:
         """A VolumeSnapshot of the workspace (flushed first), ready to use; start environments from it with
@@ -627,14 +696,9 @@ class AsyncShadowGateway(GatewayHolder[httpx.AsyncClient], kube.AsyncClientHolde
         return await kube.arun(self._http, op)
 
     async def start(
-        self,
-        spec: EnvironmentSpec | None = None,
-        *,
-        wait: bool = True,
-        timeout: float = 600.0,
-        progress: Callable[[str, int, int], None] | None = None,
+        self, spec: EnvironmentSpec | None = None, **options: Unpack[StartOptions]
     ) -> ShadowEnvironment:
-        return await self._run(self._ops.start(spec, wait, timeout, progress))
+        return await self._run(self._ops.start(spec, **options))
 
     async def create(self, spec: EnvironmentSpec) -> ShadowEnvironment:
         return await self._run(self._ops.create(spec))
@@ -699,20 +763,8 @@ class AsyncShadowGateway(GatewayHolder[httpx.AsyncClient], kube.AsyncClientHolde
     ) -> list[PromotePlan]:
         return await self._run(self._ops.plan_promote(source, to, paths))
 
-    async def promote(
-        self,
-        *,
-        source: str | None = None,
-        to: str | Path | None = None,
-        paths: Sequence[str] = (),
-        to_branch: str | None = None,
-        message: str = "shadow: promoted changes",
-        max_bytes: int = confine.DEFAULT_MAX_BYTES,
-    ) -> list[PromotePlan] | dict[str, str]:
-        if to_branch:
-            return await self._run(self._ops.push_branch(source, to_branch, message))
-        plans = await self.plan_promote(source=source, to=to, paths=paths)
-        return await self.apply_promote(plans, max_bytes=max_bytes)
+    async def promote(self, **options: Unpack[PromoteOptions]) -> list[PromotePlan] | dict[str, str]:
+        return await self._run(self._ops.promote(**options))
 
     async def apply_promote(
         self, plans: Sequence[PromotePlan], *, max_bytes: int = confine.DEFAULT_MAX_BYTES
@@ -732,48 +784,18 @@ class AsyncShadowGateway(GatewayHolder[httpx.AsyncClient], kube.AsyncClientHolde
     async def verify(
         self, timeout: float = 600.0, *, fallback: str | None = None, spec: EnvironmentSpec | None = None
     ) -> Verdict:
-        if not hostonly.check_fallback(fallback):
-            return await self._run(self._ops.verify(timeout))
-        try:
-            return await self._run(self._ops.verify(timeout))
-        except manifestops.UNAVAILABLE as exc:
-            verdict = (await self._host_only(exc, exc.code, spec)).verdict
-            assert verdict is not None
-            return verdict
+        found = await self._run(self._ops.verify_or_host(timeout, fallback))
+        if isinstance(found, HostOnly):  # the host-side checks block (copies, subprocesses): off the loop
+            return await asyncio.to_thread(self._ops.verdict_on_host, found, spec)
+        return found
 
     async def manifest(
         self, *, fallback: str | None = None, spec: EnvironmentSpec | None = None
     ) -> HandoffManifest:
-        host = hostonly.check_fallback(fallback)
-        try:
-            found: HandoffManifest = await self._run(
-                manifestops.manifest(self.namespace, self.name, self._ops.recorded())
-            )
-        except manifestops.UNAVAILABLE as exc:
-            if not host:
-                raise
-            return await self._host_only(exc, exc.code, spec)
-        if host and found.failure_reason:
-            return await self._host_only(None, found.failure_reason, spec)
+        found = await self._run(self._ops.manifest_or_host(fallback))
+        if isinstance(found, HostOnly):
+            return await asyncio.to_thread(self._ops.on_host, found, spec)
         return found
-
-    async def _host_only(
-        self, exc: ShadowError | None, reason: str, spec: EnvironmentSpec | None
-    ) -> HandoffManifest:
-        env = None
-        if not isinstance(exc, ClusterUnreachable):
-            env = await self._run(manifestops.known_environment(self.namespace, self.name))
-        # The host-side checks block (copies, subprocesses): off the event loop.
-        return await asyncio.to_thread(
-            manifestops.fallback_for,
-            exc,
-            reason,
-            lambda: env,
-            self._ops.recorded(),
-            self._ops.workspace_path,
-            spec,
-            self.name,
-        )
 
     async def race(self, commands: str | Sequence[str], **options: Any) -> RaceResult:
         cmds = [commands] if isinstance(commands, str) else list(commands)
@@ -796,21 +818,8 @@ class AsyncShadowGateway(GatewayHolder[httpx.AsyncClient], kube.AsyncClientHolde
     async def decide(self, text: str, *, author: str | None = None) -> JournalEntry:
         return await self._run(self._ops.decide(text, author))
 
-    async def fork(
-        self,
-        *names: str,
-        count: int | None = None,
-        method: str = "Auto",
-        verify: bool | None = None,
-        wait: bool = True,
-        timeout: float = 600.0,
-    ) -> list[AsyncShadowGateway]:
-        targets = self._ops.fork_names(names, count)
-        await self._run(self._ops.fork(targets, wait, timeout, method=method, verify=verify))
-        return [
-            AsyncShadowGateway(n, self._ops.workspace_path, namespace=self.namespace, client=self._http)
-            for n in targets
-        ]
+    async def fork(self, *names: str, **options: Unpack[ForkOptions]) -> list[AsyncShadowGateway]:
+        return self._gateways(await self._run(self._ops.fork_as_asked(names, **options)))
 
     async def snapshot(
         self, name: str | None = None, *, retain: bool = False, timeout: float = 300.0

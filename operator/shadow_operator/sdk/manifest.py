@@ -87,6 +87,7 @@ SEED_FAILURE_REASONS: Mapping[str, str] = {
         (
             "Unschedulable", "StorageUnavailable", "SourceFetchFailed", "GiteaBootstrapFailed", "Timeout",
             "CloneSourceNotFound", "SnapshotUnsupported", "SnapshotFailed", "SnapshotTimeout", "CopyFailed",
+            "RuntimeStalled",
         ),
         "create_failed",
     ),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import TypedDict, Unpack
 
 import httpx
 
@@ -131,29 +132,28 @@ def signed_preview(
     return PreviewLink(link, sandbox, namespace, issued + ttl_seconds)
 
 
+class LinkOptions(TypedDict, total=False):
+    """How `preview_link` and `apreview_link` sign (as `signed_preview`); all optional."""
+
+    ttl_seconds: int  # how long the link opens the preview (default 86400: a day)
+    keys_secret: str | None  # another keys Secret than the namespace's link keys
+    keys_namespace: str | None  # its namespace (default: the sandbox's)
+    max_ttl_seconds: int  # the router's previewRouter.maxTokenSeconds (default 86400)
+
+
 def preview_link(
     sandbox: str,
     namespace: str | None = None,
     *,
-    ttl_seconds: int = DEFAULT_TTL_SECONDS,
-    keys_secret: str | None = None,
-    keys_namespace: str | None = None,
-    max_ttl_seconds: int = DEFAULT_MAX_LIFETIME_SECONDS,
     http: httpx.Client | None = None,
+    **options: Unpack[LinkOptions],
 ) -> str:
     """A link that opens the sandbox's (private) preview for `ttl_seconds` (at most `max_ttl_seconds`, the
     router's `previewRouter.maxTokenSeconds`); the caller needs read access to the Sandbox and to the Secret
     `shadow-preview-link-keys` of its namespace, which is what makes handing out links a privilege (and one
     for that namespace only). `keys_secret`/`keys_namespace` name another Secret: the router's own keys
     Secret (administrators) signs for any namespace."""
-    op = signed_preview(
-        sandbox,
-        namespace or kube.context_namespace(),
-        ttl_seconds=ttl_seconds,
-        keys_secret=keys_secret,
-        keys_namespace=keys_namespace,
-        max_ttl_seconds=max_ttl_seconds,
-    )
+    op = signed_preview(sandbox, namespace or kube.context_namespace(), **options)
     if http is not None:
         return kube.run(http, op).url
     with kube.connect() as client:
@@ -164,21 +164,11 @@ async def apreview_link(
     sandbox: str,
     namespace: str | None = None,
     *,
-    ttl_seconds: int = DEFAULT_TTL_SECONDS,
-    keys_secret: str | None = None,
-    keys_namespace: str | None = None,
-    max_ttl_seconds: int = DEFAULT_MAX_LIFETIME_SECONDS,
     http: httpx.AsyncClient | None = None,
+    **options: Unpack[LinkOptions],
 ) -> str:
     """The async twin of `preview_link`."""
-    op = signed_preview(
-        sandbox,
-        namespace or kube.context_namespace(),
-        ttl_seconds=ttl_seconds,
-        keys_secret=keys_secret,
-        keys_namespace=keys_namespace,
-        max_ttl_seconds=max_ttl_seconds,
-    )
+    op = signed_preview(sandbox, namespace or kube.context_namespace(), **options)
     if http is not None:
         return (await kube.arun(http, op)).url
     async with kube.connect_async() as client:

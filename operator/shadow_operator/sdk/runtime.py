@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 from shadow_operator.api import constants as c
 from shadow_operator.api.kinds import POD, SECRET
 from shadow_operator.common import runtimeapi
+from shadow_operator.common.runtimeapi import ExecutionResult as ExecutionResult  # the SDK names it here too
 from shadow_operator.sdk import kube
 from shadow_operator.sdk.errors import RuntimeRefused, ShadowError
 from shadow_operator.sdk.kube import Call, Op
@@ -25,23 +26,6 @@ T = TypeVar("T")
 
 TOKEN_HEADER = "X-Sandbox-Runtime-Token"
 NDJSON = "application/x-ndjson"
-
-
-class ExecutionResult(BaseModel):
-    """What a command did (the `k8s-agent-sandbox` SDK's name and first four fields)."""
-
-    stdout: str = ""
-    stderr: str = ""
-    exit_code: int = -1
-    timed_out: bool = False
-    signal: int | None = None
-    truncated: bool = False
-    duration_seconds: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        """Whether the command exited 0 (not killed, not timed out)."""
-        return self.exit_code == 0 and not self.timed_out
 
 
 class DiffFile(BaseModel):

@@ -18,7 +18,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar, Unpack
+from typing import Any, Generic, TypedDict, TypeVar, Unpack
 
 import httpx
 
@@ -225,15 +225,14 @@ class Filesystem:
         self._sandbox._run(lambda ep: runtime.delete_path(ep, path, recursive=recursive))
 
 
-class Sandbox:
-    """A claimed sandbox: `commands`, `files`, `terminate()`."""
+class SandboxHandle(Generic[kube.C]):
+    """What both Sandbox twins are made of: the claim's reference, an httpx client (`C`: sync or async), and
+    the runtime's endpoint once read."""
 
-    def __init__(self, http: httpx.Client, ref: SandboxRef) -> None:
+    def __init__(self, http: kube.C, ref: SandboxRef) -> None:
         self._http = http
         self.ref = ref
         self._ep: RuntimeEndpoint | None = None
-        self.commands = CommandExecutor(self)
-        self.files = Filesystem(self)
 
     claim_name = property(lambda self: self.ref.claim_name, doc="The SandboxClaim's name.")
     sandbox_name = property(
@@ -241,6 +240,15 @@ class Sandbox:
         doc="The Sandbox's name (the claim's, or the warm pool's sandbox it adopted).",
     )
     namespace = property(lambda self: self.ref.namespace, doc="The namespace of the claim and its sandbox.")
+
+
+class Sandbox(SandboxHandle[httpx.Client]):
+    """A claimed sandbox: `commands`, `files`, `terminate()`."""
+
+    def __init__(self, http: httpx.Client, ref: SandboxRef) -> None:
+        super().__init__(http, ref)
+        self.commands = CommandExecutor(self)
+        self.files = Filesystem(self)
 
     def endpoint(self) -> RuntimeEndpoint:
         """The sandbox's runtime through the API server's pod proxy (read once)."""
@@ -260,6 +268,17 @@ class Sandbox:
         kube.run(self._http, delete(self.claim_name, self.namespace))
 
 
+class ClaimOptions(TypedDict, total=False):
+    """How `create_sandbox` claims (sync and async alike); all optional."""
+
+    warmpool: str | None  # adopt a sandbox of this warm pool instead of starting one from the template
+    namespace: str | None  # the claim's namespace (default: the client's)
+    claim_name: str | None  # the claim's name (default: sandbox-<random>)
+    sandbox_ready_timeout: float  # seconds to wait for Ready (default 180)
+    labels: dict[str, str] | None  # added to the claim
+    env: dict[str, str] | None  # variables injected into the sandbox's container
+
+
 class ClaimsHolder(kube.Holder[kube.C], Generic[kube.C, S]):
     """What both SandboxClient twins are made of: a namespace, an httpx client, the sandboxes (`S`) created."""
 
@@ -269,31 +288,9 @@ class ClaimsHolder(kube.Holder[kube.C], Generic[kube.C, S]):
         self.namespace = namespace or kube.context_namespace()
         self._created: list[S] = []
 
-    def _claim(
+    def _claim_op(
         self,
         template: str | None,
-        warmpool: str | None,
-        namespace: str | None,
-        claim_name: str | None,
-        labels: dict[str, str] | None,
-        env: dict[str, str] | None,
-    ) -> Body:
-        return build_claim(
-            claim_name or claim_name_for(),
-            namespace or self.namespace,
-            template=template,
-            warmpool=warmpool,
-            labels=labels,
-            env=env,
-        )
-
-
-class SandboxClient(ClaimsHolder[httpx.Client, "Sandbox"], kube.ClientHolder):
-    """Claims sandboxes; as a context manager it deletes, on exit, the ones it created."""
-
-    def create_sandbox(
-        self,
-        template: str | None = None,
         *,
         warmpool: str | None = None,
         namespace: str | None = None,
@@ -301,11 +298,23 @@ class SandboxClient(ClaimsHolder[httpx.Client, "Sandbox"], kube.ClientHolder):
         sandbox_ready_timeout: float = 180.0,
         labels: dict[str, str] | None = None,
         env: dict[str, str] | None = None,
-    ) -> Sandbox:
-        """Claim a sandbox from a template (cold start) or a warm pool, and wait (watching) until Ready."""
-        body = self._claim(template, warmpool, namespace, claim_name, labels, env)
-        ref = kube.run(self._http, create(body, sandbox_ready_timeout))
-        sandbox = Sandbox(self._http, ref)
+    ) -> Op[SandboxRef]:
+        """create_sandbox's operation, for both twins: its options' defaults, and the refusal of a name
+        that is not one of them (`ClaimOptions` types them for the caller)."""
+        name = claim_name or claim_name_for()
+        body = build_claim(
+            name, namespace or self.namespace, template=template, warmpool=warmpool, labels=labels, env=env
+        )
+        return create(body, sandbox_ready_timeout)
+
+
+class SandboxClient(ClaimsHolder[httpx.Client, "Sandbox"], kube.ClientHolder):
+    """Claims sandboxes; as a context manager it deletes, on exit, the ones it created."""
+
+    def create_sandbox(self, template: str | None = None, **options: Unpack[ClaimOptions]) -> Sandbox:
+        """Claim a sandbox from a template (cold start) or a warm pool, and wait (watching) until Ready;
+        `warmpool`, `namespace`, `claim_name`, `sandbox_ready_timeout`, `labels`, `env` as `ClaimOptions`."""
+        sandbox = Sandbox(self._http, kube.run(self._http, self._claim_op(template, **options)))
         self._created.append(sandbox)
         return sandbox
 
@@ -377,17 +386,11 @@ class AsyncFilesystem:
 
 
 @kube.documented_as(Sandbox)
-class AsyncSandbox:
+class AsyncSandbox(SandboxHandle[httpx.AsyncClient]):
     def __init__(self, http: httpx.AsyncClient, ref: SandboxRef) -> None:
-        self._http = http
-        self.ref = ref
-        self._ep: RuntimeEndpoint | None = None
+        super().__init__(http, ref)
         self.commands = AsyncCommandExecutor(self)
         self.files = AsyncFilesystem(self)
-
-    claim_name = property(lambda self: self.ref.claim_name)
-    sandbox_name = property(lambda self: self.ref.sandbox_name)
-    namespace = property(lambda self: self.ref.namespace)
 
     async def endpoint(self) -> RuntimeEndpoint:
         if self._ep is None:
@@ -409,19 +412,9 @@ class AsyncSandboxClient(ClaimsHolder[httpx.AsyncClient, "AsyncSandbox"], kube.A
     """The async twin of SandboxClient."""
 
     async def create_sandbox(
-        self,
-        template: str | None = None,
-        *,
-        warmpool: str | None = None,
-        namespace: str | None = None,
-        claim_name: str | None = None,
-        sandbox_ready_timeout: float = 180.0,
-        labels: dict[str, str] | None = None,
-        env: dict[str, str] | None = None,
+        self, template: str | None = None, **options: Unpack[ClaimOptions]
     ) -> AsyncSandbox:
-        body = self._claim(template, warmpool, namespace, claim_name, labels, env)
-        ref = await kube.arun(self._http, create(body, sandbox_ready_timeout))
-        sandbox = AsyncSandbox(self._http, ref)
+        sandbox = AsyncSandbox(self._http, await kube.arun(self._http, self._claim_op(template, **options)))
         self._created.append(sandbox)
         return sandbox
 

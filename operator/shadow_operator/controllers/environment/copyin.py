@@ -14,7 +14,7 @@ from shadow_operator.api import constants as c
 from shadow_operator.api.environment import PushStatus, SourceStatus
 from shadow_operator.clients import gitpush
 from shadow_operator.clients.gitea import Gitea, GiteaError
-from shadow_operator.clients.runtime import Runtime, RuntimeUnavailable
+from shadow_operator.clients.runtime import Runtime, RuntimeStalled, RuntimeUnavailable
 from shadow_operator.common.sources import SourcePlan
 from shadow_operator.controllers.environment import pushes
 from shadow_operator.controllers.environment.state import RETRY_SECONDS, Pass, Ports, StepFailed, plans
@@ -72,6 +72,10 @@ class CopyInStep:
         """Snapshot the source in the workspace and push it to `target` (None: nowhere); (commit, branch)."""
         try:
             return await pushes.snapshot_and_push(runtime, plan, target, self.deps.push_settings)
+        except RuntimeStalled as exc:
+            raise StepFailed(
+                "RuntimeStalled", "RuntimeStalled", f"source {plan.name!r}: {exc}", retry=RETRY_SECONDS
+            ) from None
         except RuntimeUnavailable as exc:
             raise StepFailed(None, "RuntimeUnreachable", str(exc)) from None
         except (pushes.SnapshotFailed, gitpush.PushFailed) as exc:
@@ -114,7 +118,10 @@ class CopyInStep:
                 target = None
                 if push_url and token:
                     target = pushes.Target(
-                        f"{deps.gitea_api_url(state.named)}/{plan.full_repo}.git", push_url, token
+                        f"{deps.gitea_api_url(state.named)}/{plan.full_repo}.git",
+                        push_url,
+                        token,
+                        env.namespace,
                     )
                 commit, branch = await self._snapshot(runtime, plan, target, token)
                 if gitea is not None:
@@ -193,6 +200,7 @@ class CopyInStep:
                     clone_base=str(state.status.gitea_url),
                     token=token,
                     settings=deps.push_settings,
+                    tenant=env.namespace,
                 )
         except RuntimeUnavailable as exc:
             raise StepFailed(None, "RuntimeUnreachable", str(exc)) from None

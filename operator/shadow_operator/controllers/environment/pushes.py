@@ -20,7 +20,7 @@ from shadow_operator.api import constants as c
 from shadow_operator.api.environment import PushRequest, PushStatus
 from shadow_operator.clients import gitpush
 from shadow_operator.clients.gitea import Gitea, GiteaError
-from shadow_operator.clients.runtime import Runtime, RuntimeRefused
+from shadow_operator.clients.runtime import Runtime, RuntimeRefused, RuntimeStalled
 from shadow_operator.common.sources import SourcePlan
 from shadow_operator.resources import copyin
 
@@ -42,6 +42,7 @@ class Target:
     push_url: str
     clone_url: str
     token: str
+    tenant: str  # the environment's namespace, whose share of the push slots the push takes
 
 
 async def snapshot_and_push(
@@ -89,6 +90,7 @@ async def snapshot_and_push(
             branch=pushed,
             everything=message is None,
             settings=settings,
+            tenant=target.tenant,
         )
     return commit, pushed
 
@@ -151,9 +153,10 @@ async def perform(
     clone_base: str,
     token: str,
     settings: gitpush.PushSettings,
+    tenant: str,
 ) -> PushStatus:
     """Carry out a push request; its answer for status.lastPush. Raises RuntimeUnavailable when the
-    workspace cannot be reached (try again later)."""
+    workspace cannot be reached (try again later); a runtime that stalls the transfer fails the request."""
     try:
         if request.source is not None:
             plan = next((p for p in plans if p.name == request.source), None)
@@ -167,12 +170,14 @@ async def perform(
             await gitea.ensure_repo(org, name)
             plan = SourcePlan(name, request.path, org, name, None, None, upload=True)
             path, message = request.path, None
-        target = Target(f"{push_base}/{plan.full_repo}.git", f"{clone_base}/{plan.full_repo}.git", token)
+        target = Target(
+            f"{push_base}/{plan.full_repo}.git", f"{clone_base}/{plan.full_repo}.git", token, tenant
+        )
         commit, branch = await snapshot_and_push(
             runtime, plan, target, settings, path=path, message=message, branch=request.branch
         )
         if request.path is not None:
             await gitea.set_default_branch(plan.org, plan.repo, branch)
-    except (SnapshotFailed, gitpush.PushFailed, GiteaError, RuntimeRefused) as exc:
+    except (SnapshotFailed, gitpush.PushFailed, GiteaError, RuntimeRefused, RuntimeStalled) as exc:
         return answer(request.id, error=copyin.redact(str(exc), [token]))
     return answer(request.id, repo=plan.full_repo, branch=branch, commit=commit, clone_url=target.clone_url)

@@ -25,7 +25,6 @@ writes it back. When each phase first finished goes to status.timings and to a h
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
@@ -50,6 +49,7 @@ from shadow_operator.api.kinds import (
 )
 from shadow_operator.api.models import ObjectMeta, Sandbox, SandboxStatus
 from shadow_operator.clients import gitpush
+from shadow_operator.clients.pacing import Slots
 from shadow_operator.controllers import metrics
 from shadow_operator.controllers.environment.clone import CloneStep, Restore
 from shadow_operator.controllers.environment.copyin import CopyInStep
@@ -141,7 +141,11 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
             push_settings=gitpush.PushSettings(
                 work_dir=self.config.git_work_dir,
                 max_bundle_bytes=self.config.max_bundle_bytes,
-                slots=asyncio.Semaphore(self.config.git_push_concurrency),
+                slots=Slots(
+                    total=self.config.git_push_concurrency,
+                    per_namespace=self.config.git_push_concurrency_per_namespace,
+                ),
+                timeout=self.config.git_push_timeout,
             ),
         )
         self.pool = PoolStep(self.steps)
@@ -267,7 +271,9 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
             return 0.0  # Ready now (written at the end of this pass); verification runs in the next one
         if gitea_on:
             await self.copy_in.push_request(state, creds.get(c.GITEA_SECRET_TOKEN))
-        await self.verify.verify(state)
+        verifying = await self.verify.verify(state)
+        if verifying is not None:
+            return verifying  # a check runs in the workspace: look in on it then
         return await self.idle.suspend_if_idle(state)
 
     async def _workspace(self, state: Pass, sb_status: SandboxStatus) -> bool:

@@ -83,8 +83,8 @@ class Recorder(Protocol):
     def warn(self, obj: Mapping[str, Any], reason: str, message: str) -> None: ...
 
 
-# (url, token, max_answer_bytes) -> a runtime client; (url, username, token, password) -> a Gitea client.
-OpenRuntime = Callable[[str, str | None, int], Runtime]
+# (url, token, the operator's settings) -> a runtime client; (url, username, token, password) -> a Gitea client.
+OpenRuntime = Callable[[str, str | None, Config], Runtime]
 OpenGitea = Callable[..., Gitea]
 
 
@@ -98,7 +98,9 @@ class Ports:
     config: Config
     push_settings: PushSettings
     open_runtime: OpenRuntime = field(
-        default=lambda url, token, limit: Runtime(url, token, max_answer_bytes=limit)
+        default=lambda url, token, config: Runtime(
+            url, token, max_answer_bytes=config.runtime_max_answer_bytes, pace=config.transfer_pace
+        )
     )
     open_gitea: OpenGitea = Gitea
 
@@ -109,7 +111,7 @@ class Ports:
             raise StepFailed(None, "RuntimeUnknown", f"the workspace {name} has no runtime URL yet")
         secret = self.cache.store(SECRET).get(namespace, naming.token_secret_name(name))
         token = secret_data(secret).get(c.RUNTIME_TOKEN_KEY) if secret else None
-        return self.open_runtime(url, token, self.config.runtime_max_answer_bytes)
+        return self.open_runtime(url, token, self.config)
 
     def gitea_api_url(self, named: Body) -> str:
         """Gitea's API, of the environment's instance (`Pass.named`)."""

@@ -4,12 +4,17 @@ rewritten git URLs, the verify commands exit 0), scored into status.verdict once
 from __future__ import annotations
 
 import contextlib
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from shadow_operator.api import constants as c
-from shadow_operator.api.environment import SourceStatus
+from shadow_operator.api.environment import Category, SourceStatus, VerifyRun, VerifyRunCheck
 from shadow_operator.clients.gitea import Gitea, GiteaError
-from shadow_operator.clients.runtime import ExecResult, Runtime, RuntimeAnswerTooLarge, RuntimeUnavailable
+from shadow_operator.clients.runtime import (
+    ExecutionResult,
+    Runtime,
+    RuntimeAnswerTooLarge,
+    RuntimeUnavailable,
+)
 from shadow_operator.common.verdict import (
     CODE_EXECUTION,
     INSTALLATION_HEALTH,
@@ -21,59 +26,158 @@ from shadow_operator.common.verdict import (
 from shadow_operator.controllers.environment.state import Pass, Ports, StepFailed
 from shadow_operator.resources import copyin
 
+POLL_SECONDS = 2.0  # between looks at a check running in the workspace
+GRACE_SECONDS = 30.0  # past a check's own timeout, before the operator stops waiting for its runtime to say
+LOST = (
+    "the workspace's runtime no longer knows this check's process (it restarted, or forgot it): request the "
+    "verification again (shadowctl verify)"
+)
+
 
 class VerifyStep:
     def __init__(self, deps: Ports) -> None:
         self.deps = deps
 
-    async def verify(self, state: Pass) -> None:
+    async def verify(self, state: Pass) -> float | None:
+        """Verify once per generation or request: the seconds until the next look while checks run in the
+        workspace (each a background process of its runtime, see VerifyRun), else None."""
         env, deps = state.env, self.deps
         verify = env.spec.verify
         trigger = env.metadata.annotations.get(c.ANNOTATION_VERIFY_REQUEST)
         verdict = state.status.verdict
+        generation = env.metadata.generation
         if not verify.enabled and trigger is None:
             state.remove(c.COND_VERIFIED)
-            return
-        if verdict and verdict.observed_generation == env.metadata.generation and verdict.trigger == trigger:
-            return
+            return None
+        if verdict and verdict.observed_generation == generation and verdict.trigger == trigger:
+            return None
+        run = state.status.verify_run
+        async with deps.runtime_for(env.namespace, state.instance, state.status.runtime_url) as runtime:
+            try:
+                if run is None or run.generation != generation or run.trigger != trigger:
+                    if run is not None:
+                        await _abandon(runtime, run)  # superseded by a new generation or request
+                    run = await self._plan(state, runtime, trigger)
+                    state.status.verify_run = run
+                wait = await self._advance(state, runtime, run)
+            except RuntimeUnavailable as exc:
+                raise StepFailed(None, "RuntimeUnreachable", str(exc)) from None
+        if wait is not None:
+            return wait
+        self._conclude(state, run)
+        return None
+
+    async def _plan(self, state: Pass, runtime: Runtime, trigger: str | None) -> VerifyRun:
+        """A new run: the quick checks done now (each bounded to a minute), the rest listed to run in turn."""
+        env = state.env
+        sources = state.status.sources or []
+        checks: list[VerifyRunCheck] = []
+        gitea_url = self.deps.gitea_api_url(state.named) if env.spec.gitea.enabled else None
+        found: list[CheckResult] = []
+        await self._check_sources(gitea_url, runtime, sources, found)
+        checks += [_done(SOURCE_VERIFICATION, r) for r in found]
+        if env.spec.verify.install:
+            for src in sources:
+                detected = await runtime.sh(
+                    copyin.DETECT_PROJECT,
+                    env={"SHADOW_PATH": src.path},
+                    timeout=30.0,
+                    tag="shadow-operator: detect",
+                )
+                kind = (copyin.parse_result(detected.stdout) or ["other"])[0]
+                if kind in ("python", "node"):
+                    checks.append(
+                        VerifyRunCheck(
+                            category=INSTALLATION_HEALTH,
+                            name=f"{src.name}: installs from git",
+                            source=src.name,
+                            tool="pip" if kind == "python" else "npm",
+                        )
+                    )
+        for command in env.spec.verify.commands or ():
+            checks.append(VerifyRunCheck(category=CODE_EXECUTION, name=command.name, command=command.name))
+        return VerifyRun(
+            generation=env.metadata.generation or 0, trigger=trigger, started_at=state.now(), checks=checks
+        )
+
+    async def _advance(self, state: Pass, runtime: Runtime, run: VerifyRun) -> float | None:
+        """Look in on the check under way and start the next: the seconds until the next look, or None when
+        every check has ended."""
+        now = state.now()
+        for check in run.checks:
+            if check.passed is not None:
+                continue
+            if check.process is None:
+                program = self._program(state, check)
+                if program is None:  # its command or source went from the spec meanwhile
+                    check.passed, check.detail = False, "no longer in the environment's spec"
+                    continue
+                script, env, cwd, timeout = program
+                check.process = await runtime.start(
+                    script, env=env, cwd=cwd, timeout=timeout, tag=f"shadow-operator: verify {check.name}"
+                )
+                check.deadline = now + timedelta(seconds=timeout + GRACE_SECONDS)
+                return POLL_SECONDS
+            running = await runtime.running(check.process)
+            if running is None:
+                check.passed, check.detail = False, LOST
+                continue
+            if running:
+                if check.deadline is not None and now >= check.deadline:
+                    await runtime.remove(check.process)
+                    check.passed = False
+                    check.detail = "the workspace's runtime did not end the command at its timeout: killed"
+                    continue
+                return POLL_SECONDS
+            try:
+                result = await runtime.result(check.process)
+            except RuntimeAnswerTooLarge as exc:
+                check.passed, check.detail = False, str(exc)
+            else:
+                if result is None:
+                    check.passed, check.detail = False, LOST
+                else:
+                    check.passed, check.detail = result.ok, _detail(check, state, result)
+            await runtime.remove(check.process)
+        return None
+
+    def _program(self, state: Pass, check: VerifyRunCheck) -> tuple[str, dict[str, str], str, float] | None:
+        """What a check runs in the workspace: (script, environment, working directory, timeout)."""
+        env = state.env
+        if check.command is not None:
+            command = next((x for x in env.spec.verify.commands or () if x.name == check.command), None)
+            if command is None:
+                return None
+            return command.command, {}, command.cwd or "", float(command.timeout_seconds)
+        src = next((x for x in state.status.sources or () if x.name == check.source), None)
+        if src is None:
+            return None
+        # Python installs go through the public URL that the rewrites redirect (the fidelity this is about);
+        # npm turns GitHub URLs into tarball downloads that bypass git, so it uses Gitea's URL.
+        python = check.tool == "pip"
+        url = src.public_url if python and src.public_url else src.clone_url
+        script = copyin.INSTALL_PYTHON if python else copyin.INSTALL_NODE
+        return script, {"SHADOW_URL": url, "SHADOW_BRANCH": src.branch, **copyin.author_env()}, "", 600.0
+
+    def _conclude(self, state: Pass, run: VerifyRun) -> None:
+        env, deps = state.env, self.deps
         checks: dict[str, list[CheckResult]] = {
             SOURCE_VERIFICATION: [],
             INSTALLATION_HEALTH: [],
             CODE_EXECUTION: [],
         }
-        sources = state.status.sources or []
-        async with deps.runtime_for(env.namespace, state.instance, state.status.runtime_url) as runtime:
-            try:
-                gitea_url = deps.gitea_api_url(state.named) if env.spec.gitea.enabled else None
-                await self._check_sources(gitea_url, runtime, sources, checks[SOURCE_VERIFICATION])
-                if verify.install:
-                    await _check_installs(runtime, sources, checks[INSTALLATION_HEALTH])
-                for command in verify.commands or ():
-                    try:
-                        result = await runtime.sh(
-                            command.command,
-                            cwd=command.cwd or "",
-                            timeout=float(command.timeout_seconds),
-                            tag=f"shadow-operator: verify {command.name}",
-                        )
-                    except RuntimeAnswerTooLarge as exc:
-                        checks[CODE_EXECUTION].append(CheckResult(command.name, False, str(exc)))
-                        continue
-                    detail = f"exit code {result.exit_code}" + (" (timed out)" if result.timed_out else "")
-                    if result.output:
-                        detail += ": " + _evidence(result, 400)
-                    checks[CODE_EXECUTION].append(CheckResult(command.name, result.ok, detail))
-            except RuntimeUnavailable as exc:
-                raise StepFailed(None, "RuntimeUnreachable", str(exc)) from None
+        for check in run.checks:
+            checks[check.category].append(CheckResult(check.name, bool(check.passed), check.detail))
         new = score(
             checks,
             SHADOW,
-            pass_threshold=verify.pass_threshold,
+            pass_threshold=env.spec.verify.pass_threshold,
             verified_at=datetime.now(UTC),
-            generation=env.metadata.generation,
+            generation=run.generation,
         )
-        new.trigger = trigger
+        new.trigger = run.trigger
         state.status.verdict = new
+        state.status.verify_run = None  # set explicitly: the status patch clears it
         state.mark("verified")
         passed = new.result == "PASS"
         message = f"{new.result}: score {new.score}/{new.max_score} (threshold {new.pass_threshold})"
@@ -109,37 +213,43 @@ class VerifyStep:
                     out.append(await _gitea_holds_snapshot(gitea, src))
 
 
-async def _check_installs(runtime: Runtime, sources: list[SourceStatus], out: list[CheckResult]) -> None:
-    for src in sources:
-        detected = await runtime.sh(
-            copyin.DETECT_PROJECT, env={"SHADOW_PATH": src.path}, timeout=30.0, tag="shadow-operator: detect"
+def _done(category: Category, result: CheckResult) -> VerifyRunCheck:
+    return VerifyRunCheck(
+        category=category,
+        name=result.name,
+        passed=result.passed,
+        detail=result.detail,
+    )
+
+
+def _detail(check: VerifyRunCheck, state: Pass, result: ExecutionResult) -> str:
+    """A finished check's evidence: what ran, its exit code, the tail of its output."""
+    if check.tool is not None:
+        src = next((x for x in state.status.sources or () if x.name == check.source), None)
+        url = (
+            (src.public_url if check.tool == "pip" and src and src.public_url else src.clone_url)
+            if src
+            else ""
         )
-        kind = (copyin.parse_result(detected.stdout) or ["other"])[0]
-        if kind not in ("python", "node"):
-            continue
-        # Python installs go through the public URL that the rewrites redirect (the fidelity this is about);
-        # npm turns GitHub URLs into tarball downloads that bypass git, so it uses Gitea's URL.
-        url = src.public_url if kind == "python" and src.public_url else src.clone_url
-        script = copyin.INSTALL_PYTHON if kind == "python" else copyin.INSTALL_NODE
-        check = f"{src.name}: installs from git"
-        try:
-            result = await runtime.sh(
-                script,
-                env={"SHADOW_URL": url, "SHADOW_BRANCH": src.branch, **copyin.author_env()},
-                timeout=600.0,
-                tag="shadow-operator: verify install",
-            )
-        except RuntimeAnswerTooLarge as exc:
-            out.append(CheckResult(check, False, str(exc)))
-            continue
-        tool = "pip" if kind == "python" else "npm"
-        detail = f"{tool} install from {url}@{src.branch}: exit code {result.exit_code}"
+        detail = f"{check.tool} install from {url}@{src.branch if src else ''}: exit code {result.exit_code}"
         if not result.ok and result.output:
             detail += ": " + _evidence(result, 400)
-        out.append(CheckResult(check, result.ok, detail))
+        return detail
+    detail = f"exit code {result.exit_code}" + (" (timed out)" if result.timed_out else "")
+    if result.output:
+        detail += ": " + _evidence(result, 400)
+    return detail
 
 
-def _evidence(result: ExecResult, limit: int) -> str:
+async def _abandon(runtime: Runtime, run: VerifyRun) -> None:
+    """End the superseded run's check still running in the workspace (best effort)."""
+    for check in run.checks:
+        if check.passed is None and check.process is not None:
+            with contextlib.suppress(RuntimeUnavailable):
+                await runtime.remove(check.process)
+
+
+def _evidence(result: ExecutionResult, limit: int) -> str:
     """The tail of a command's output for a verdict, saying when the output was longer than what was kept."""
     tail = copyin.tail(result.output, limit)
     return f"(output truncated) {tail}" if result.truncated else tail

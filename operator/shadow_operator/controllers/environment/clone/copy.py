@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from shadow_operator.api import constants as c
 from shadow_operator.api.environment import CloneStatus
 from shadow_operator.api.kinds import SHADOW_ENVIRONMENT
-from shadow_operator.clients.runtime import RuntimeRefused, RuntimeUnavailable
+from shadow_operator.clients.runtime import RuntimeRefused, RuntimeStalled, RuntimeUnavailable
 from shadow_operator.controllers.environment.clone.restore import BASELINE_DIR, instance, runtime_url
 from shadow_operator.controllers.environment.state import RETRY_SECONDS, Pass, Ports, StepFailed
 
@@ -62,6 +62,10 @@ class CopyPart:
         except RuntimeRefused as exc:
             raise StepFailed(
                 "CopyFailed", "CopyFailed", f"copying the workspace: {exc}", retry=RETRY_SECONDS
+            ) from None
+        except RuntimeStalled as exc:
+            raise StepFailed(
+                "RuntimeStalled", "RuntimeStalled", f"copying the workspace: {exc}", retry=RETRY_SECONDS
             ) from None
         except RuntimeUnavailable as exc:
             message = f"copying from environment {source_name} (it must be running): {exc}"

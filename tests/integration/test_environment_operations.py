@@ -1,0 +1,143 @@
+"""Verification as an operation (issue 27): each check that runs in the workspace is a background process of its
+runtime, which the operator starts, records in status.verifyRun and looks in on, never awaiting it in a worker.
+
+On the local control plane (kwok plays the kubelet) with one real sandbox-runtime on loopback answering for every
+workspace (SHADOW_RUNTIME_API_URL), as test_environment_hostile_output.py does.
+
+- A tenant whose environments verify with day-long commands no longer holds the environment controller's
+  workers: before, its environments took every worker its namespace may hold (three of four) and another
+  environment of that namespace got no verdict until they ended.
+- An operator that stops in the middle of a verification and starts again (what a leader change does: the new
+  leader reads the same status) carries it on from status: one run of each command, one verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from shadow_operator.api import constants as c
+
+from tests.runtime.conftest import Server
+from tests.support.sandbox_operator import (
+    ENVIRONMENT,
+    TEMPLATE,
+    Objects,
+    in_process_operator,
+    install_crds,
+    template_body,
+)
+from tests.support.volumes import bind_volumes
+
+pytestmark = pytest.mark.integration
+V = "v1alpha1"
+
+
+@pytest.fixture(scope="module")
+def operator(k8s_api: client.ApiClient) -> Iterator[None]:
+    """Each test runs its own operator (one stops and starts it): here only the CRDs."""
+    install_crds(k8s_api)
+    yield None
+
+
+def create(objs: Objects, runtime: Server, name: str, command: str) -> None:
+    """An environment whose one upload source is ready in the shared runtime, verifying with `command`."""
+    objs.create(
+        ENVIRONMENT,
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "gitea": {"enabled": False},
+                "workspace": {"size": "1Gi"},
+                "sources": [{"name": name, "repo": f"shadow/{name}", "upload": {}}],
+                "verify": {"install": False, "commands": [{"name": "check", "command": command}]},
+            },
+        },
+        version=V,
+    )
+    source = runtime.root / name
+    source.mkdir(exist_ok=True)
+    (source / "main.py").write_text("print('hello')\n")
+    objs.annotate(ENVIRONMENT, name, {c.ANNOTATION_UPLOAD_PREFIX + name: "sha256:test"}, V)
+
+
+def verdict(objs: Objects, name: str, timeout: float) -> dict[str, Any]:
+    env = objs.wait(
+        ENVIRONMENT,
+        name,
+        lambda o: bool((o.get("status") or {}).get("verdict")),
+        timeout=timeout,
+        what=f"{name}'s verdict",
+        version=V,
+    )
+    result: dict[str, Any] = env["status"]["verdict"]
+    return result
+
+
+def running_check(objs: Objects, name: str, timeout: float = 90) -> dict[str, Any]:
+    """Wait until the environment's verify command runs in the workspace; its entry in status.verifyRun."""
+    env = objs.wait(
+        ENVIRONMENT,
+        name,
+        lambda o: any(
+            ch.get("process") and ch.get("passed") is None
+            for ch in ((o.get("status") or {}).get("verifyRun") or {}).get("checks", [])
+        ),
+        timeout=timeout,
+        what=f"{name}'s verify command to run",
+        version=V,
+    )
+    check: dict[str, Any] = next(
+        ch for ch in env["status"]["verifyRun"]["checks"] if ch.get("process") and ch.get("passed") is None
+    )
+    return check
+
+
+def test_day_long_verifies_of_one_tenant_hold_no_worker(
+    objs: Objects, runtime: Server, tmp_path: Path
+) -> None:
+    objs.create(TEMPLATE, template_body("workspace"))
+    names = [f"l{i}" for i in range(4)] + ["victim"]
+    bind_volumes(objs, [f"workspace-{n}" for n in names], tmp_path)
+    with in_process_operator(SHADOW_RUNTIME_API_URL=runtime.url):
+        for name in names[:4]:
+            create(objs, runtime, name, "sleep 600")
+        for name in names[:4]:
+            check = running_check(objs, name)
+            assert check["name"] == "check" and check["deadline"]
+        # Before: three of these held the namespace's share of the four workers in `runtime.sh(...)`, and the
+        # victim, in the same namespace, waited for them (ten minutes here; a day with `sleep 86400`).
+        create(objs, runtime, "victim", "echo verified")
+        result = verdict(objs, "victim", timeout=90)
+        assert result["result"] == "PASS", result
+        (check,) = result["evidence"]["codeExecution"]["checks"]
+        assert check["passed"] and check["detail"] == "exit code 0: verified"
+        # The long ones run on, each still recorded as under way.
+        for name in names[:4]:
+            env = objs.get(ENVIRONMENT, name, V)
+            assert env is not None and "verdict" not in env["status"] and env["status"]["verifyRun"]
+
+
+def test_an_operator_that_starts_again_mid_verify_carries_it_on(
+    objs: Objects, runtime: Server, tmp_path: Path
+) -> None:
+    objs.create(TEMPLATE, template_body("workspace"))
+    bind_volumes(objs, ["workspace-resumed"], tmp_path)
+    runs = runtime.root / "verify-runs.txt"
+    command = f"echo run >> {runs}; sleep 8; echo done"
+    with in_process_operator(SHADOW_RUNTIME_API_URL=runtime.url):
+        create(objs, runtime, "resumed", command)
+        first = running_check(objs, "resumed")
+    # The operator is gone while the command runs; another one (a new leader) takes over from status.
+    with in_process_operator(SHADOW_RUNTIME_API_URL=runtime.url):
+        result = verdict(objs, "resumed", timeout=90)
+    assert result["result"] == "PASS", result
+    (check,) = result["evidence"]["codeExecution"]["checks"]
+    assert check["detail"] == "exit code 0: done"
+    assert runs.read_text() == "run\n", "the verify command ran more than once"
+    env = objs.get(ENVIRONMENT, "resumed", V)
+    assert env is not None and "verifyRun" not in env["status"]
+    assert first["process"]
