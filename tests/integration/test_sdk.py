@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import httpx
 import pytest
 from shadow_operator.sdk import (
     AsyncSandboxClient,
@@ -117,3 +118,45 @@ def test_sandbox_client_sync_and_async(objs: Objects, use_kubeconfig: None) -> N
     assert asyncio.run(scenario()) == "NotFound"
     with kube.connect() as http, pytest.raises(SandboxNotFoundError):
         kube.run(http, sandbox_ops.get("ghost", ns))
+
+
+def test_a_wait_leaves_the_clients_connection_open_for_what_follows(
+    objs: Objects, use_kubeconfig: None
+) -> None:
+    """A claim's wait ends its watch early, which ends that watch's connection: the requests that follow (the
+    first command's reads) go on the client's open one, not through a new TLS handshake."""
+    ns = objs.namespace
+    objs.create(TEMPLATE, template_body("py"))
+    opened: list[str] = []
+
+    def trace(event: str, info: dict[str, object]) -> None:
+        if event == "connection.connect_tcp.complete":
+            opened.append(event)
+
+    def traced(request: httpx.Request) -> None:
+        request.extensions["trace"] = trace
+
+    async def atrace(event: str, info: dict[str, object]) -> None:
+        trace(event, info)
+
+    async def atraced(request: httpx.Request) -> None:
+        request.extensions["trace"] = atrace
+
+    with kube.connect() as http, SandboxClient(namespace=ns, client=http) as client:
+        http.event_hooks["request"].append(traced)
+        client.list_sandboxes()
+        assert len(opened) == 1
+        client.create_sandbox("py", claim_name="sync-claim", sandbox_ready_timeout=90)
+        client.get_sandbox("sync-claim")
+        assert len(opened) == 1
+
+    async def scenario() -> int:
+        async with kube.connect_async() as http, AsyncSandboxClient(namespace=ns, client=http) as client:
+            http.event_hooks["request"].append(atraced)
+            await client.list_sandboxes()
+            await client.create_sandbox("py", claim_name="async-claim", sandbox_ready_timeout=90)
+            await client.get_sandbox("async-claim")
+        return len(opened)
+
+    opened.clear()
+    assert asyncio.run(scenario()) == 1

@@ -215,6 +215,7 @@ def test_operator_deployment_contract(helm: str) -> None:
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     assert env["SHADOW_GIT_WORK_DIR"] == mounts["git-work"] == "/var/lib/shadow-operator/git"
     assert env["SHADOW_MAX_BUNDLE_BYTES"] == "1073741824" and env["SHADOW_GIT_PUSH_CONCURRENCY"] == "2"
+    assert (env["SHADOW_WARM_POOL_REFILL_DELAY"], env["SHADOW_WARM_POOL_REFILL_MAX_DELAY"]) == ("1", "10")
     volumes = {v["name"]: v for v in spec["template"]["spec"]["volumes"]}
     assert volumes["git-work"]["emptyDir"] == {"sizeLimit": "5Gi"}
 
@@ -366,6 +367,7 @@ def test_warm_pool_without_template_is_refused(helm: str) -> None:
         ("networkPolicy.clusterCIDRs={pods}", "/networkPolicy/clusterCIDRs"),
         ("podSecurity.allowHostPath=yes", "/podSecurity/allowHostPath"),
         ("operator.runtimeMaxAnswerBytes=1024", "/operator/runtimeMaxAnswerBytes"),
+        ("operator.warmPoolRefill.delay=-1", "/operator/warmPoolRefill/delay"),
     ],
 )
 def test_values_schema_rejects_bad_input(helm: str, value: str, expected: str) -> None:

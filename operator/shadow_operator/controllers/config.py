@@ -205,6 +205,13 @@ class Config(BaseModel):
         default_factory=dict, validation_alias="SHADOW_WORKERS"
     )
     namespace_share: int = Field(0, ge=0, validation_alias="SHADOW_NAMESPACE_SHARE")
+    # A SandboxWarmPool whose members claims are taking replaces them once the claims pause for this long
+    # (seconds; 0: at once), and at the latest this long after it first fell short: the new Pods start on the
+    # nodes the claimed sandboxes are answering their first commands on (controllers/warmpool.py).
+    warm_pool_refill_delay: float = Field(1.0, ge=0, validation_alias="SHADOW_WARM_POOL_REFILL_DELAY")
+    warm_pool_refill_max_delay: float = Field(
+        10.0, ge=0, validation_alias="SHADOW_WARM_POOL_REFILL_MAX_DELAY"
+    )
 
     @model_validator(mode="after")
     def _pod_security_holds(self) -> Config:

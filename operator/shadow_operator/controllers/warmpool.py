@@ -2,14 +2,19 @@
 
 Members come from the cache (sandboxes the pool controls). A claim adopting one moves its controller reference
 away, which wakes the pool at once (the engine maps the old owner too), and missing members are created
-concurrently.
+concurrently, once the claims pause: a burst of claims (a web app's new sessions) would otherwise share the
+node's CPU with the Pods replacing what they took (kubelet, containerd, each runtime's start-up) just when
+their first commands run. While the pool still has members to give, it waits until none was taken for
+`warm_pool_refill_delay` seconds, and no longer than `warm_pool_refill_max_delay` after it first fell short.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from shadow_operator.api import constants as c
@@ -17,7 +22,7 @@ from shadow_operator.api import naming
 from shadow_operator.api.kinds import SANDBOX, SANDBOX_TEMPLATE, SANDBOX_WARM_POOL
 from shadow_operator.api.models import ObjectMeta, SandboxWarmPool, SandboxWarmPoolStatus
 from shadow_operator.controllers import metrics
-from shadow_operator.engine import Cache, Index, Reconciler, Watch, gather_bounded
+from shadow_operator.engine import Cache, Deps, Index, Reconciler, Watch, gather_bounded
 from shadow_operator.engine.status import StatusPass
 from shadow_operator.resources import blueprint
 from shadow_operator.resources import indexes as ix
@@ -36,6 +41,32 @@ def pools_of_template(template: Body, cache: Cache) -> Iterable[Key]:
         yield pool["metadata"]["namespace"], pool["metadata"]["name"]
 
 
+@dataclass(frozen=True)
+class Shortfall:
+    """What a pool's last pass saw: its members, when it last lost one, since when it has been short."""
+
+    members: int
+    lost_at: float | None = None
+    short_since: float | None = None
+
+
+def refill_wait(
+    seen: Shortfall | None, members: int, ready: int, desired: int, now: float, delay: float, max_delay: float
+) -> tuple[Shortfall, float]:
+    """This pass's Shortfall (`members` of them `ready`, `desired` wanted), and the seconds to wait before
+    creating the missing members (0: now)."""
+    if members >= desired:
+        return Shortfall(members), 0.0
+    lost_at = now if seen and members < seen.members else (seen.lost_at if seen else None)
+    short_since = seen.short_since if seen and seen.short_since is not None else now
+    state = Shortfall(members, lost_at, short_since)
+    # A pool that never lost a member (new, scaled up, the operator restarted) or has none Ready left to give
+    # (the next claims start cold): filled now.
+    if lost_at is None or not ready or delay <= 0:
+        return state, 0.0
+    return state, max(0.0, min(lost_at + delay, short_since + max_delay) - now)
+
+
 class WarmPoolReconciler(Reconciler[SandboxWarmPool]):
     kind = SANDBOX_WARM_POOL
     owns = (SANDBOX,)
@@ -46,6 +77,11 @@ class WarmPoolReconciler(Reconciler[SandboxWarmPool]):
     )
     workers = 4
     owns_delay = 0.2
+    clock: Callable[[], float] = staticmethod(time.monotonic)
+
+    def __init__(self, deps: Deps) -> None:
+        super().__init__(deps)
+        self._shortfalls: dict[Key, Shortfall] = {}
 
     async def reconcile(self, pool: SandboxWarmPool) -> float | None:
         if pool.deleting:
@@ -59,6 +95,7 @@ class WarmPoolReconciler(Reconciler[SandboxWarmPool]):
         ]
         template_name = pool.spec.sandbox_template_ref.name
         template = self.cache.store(SANDBOX_TEMPLATE).get(pool.namespace, template_name)
+        wait = 0.0
         if template is None:
             self.recorder.warn(
                 pool.body,
@@ -67,7 +104,19 @@ class WarmPoolReconciler(Reconciler[SandboxWarmPool]):
             )
         else:
             members = await self._roll(pool, template, members)
-            members = await self._scale(pool, template, members, desired)
+            key = (pool.namespace, pool.name)
+            self._shortfalls[key], wait = refill_wait(
+                self._shortfalls.get(key),
+                len(members),
+                sum(1 for s in members if ix.is_ready(s)),
+                desired,
+                self.clock(),
+                self.config.warm_pool_refill_delay,
+                self.config.warm_pool_refill_max_delay,
+            )
+            if not wait:
+                members = await self._scale(pool, template, members, desired)
+                self._shortfalls[key] = Shortfall(len(members))
         ready = sum(1 for s in members if ix.is_ready(s))
         state = StatusPass(pool, SandboxWarmPoolStatus)
         state.status.replicas = len(members)
@@ -78,9 +127,10 @@ class WarmPoolReconciler(Reconciler[SandboxWarmPool]):
         metrics.WARM_POOL_SIZE.labels(pool.namespace, pool.name).set(len(members))
         metrics.WARM_POOL_READY.labels(pool.namespace, pool.name).set(ready)
         metrics.WARM_POOL_DESIRED.labels(pool.namespace, pool.name).set(desired)
-        return None
+        return wait or None
 
     async def deleted(self, key: Key) -> None:
+        self._shortfalls.pop(key, None)
         for gauge in (metrics.WARM_POOL_SIZE, metrics.WARM_POOL_READY, metrics.WARM_POOL_DESIRED):
             with contextlib.suppress(KeyError):
                 gauge.remove(*key)

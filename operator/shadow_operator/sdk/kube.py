@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import ssl
+import weakref
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Self, TypeVar
@@ -195,6 +196,15 @@ def _client_options(timeout: float, context: str | None, kubeconfig: str | None)
     }
 
 
+# Watches go through a sibling of the client, made with the same settings. A watch ends early, once the change it
+# waits for has come, and a connection whose answer was left unread cannot carry another request: on the client
+# itself, the next request (after a claim turns Ready: the first command's reads) would open a new connection,
+# TLS handshake included, on a busy API server. The sibling opens its connection while the awaited change is
+# being made, and keeps none (no keep-alive), so it holds nothing open between watches.
+_WATCHERS: weakref.WeakKeyDictionary[httpx.Client | httpx.AsyncClient, Any] = weakref.WeakKeyDictionary()
+_WATCH_LIMITS = httpx.Limits(max_keepalive_connections=0)
+
+
 def connect(
     *, timeout: float = 30.0, context: str | None = None, kubeconfig: str | None = None
 ) -> httpx.Client:
@@ -203,14 +213,20 @@ def connect(
     A client on someone's machine acts as them, so their kubeconfig wins over a service account, as with
     kubectl: exec credential plugins (EKS, GKE, AKS, kubelogin), token files, client certificates.
     """
-    return httpx.Client(**_client_options(timeout, context, kubeconfig))
+    options = _client_options(timeout, context, kubeconfig)
+    client = httpx.Client(**options)
+    _WATCHERS[client] = httpx.Client(**options, limits=_WATCH_LIMITS)
+    return client
 
 
 def connect_async(
     *, timeout: float = 30.0, context: str | None = None, kubeconfig: str | None = None
 ) -> httpx.AsyncClient:
     """The async twin of `connect()`."""
-    return httpx.AsyncClient(**_client_options(timeout, context, kubeconfig))
+    options = _client_options(timeout, context, kubeconfig)
+    client = httpx.AsyncClient(**options)
+    _WATCHERS[client] = httpx.AsyncClient(**options, limits=_WATCH_LIMITS)
+    return client
 
 
 class Holder(Generic[C]):
@@ -534,8 +550,9 @@ def _watch(client: httpx.Client, op: Op[Any], watch: Watch) -> Step | Finished:
     query = _watch_params(watch)
     timeout = httpx.Timeout(watch.timeout_seconds + 15.0, connect=10.0)
     call = Call("GET", watch.path, watch.what)
+    watcher: httpx.Client = _WATCHERS.get(client, client)
     try:
-        with client.stream("GET", watch.path, params=query, timeout=timeout) as response:
+        with watcher.stream("GET", watch.path, params=query, timeout=timeout) as response:
             if not response.is_success or _is_html(response):
                 response.read()
                 return _resume(op, error_of(response, call))
@@ -551,8 +568,9 @@ async def _awatch(client: httpx.AsyncClient, op: Op[Any], watch: Watch) -> Step 
     query = _watch_params(watch)
     timeout = httpx.Timeout(watch.timeout_seconds + 15.0, connect=10.0)
     call = Call("GET", watch.path, watch.what)
+    watcher: httpx.AsyncClient = _WATCHERS.get(client, client)
     try:
-        async with client.stream("GET", watch.path, params=query, timeout=timeout) as response:
+        async with watcher.stream("GET", watch.path, params=query, timeout=timeout) as response:
             if not response.is_success or _is_html(response):
                 await response.aread()
                 return _resume(op, error_of(response, call))
