@@ -31,7 +31,7 @@ from shadow_operator.sdk import kube, wake
 from shadow_operator.sdk import sandbox as ops
 from shadow_operator.sdk.errors import ShadowError
 from shadow_operator.sdk.runtime import RuntimeEndpoint
-from shadow_operator.sdk.sandbox import SandboxClient
+from shadow_operator.sdk.sandbox import ClaimOptions, SandboxClient
 
 app = typer.Typer(help="Plain sandboxes: claim, exec, cp, preview, snapshot, delete.", no_args_is_help=True)
 ClaimArg = Annotated[
@@ -69,14 +69,9 @@ def claim(
         variables[key] = value
     client = SandboxClient(namespace=namespace, client=connect())
     with err.status("waiting for the sandbox"):
-        sandbox = client.create_sandbox(
-            template,
-            warmpool=warmpool,
-            claim_name=name,
-            sandbox_ready_timeout=timeout,
-            env=variables,
-            allow=allow,
-        )
+        options: ClaimOptions = {"warmpool": warmpool, "claim_name": name, "env": variables, "allow": allow}
+        options["sandbox_ready_timeout"] = timeout
+        sandbox = client.create_sandbox(template, **options)
     data = {"claim": sandbox.claim_name, "sandbox": sandbox.sandbox_name, "namespace": sandbox.namespace}
     if not emit(data, output):
         out.print(sandbox.claim_name)

@@ -22,6 +22,7 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import aiohttp
@@ -96,29 +97,20 @@ class WakeMetrics:
             self.resumes.labels(route)
 
 
+@dataclass
 class Waker:
     """Holds requests for sleeping sandboxes (see the module). Used from one event loop."""
 
-    def __init__(
-        self,
-        index: Index,
-        annotate: Annotate,
-        metrics: WakeMetrics,
-        *,
-        hold_seconds: float = DEFAULT_HOLD_SECONDS,
-        clock: Callable[[], float] = time.monotonic,
-        wall: Callable[[], float] = time.time,
-    ) -> None:
-        self.index = index
-        self.annotate = annotate
-        self.metrics = metrics
-        self.hold_seconds = hold_seconds
-        self.clock = clock
-        self.wall = wall
-        self._changes: dict[str, asyncio.Future[None]] = {}
-        self._asked: dict[str, float] = {}  # uid -> when the router last asked for its resume
-        self._patches: set[asyncio.Task[None]] = set()
-        index.on_change = self.changed
+    index: Index
+    annotate: Annotate
+    metrics: WakeMetrics
+    hold_seconds: float = DEFAULT_HOLD_SECONDS
+    _changes: dict[str, asyncio.Future[None]] = field(default_factory=dict, init=False)
+    _asked: dict[str, float] = field(default_factory=dict, init=False)  # uid -> when it last asked a resume
+    _patches: set[asyncio.Task[None]] = field(default_factory=set, init=False)
+
+    def __post_init__(self) -> None:
+        self.index.on_change = self.changed
 
     def changed(self, uid: str) -> None:
         waiting = self._changes.pop(uid, None)
@@ -139,7 +131,7 @@ class Waker:
 
     async def hold(self, namespace: str, name: str, cause: str) -> bool:
         """Wake the sandbox and wait until it is routable, or gone. False when the cap passed first."""
-        start = self.clock()
+        start = time.monotonic()
         deadline = start + self.hold_seconds
         self.metrics.held.labels(cause).inc()
         try:
@@ -153,25 +145,25 @@ class Waker:
                 if not route.asleep and not self.waking(route.uid):
                     return True  # neither asleep nor waking (suspended by its spec, say): decide again
                 asked = self._asked.get(route.uid)
-                if route.asleep and (asked is None or self.clock() - asked >= self.hold_seconds):
+                if route.asleep and (asked is None or time.monotonic() - asked >= self.hold_seconds):
                     self._ask(namespace, name, route.uid, cause)
-                remaining = deadline - self.clock()
+                remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     self.metrics.timed_out.labels(cause).inc()
                     return False
                 await self.next_change(route.uid, remaining)
         finally:
-            self.metrics.hold_seconds.labels(cause).observe(self.clock() - start)
+            self.metrics.hold_seconds.labels(cause).observe(time.monotonic() - start)
 
     def _ask(self, namespace: str, name: str, uid: str, cause: str) -> None:
         """One resume patch, in a task of its own: a request that gives up does not cancel it."""
-        now = self.clock()
+        now = time.monotonic()
         if len(self._asked) >= MAX_PENDING:
             # Asked long ago and never seen Ready (deleted since, say): nothing waits on those any more.
             self._asked = {k: t for k, t in self._asked.items() if now - t < 2 * self.hold_seconds}
         self._asked[uid] = now
         self.metrics.resumes.labels(cause).inc()
-        value = f"{rfc3339(self.wall())} router {uuid.uuid4().hex[:8]}"
+        value = f"{rfc3339(time.time())} router {uuid.uuid4().hex[:8]}"
         log.info("sandbox %s/%s is asleep: resume requested (%s request)", namespace, name, cause)
         task = asyncio.create_task(self._patch(namespace, name, uid, value))
         self._patches.add(task)
@@ -197,13 +189,11 @@ class Activity:
         every: float = ACTIVITY_SECONDS,
         max_pending: int = MAX_PENDING,
         clock: Callable[[], float] = time.monotonic,
-        wall: Callable[[], float] = time.time,
     ) -> None:
         self.annotate = annotate
         self.every = every
         self.max_pending = max_pending
         self.clock = clock
-        self.wall = wall
         self._written: dict[str, float] = {}  # uid -> when it was last written (or tried)
         self._pending: dict[str, tuple[str, str]] = {}  # uid -> (namespace, name), oldest first
         self._wakeup = asyncio.Event()
@@ -229,7 +219,7 @@ class Activity:
                 self._remember(uid)
                 try:
                     await self.annotate(
-                        namespace, name, uid, {c.ANNOTATION_LAST_ACTIVITY: rfc3339(self.wall())}
+                        namespace, name, uid, {c.ANNOTATION_LAST_ACTIVITY: rfc3339(time.time())}
                     )
                 except PATCH_ERRORS as exc:
                     # Not retried before `every` has passed: a failing API server is not hammered.

@@ -279,6 +279,11 @@ class SandboxHandle(Generic[kube.C]):
         self._ep: RuntimeEndpoint | None = None
         self.on_wake = on_wake  # told "waking sandbox …" when a call wakes it up
         self.wake_timeout = wake_timeout
+        self._attach()
+
+    def _attach(self) -> None:
+        """Each twin's `commands` and `files`."""
+        raise NotImplementedError
 
     claim_name = property(lambda self: self.ref.claim_name, doc="The SandboxClaim's name.")
     sandbox_name = property(
@@ -291,14 +296,7 @@ class SandboxHandle(Generic[kube.C]):
 class Sandbox(SandboxHandle[httpx.Client]):
     """A claimed sandbox: `commands`, `files`, `terminate()`."""
 
-    def __init__(
-        self,
-        http: httpx.Client,
-        ref: SandboxRef,
-        on_wake: wake.Progress | None = None,
-        wake_timeout: float = wake.WAKE_TIMEOUT,
-    ) -> None:
-        super().__init__(http, ref, on_wake, wake_timeout)
+    def _attach(self) -> None:
         self.commands = CommandExecutor(self)
         self.files = Filesystem(self)
 
@@ -464,14 +462,7 @@ class AsyncFilesystem:
 
 @kube.documented_as(Sandbox)
 class AsyncSandbox(SandboxHandle[httpx.AsyncClient]):
-    def __init__(
-        self,
-        http: httpx.AsyncClient,
-        ref: SandboxRef,
-        on_wake: wake.Progress | None = None,
-        wake_timeout: float = wake.WAKE_TIMEOUT,
-    ) -> None:
-        super().__init__(http, ref, on_wake, wake_timeout)
+    def _attach(self) -> None:
         self.commands = AsyncCommandExecutor(self)
         self.files = AsyncFilesystem(self)
 
