@@ -279,7 +279,7 @@ class GiteaServer:
             raise GiteaError(f"{method} /api/v1/{path.lstrip('/')} -> {status}: {result}")
         return result
 
-    def wait_pushed(self, repo: str, timeout: float = 30.0) -> None:
+    def wait_pushed(self, repo: str, timeout: float = 90.0) -> None:
         """Wait until Gitea has processed the first push to the empty repository "owner/name".
 
         Pushes are indexed asynchronously: until then the repository reads as empty and Gitea 1.27.3 answers
