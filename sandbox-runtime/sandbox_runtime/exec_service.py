@@ -193,10 +193,18 @@ class ExecService:
         return result
 
     async def start(
-        self, spec: ExecSpec, *, tag: str | None = None, background: bool = True, keep_stdin: bool = False
+        self,
+        spec: ExecSpec,
+        *,
+        tag: str | None = None,
+        background: bool = True,
+        keep_stdin: bool = False,
+        journal: bool = True,
     ) -> Process:
-        """Start a streamed (`background=False`) or background process; it is journaled when it exits."""
+        """Start a streamed (`background=False`) or background process; it is journaled when it exits, unless
+        `journal=False` (an orchestrator's plumbing, e.g. the operator's verify checks)."""
         p = await self.processes.start(spec, tag=tag, background=background, keep_stdin=keep_stdin)
+        p.journal = journal
         self.metrics.processes.set(self.limiter.active)
         return p
 
@@ -205,6 +213,8 @@ class ExecService:
         self.metrics.processes.set(self.limiter.active)
         self.metrics.execs.labels("process", "timeout" if p.timed_out else "exited").inc()
         self.metrics.exec_duration.labels("process").observe(duration)
+        if not p.journal:
+            return
         self.journal.record_command(
             argv=p.argv,
             cwd=p.cwd,

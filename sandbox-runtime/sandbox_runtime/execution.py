@@ -266,6 +266,7 @@ class Process:
     signal: int | None = None
     timed_out: bool = False
     ended_at: float | None = None
+    journal: bool = True  # recorded in the journal (and HANDOFF.md) when it exits
     chunks: deque[Chunk] = field(default_factory=deque)
     offsets: dict[str, int] = field(default_factory=lambda: {"stdout": 0, "stderr": 0})
     seq: int = 0

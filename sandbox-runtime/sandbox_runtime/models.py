@@ -45,7 +45,7 @@ class ExecRequest(BaseModel):
     tag: str | None = Field(default=None, max_length=200, description="Free label, shown in listings.")
     journal: bool = Field(
         default=True,
-        description="POST /v1/exec: record the command in the journal (and HANDOFF.md); an orchestrator's "
+        description="POST /v1/exec and /v1/processes: record the command in the journal (and HANDOFF.md); an orchestrator's "
         "own plumbing sets false.",
     )
 

@@ -285,3 +285,27 @@ def test_idle_seconds_refuses_what_is_not_a_number_of_seconds(
     with pytest.raises(RuntimeRefused):
         asyncio.run(_idle(hostile("json", answer)))
     assert asyncio.run(_idle(hostile("json", b'{"status": "ok", "idle_seconds": 42}'))) == 42.0
+
+
+def test_the_operators_background_checks_stay_out_of_the_journal(server: Server) -> None:
+    """A verify check runs as a background process (issue 27); like `sh`, it is the operator's plumbing, not the
+    agent's work: not in the journal or HANDOFF.md. Before, the runtime journaled every background process when
+    it exited, and a source environment's diff showed HANDOFF.md modified after its verification."""
+
+    async def go() -> list[str]:
+        async with Runtime(server.url, server.token) as rt:
+            quiet = await rt.start("echo operator-check-1f3a", timeout=30, tag="verify")
+            while await rt.running(quiet):
+                await asyncio.sleep(0.05)
+            result = await rt.result(quiet)
+            assert result is not None and result.ok and result.stdout == "operator-check-1f3a\n"
+        # An agent's background process is journaled as before.
+        agent = server.client().post("/v1/processes", json={"command": "echo agent-job-1f3a"}).json()["id"]
+        while server.client().get(f"/v1/processes/{agent}").json()["state"] == "running":
+            await asyncio.sleep(0.05)
+        entries = server.client().get("/v1/journal").json()["entries"]
+        return [json.dumps(entry) for entry in entries]
+
+    journaled = asyncio.run(go())
+    assert any("agent-job-1f3a" in entry for entry in journaled)
+    assert not any("operator-check-1f3a" in entry for entry in journaled)

@@ -224,9 +224,17 @@ class Runtime:
     ) -> str:
         """Start a shell program as the runtime's background process (it runs whether or not anyone waits, and
         the runtime ends it after `timeout`): its id, to look in on it with `process` and `result`."""
-        # Background processes are not journaled; the log keeps max_output_bytes of each stream, its tail.
-        body = self._exec_body(script, env=env, cwd=cwd, timeout=timeout, tag=tag, journal=None)
-        data = await self._run(runtimeapi.start_process(body))
+        # Out of the journal and HANDOFF.md, as `sh`'s; the log keeps max_output_bytes of each stream, its tail.
+        journal = False if self._journal_flag else None
+        body = self._exec_body(script, env=env, cwd=cwd, timeout=timeout, tag=tag, journal=journal)
+        try:
+            data = await self._run(runtimeapi.start_process(body))
+        except RuntimeRefused as exc:
+            if not (exc.status == 422 and "journal" in exc.detail and self._journal_flag):
+                raise
+            self._journal_flag = False  # an older runtime: run it anyway, journaled
+            body.pop("journal")
+            data = await self._run(runtimeapi.start_process(body))
         process_id = data.get("id")
         if not isinstance(process_id, str) or not 0 < len(process_id) <= 128:
             raise RuntimeRefused(200, "runtime's answer to POST /v1/processes is malformed", "no id")

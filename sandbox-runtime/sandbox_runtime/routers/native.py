@@ -126,7 +126,9 @@ async def v1_exec_stream(req: ExecRequest, rt: RuntimeDep) -> StreamingResponse:
 )
 async def v1_start(req: ExecRequest, rt: RuntimeDep) -> dict[str, Any]:
     """Start a background process; its output is kept in a bounded log (follow it with /logs)."""
-    p = await rt.exec.start(rt.exec.spec_from_request(req, background=True), tag=req.tag, keep_stdin=True)
+    p = await rt.exec.start(
+        rt.exec.spec_from_request(req, background=True), tag=req.tag, keep_stdin=True, journal=req.journal
+    )
     return p.summary()
 
 
