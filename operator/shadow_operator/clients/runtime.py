@@ -249,11 +249,9 @@ class Runtime:
 
     async def result(self, process_id: str) -> ExecutionResult | None:
         """An exited background process' exit status and the tails of its output (`max_output_bytes` each);
-        None when the runtime knows no such process."""
-        data = await self._run(runtimeapi.process(process_id))
-        if data is None:
-            return None
+        None when the runtime knows no such process. The exit status is the log's own last event."""
         request = runtimeapi.process_logs_request(process_id)
+        data: dict[str, Any] = {}
         tails = {"stdout": bytearray(), "stderr": bytearray()}
         cut = False
         # A line is one chunk of output (64 KiB read at a time, up to six bytes each once escaped); the runtime
@@ -288,6 +286,8 @@ class Runtime:
                                 cut = True
                         elif kind == "dropped":
                             cut = True
+                        elif kind == "exit":
+                            data = event
         except runtimeapi.AnswerTooLarge as exc:
             raise RuntimeAnswerTooLarge("GET", request.path, exc.limit) from None
         except runtimeapi.AnswerRefused as exc:
@@ -303,7 +303,7 @@ class Runtime:
                 truncated=cut,
             )
         except (TypeError, ValueError):
-            raise RuntimeRefused(200, "runtime's process summary is malformed", "") from None
+            raise RuntimeRefused(200, "runtime's process exit event is malformed", "") from None
 
     async def remove(self, process_id: str) -> None:
         """Kill (if it runs) and forget a background process."""
