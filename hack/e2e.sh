@@ -17,7 +17,12 @@ run_step "kind cluster" "${HACK_DIR}/kind/cluster.sh" up
 run_step "snapshot storage (VolumeSnapshot CRDs, snapshot controller, our CSI host-path driver)" \
   "${HACK_DIR}/kind/snapshots.sh" up
 run_step "helm install" "${HACK_DIR}/kind/deploy.sh"
+# PYTEST_ARGS is split as a shell would (as `make test` does): PYTEST_ARGS='-k "test_a or test_b"' works.
+E2E_PYTEST_ARGS=()
+if [[ -n ${PYTEST_ARGS:-} ]]; then
+  mapfile -t E2E_PYTEST_ARGS < <("$PY" -c 'import os, shlex; print(*shlex.split(os.environ["PYTEST_ARGS"]), sep="\n")')
+fi
 run_step "e2e tests" env SHADOW_E2E_KUBECONFIG="$("${HACK_DIR}/kind/cluster.sh" kubeconfig)" \
-  "$PY" -m pytest -m e2e "${REPO_ROOT}/tests/e2e" ${PYTEST_ARGS:-}
+  "$PY" -m pytest -m e2e "${REPO_ROOT}/tests/e2e" "${E2E_PYTEST_ARGS[@]}"
 steps_end
 step "make e2e passed in $((SECONDS - STARTED))s (steps: ${SHADOW_CACHE}/logs/e2e-steps.txt)"

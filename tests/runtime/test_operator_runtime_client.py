@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import io
 import json
+import subprocess
+import tarfile
 import threading
 import tracemalloc
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -309,3 +313,43 @@ def test_the_operators_background_checks_stay_out_of_the_journal(server: Server)
     journaled = asyncio.run(go())
     assert any("agent-job-1f3a" in entry for entry in journaled)
     assert not any("operator-check-1f3a" in entry for entry in journaled)
+
+
+# The last runtime without the `journal` field: a workspace image pinned by its template may still run it.
+OLDER_RUNTIME = "6b44d29^"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_an_older_runtime_still_runs_the_operators_commands(
+    tmp_path: Path, launch: Callable[..., Server]
+) -> None:
+    """A runtime from before `journal` (refused as an unknown field, 422) still runs the operator's commands and
+    background checks, journaled: the client asks once, then stops asking. Run against that runtime's own code,
+    taken from the repository's history."""
+    old = tmp_path / "older-runtime"
+    old.mkdir()
+    got = subprocess.run(
+        ["git", "archive", OLDER_RUNTIME, "sandbox-runtime/sandbox_runtime"], cwd=REPO_ROOT, capture_output=True
+    )
+    if got.returncode != 0:  # a shallow clone: the history is not there
+        pytest.skip(f"{OLDER_RUNTIME} is not in this checkout: {got.stderr.decode(errors='replace').strip()}")
+    archive = got.stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(old, filter="data")
+    server = launch(env={"PYTHONPATH": str(old / "sandbox-runtime")})
+    # It is that runtime: it refuses the field.
+    refused = server.client().post("/v1/exec", json={"command": "true", "journal": False})
+    assert refused.status_code == 422 and "journal" in refused.text
+
+    async def go() -> tuple[ExecutionResult, ExecutionResult | None, bool]:
+        async with Runtime(server.url, server.token) as rt:
+            ran = await rt.sh("echo older-sh-7c2e", timeout=30, tag="copy-in")
+            check = await rt.start("echo older-check-7c2e", timeout=30, tag="verify")
+            while await rt.running(check):
+                await asyncio.sleep(0.05)
+            return ran, await rt.result(check), rt._journal_flag
+
+    ran, checked, still_asking = asyncio.run(go())
+    assert ran.ok and ran.stdout == "older-sh-7c2e\n"
+    assert checked is not None and checked.ok and checked.stdout == "older-check-7c2e\n"
+    assert still_asking is False

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -183,6 +183,30 @@ class Runtime:
             raise RuntimeRefused(200, f"runtime's idle_seconds is not a number of seconds: {value!r:.40}", "")
         return seconds
 
+    async def _unjournaled(
+        self,
+        op: Callable[[Mapping[str, Any]], runtimeapi.Op[dict[str, Any]]],
+        script: str,
+        *,
+        env: dict[str, str] | None,
+        cwd: str,
+        timeout: float,
+        tag: str,
+    ) -> dict[str, Any]:
+        """Send a command (run or start) kept out of the journal and HANDOFF.md: the operator's plumbing is not
+        the agent's work. A workspace image with an older runtime (a template pinned to it) refuses the field:
+        the command then runs anyway, journaled, rather than never at all, and later ones do not ask."""
+        journal = False if self._journal_flag else None
+        body = self._exec_body(script, env=env, cwd=cwd, timeout=timeout, tag=tag, journal=journal)
+        try:
+            return await self._run(op(body))
+        except RuntimeRefused as exc:
+            if not (exc.status == 422 and "journal" in exc.detail and self._journal_flag):
+                raise
+        self._journal_flag = False
+        body.pop("journal")
+        return await self._run(op(body))
+
     async def sh(
         self,
         script: str,
@@ -193,19 +217,7 @@ class Runtime:
         tag: str,
     ) -> ExecutionResult:
         """Run a shell program to completion (`sh -c`), its inputs in `env`."""
-        # The operator's plumbing is not the agent's work: keep it out of the journal and HANDOFF.md.
-        journal = False if self._journal_flag else None
-        body = self._exec_body(script, env=env, cwd=cwd, timeout=timeout, tag=tag, journal=journal)
-        try:
-            data = await self._run(runtimeapi.run(body))
-        except RuntimeRefused as exc:
-            # A workspace image with an older runtime (a template pinned to it) refuses the field: run the
-            # command anyway, journaled, rather than never copying anything in.
-            if not (exc.status == 422 and "journal" in exc.detail and self._journal_flag):
-                raise
-            self._journal_flag = False
-            body.pop("journal")
-            data = await self._run(runtimeapi.run(body))
+        data = await self._unjournaled(runtimeapi.run, script, env=env, cwd=cwd, timeout=timeout, tag=tag)
         try:
             stdout, cut_out = _tail(str(data["stdout"]), self.max_output_bytes)
             stderr, cut_err = _tail(str(data["stderr"]), self.max_output_bytes)
@@ -224,17 +236,10 @@ class Runtime:
     ) -> str:
         """Start a shell program as the runtime's background process (it runs whether or not anyone waits, and
         the runtime ends it after `timeout`): its id, to look in on it with `process` and `result`."""
-        # Out of the journal and HANDOFF.md, as `sh`'s; the log keeps max_output_bytes of each stream, its tail.
-        journal = False if self._journal_flag else None
-        body = self._exec_body(script, env=env, cwd=cwd, timeout=timeout, tag=tag, journal=journal)
-        try:
-            data = await self._run(runtimeapi.start_process(body))
-        except RuntimeRefused as exc:
-            if not (exc.status == 422 and "journal" in exc.detail and self._journal_flag):
-                raise
-            self._journal_flag = False  # an older runtime: run it anyway, journaled
-            body.pop("journal")
-            data = await self._run(runtimeapi.start_process(body))
+        # The log keeps max_output_bytes of each stream, its tail.
+        data = await self._unjournaled(
+            runtimeapi.start_process, script, env=env, cwd=cwd, timeout=timeout, tag=tag
+        )
         process_id = data.get("id")
         if not isinstance(process_id, str) or not 0 < len(process_id) <= 128:
             raise RuntimeRefused(200, "runtime's answer to POST /v1/processes is malformed", "no id")

@@ -149,15 +149,12 @@ class VerifyStep:
             if command is None:
                 return None
             return command.command, {}, command.cwd or "", float(command.timeout_seconds)
-        src = next((x for x in state.status.sources or () if x.name == check.source), None)
-        if src is None:
+        install = _install_from(state, check)
+        if install is None:
             return None
-        # Python installs go through the public URL that the rewrites redirect (the fidelity this is about);
-        # npm turns GitHub URLs into tarball downloads that bypass git, so it uses Gitea's URL.
-        python = check.tool == "pip"
-        url = src.public_url if python and src.public_url else src.clone_url
-        script = copyin.INSTALL_PYTHON if python else copyin.INSTALL_NODE
-        return script, {"SHADOW_URL": url, "SHADOW_BRANCH": src.branch, **copyin.author_env()}, "", 600.0
+        url, branch = install
+        script = copyin.INSTALL_PYTHON if check.tool == "pip" else copyin.INSTALL_NODE
+        return script, {"SHADOW_URL": url, "SHADOW_BRANCH": branch, **copyin.author_env()}, "", 600.0
 
     def _conclude(self, state: Pass, run: VerifyRun) -> None:
         env, deps = state.env, self.deps
@@ -222,16 +219,21 @@ def _done(category: Category, result: CheckResult) -> VerifyRunCheck:
     )
 
 
+def _install_from(state: Pass, check: VerifyRunCheck) -> tuple[str, str] | None:
+    """An install check's (URL, branch); None when its source went from the status. Python installs go through
+    the public URL that the rewrites redirect (the fidelity this is about); npm turns GitHub URLs into tarball
+    downloads that bypass git, so it uses Gitea's URL."""
+    src = next((x for x in state.status.sources or () if x.name == check.source), None)
+    if src is None:
+        return None
+    return (src.public_url if check.tool == "pip" and src.public_url else src.clone_url), src.branch
+
+
 def _detail(check: VerifyRunCheck, state: Pass, result: ExecutionResult) -> str:
     """A finished check's evidence: what ran, its exit code, the tail of its output."""
     if check.tool is not None:
-        src = next((x for x in state.status.sources or () if x.name == check.source), None)
-        url = (
-            (src.public_url if check.tool == "pip" and src and src.public_url else src.clone_url)
-            if src
-            else ""
-        )
-        detail = f"{check.tool} install from {url}@{src.branch if src else ''}: exit code {result.exit_code}"
+        url, branch = _install_from(state, check) or ("", "")
+        detail = f"{check.tool} install from {url}@{branch}: exit code {result.exit_code}"
         if not result.ok and result.output:
             detail += ": " + _evidence(result, 400)
         return detail
