@@ -329,7 +329,9 @@ def test_an_older_runtime_still_runs_the_operators_commands(
     old = tmp_path / "older-runtime"
     old.mkdir()
     got = subprocess.run(
-        ["git", "archive", OLDER_RUNTIME, "sandbox-runtime/sandbox_runtime"], cwd=REPO_ROOT, capture_output=True
+        ["git", "archive", OLDER_RUNTIME, "sandbox-runtime/sandbox_runtime"],
+        cwd=REPO_ROOT,
+        capture_output=True,
     )
     if got.returncode != 0:  # a shallow clone: the history is not there
         pytest.skip(f"{OLDER_RUNTIME} is not in this checkout: {got.stderr.decode(errors='replace').strip()}")
