@@ -9,10 +9,14 @@ workspace (SHADOW_RUNTIME_API_URL), as test_environment_hostile_output.py does.
   environment of that namespace got no verdict until they ended.
 - An operator that stops in the middle of a verification and starts again (what a leader change does: the new
   leader reads the same status) carries it on from status: one run of each command, one verdict.
+- The same with a real leader change: two operator processes under leader election, the leader SIGKILLed (its
+  Lease not released) while the command runs; the standby takes the Lease when it expires and scores the first
+  run's result, without starting the command again.
 """
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,10 +26,12 @@ from kubernetes import client
 from shadow_operator.api import constants as c
 
 from tests.runtime.conftest import Server
+from tests.support.controlplane import wait_for
 from tests.support.sandbox_operator import (
     ENVIRONMENT,
     TEMPLATE,
     Objects,
+    OperatorProcess,
     in_process_operator,
     install_crds,
     template_body,
@@ -141,3 +147,62 @@ def test_an_operator_that_starts_again_mid_verify_carries_it_on(
     env = objs.get(ENVIRONMENT, "resumed", V)
     assert env is not None and "verifyRun" not in env["status"]
     assert first["process"]
+
+
+def test_a_leader_killed_mid_verify_leaves_one_run_and_its_verdict(
+    objs: Objects, runtime: Server, tmp_path: Path, kubeconfig: str, namespace: str
+) -> None:
+    objs.create(TEMPLATE, template_body("workspace"))
+    bind_volumes(objs, ["workspace-handed"], tmp_path)
+    runs = runtime.root / "handed-runs.txt"
+    # Each run writes its own shell's process id; the verdict's evidence says which run it scored.
+    command = f"echo $$ >> {runs}; sleep 10; echo done $$"
+    lease = client.CoordinationV1Api(objs.api)
+    replicas = {
+        name: OperatorProcess(
+            kubeconfig,
+            tmp_path / f"{name}.log",
+            args=["--leader-elect", f"--leader-election-namespace={namespace}"],
+            env={
+                "POD_NAME": name,
+                "SHADOW_RUNTIME_API_URL": runtime.url,
+                "SHADOW_LEASE_DURATION": "4",
+                "SHADOW_RENEW_DEADLINE": "3",
+                "SHADOW_RETRY_PERIOD": "0.5",
+            },
+        )
+        for name in ("op-a", "op-b")
+    }
+
+    def holder() -> str:
+        identity = lease.read_namespaced_lease(c.LEADER_LEASE_NAME, namespace).spec.holder_identity or ""
+        return identity.rpartition("_")[0]
+
+    try:
+        for replica in replicas.values():
+            replica.start()
+        wait_for(lambda: holder() in replicas, timeout=60, what="an operator process to take the Lease")
+        first = holder()
+        create(objs, runtime, "handed", command)
+        running_check(objs, "handed")
+        # A crash, not a shutdown: the Lease is not released, the standby waits for it to expire.
+        leading = replicas[first].proc
+        assert leading is not None
+        leading.send_signal(signal.SIGKILL)
+        leading.wait(timeout=10)
+        wait_for(lambda: holder() not in ("", first), timeout=30, what="the standby to take the Lease")
+        result = verdict(objs, "handed", timeout=90)
+    finally:
+        for replica in replicas.values():
+            replica.kill()
+        for name in replicas:
+            print(f"--- {name}'s log tail ---")
+            print("\n".join((tmp_path / f"{name}.log").read_text(errors="replace").splitlines()[-15:]))
+    pids = runs.read_text().split()
+    assert len(pids) == 1, f"the verify command started {len(pids)} times"
+    assert result["result"] == "PASS", result
+    (check,) = result["evidence"]["codeExecution"]["checks"]
+    assert check["detail"] == f"exit code 0: done {pids[0]}", "the verdict is not the first run's"
+    events = objs.core.list_namespaced_event(namespace, field_selector="involvedObject.name=handed").items
+    verdicts = [e for e in events if e.reason in ("VerificationPassed", "VerificationFailed")]
+    assert sum(e.count or 1 for e in verdicts) == 1, [e.message for e in verdicts]
