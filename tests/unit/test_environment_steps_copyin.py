@@ -12,7 +12,7 @@ from shadow_operator.controllers.environment.copyin import CopyInStep
 from shadow_operator.controllers.environment.state import StepFailed
 from shadow_operator.resources import copyin
 
-from tests.support.fakes import World, environment, new_pass, to_patch
+from tests.support.fakes import World, environment, new_pass, settle, to_patch
 
 pytestmark = pytest.mark.unit
 
@@ -39,7 +39,7 @@ async def test_waits_for_the_upload_then_copies_both_and_captures_the_baseline_o
     step = CopyInStep(world.deps)
     state = new_pass(environment(spec=SPEC, status={"runtimeURL": URL}))
     step.note_uploads(state)
-    await step.copy_in(state, None)
+    await settle(world, state, lambda: step.copy_in(state, None))
     assert not state.is_true(c.COND_SOURCES_READY)
     assert state.status.sources_ready == "1/2" and [s.name for s in state.status.sources or ()] == ["lib"]
     assert state.status.timings is None
@@ -51,7 +51,7 @@ async def test_waits_for_the_upload_then_copies_both_and_captures_the_baseline_o
     )
     state = new_pass(uploaded)
     step.note_uploads(state)
-    await step.copy_in(state, None)
+    await settle(world, state, lambda: step.copy_in(state, None))
     assert state.is_true(c.COND_SOURCES_READY) and state.status.sources_ready == "2/2"
     sources = to_patch(state.status)["sources"]
     assert [s["name"] for s in sources] == ["app", "lib"]
@@ -85,7 +85,7 @@ async def test_a_source_that_cannot_be_fetched_fails_with_its_code() -> None:
     ]
     state = new_pass(environment(spec=SPEC, status={"runtimeURL": URL}))
     with pytest.raises(StepFailed) as failed:
-        await CopyInStep(world.deps).copy_in(state, None)
+        await settle(world, state, lambda: CopyInStep(world.deps).copy_in(state, None))
     assert failed.value.code == "SourceFetchFailed" and "fatal: not found" in failed.value.message
 
 
@@ -95,7 +95,7 @@ async def test_a_runtime_that_stalls_the_copy_in_fails_it_with_its_own_code() ->
     world.runtime(URL).stalled = "the download of x moved fewer than 1966080 bytes in 30s"
     state = new_pass(environment(spec=SPEC, status={"runtimeURL": URL}))
     with pytest.raises(StepFailed) as failed:
-        await CopyInStep(world.deps).copy_in(state, None)
+        await settle(world, state, lambda: CopyInStep(world.deps).copy_in(state, None))
     assert failed.value.code == "RuntimeStalled" and "source 'lib': the download" in failed.value.message
 
 
@@ -114,8 +114,9 @@ async def test_a_fork_keeps_the_baseline_its_clone_brought() -> None:
         },
     }
     state = new_pass(environment(spec=spec, status=status))
-    CopyInStep(world.deps).note_uploads(state)
-    await CopyInStep(world.deps).copy_in(state, None)
+    step = CopyInStep(world.deps)
+    step.note_uploads(state)
+    await settle(world, state, lambda: step.copy_in(state, None))
     assert state.is_true(c.COND_SOURCES_READY)
     assert "came with the clone" in state.conditions.items()[0].message
     assert "capture_baseline" not in world.runtime(URL).calls
@@ -149,7 +150,7 @@ async def test_a_source_gitea_lost_is_pushed_again_without_a_new_baseline() -> N
         environment(spec=SPEC, status={"runtimeURL": URL, "sources": only_lib}, annotations=uploaded)
     )
     state.set(c.COND_SOURCES_READY, True, "SourcesCopied", "")
-    await step.copy_in(state, None)
+    await settle(world, state, lambda: step.copy_in(state, None))
     assert [s.name for s in state.status.sources or ()] == ["app", "lib"]
     assert state.status.sources_ready == "2/2"
     assert world.runtime(URL).calls == ["sh shadow-operator: snapshot"]
@@ -164,22 +165,24 @@ async def test_while_gitea_starts_sources_are_fetched_into_the_workspace_once() 
     step = CopyInStep(world.deps)
     spec = {**SPEC, "gitea": {"enabled": True}}
     state = new_pass(environment(spec=spec, status={"runtimeURL": URL}))
-    await step.prepare(state)
+    await settle(world, state, lambda: step.prepare(state))
     assert world.runtime(URL).calls == ["sh shadow-operator: snapshot"]  # lib; app is not uploaded yet
     assert state.status.sources is None and not state.is_true(c.COND_SOURCES_READY)
     await step.prepare(state)
-    assert len(world.runtime(URL).calls) == 1  # done once
+    assert len(world.runtime(URL).calls) == 1 and state.status.operation is None  # done once
 
     uploaded = environment(
         spec=spec, status={"runtimeURL": URL}, annotations={c.ANNOTATION_UPLOAD_PREFIX + "app": "done"}
     )
-    await step.prepare(new_pass(uploaded))
+    state = new_pass(uploaded)
+    await settle(world, state, lambda: step.prepare(state))
     assert len(world.runtime(URL).calls) == 2
     # Nothing was bundled for Gitea: no fetch of a bundle, no delete.
     assert all(call.startswith("sh ") for call in world.runtime(URL).calls)
     # Forgotten with the environment: a new one of the same name prepares again.
     step.forget(("team", "demo"))
-    await step.prepare(new_pass(uploaded))
+    state = new_pass(uploaded)
+    await settle(world, state, lambda: step.prepare(state))
     assert len(world.runtime(URL).calls) == 4
 
 
@@ -193,7 +196,7 @@ async def test_a_source_that_cannot_be_cloned_fails_before_gitea_is_up() -> None
     ]
     state = new_pass(environment(spec={**SPEC, "gitea": {"enabled": True}}, status={"runtimeURL": URL}))
     with pytest.raises(StepFailed) as failed:
-        await CopyInStep(world.deps).prepare(state)
+        await settle(world, state, lambda: CopyInStep(world.deps).prepare(state))
     assert failed.value.code == "SourceFetchFailed" and "fatal: no such repo" in failed.value.message
 
 

@@ -63,6 +63,7 @@ FailureCode = Literal[
     "AutoSuspendPolicyRefused",
 ]
 CloneMethod = Literal["Snapshot", "Copy"]
+OperationKind = Literal["CopyIn", "CloneCopy"]
 Category = Literal["sourceVerification", "installationHealth", "codeExecution"]
 
 
@@ -541,6 +542,24 @@ class VerifyRun(ApiModel):
     checks: list[VerifyRunCheck] = Field(default_factory=list, description="Its checks, in order.")
 
 
+class OperationRun(ApiModel):
+    """Long work under way for the environment, off the operator's workers: a source's copy-in (CopyIn) or a
+    fork's copy between the runtimes (CloneCopy). The operator that started it reads its outcome when it ends; one
+    that takes over (a restart, a leader change) finds an operation it does not run and starts it again (both
+    kinds are idempotent: a snapshot of the same tree is the same commit, a copy overwrites the same files)."""
+
+    kind: OperationKind = Field(description="What runs: CopyIn or CloneCopy.")
+    id: str = Field(description="The operator's id of the operation.")
+    source: str | None = Field(default=None, description="A copy-in's source.")
+    push: bool | None = Field(
+        default=None,
+        description="A copy-in: true when it pushes to Gitea, false when it only prepares the "
+        "workspace while Gitea starts.",
+    )
+    started_at: datetime = Field(description="When it was started.")
+    deadline: datetime = Field(description="When the operator ends it if it is still under way.")
+
+
 class IdleStatus(ApiModel):
     """Suspension after spec.idleTimeoutSeconds without runtime activity."""
 
@@ -721,6 +740,9 @@ class ShadowEnvironmentStatus(ApiModel):
     failure: Failure | None = Field(default=None, description="Set while the environment cannot work.")
     verdict: Verdict | None = Field(default=None, description="The last verification's verdict.")
     verify_run: VerifyRun | None = Field(default=None, description="The verification under way, if any.")
+    operation: OperationRun | None = Field(
+        default=None, description="The copy-in or fork copy under way, if any."
+    )
     last_push: PushStatus | None = Field(
         default=None, description="The answer to the last shadow.dev/push-request annotation."
     )

@@ -4,23 +4,31 @@ environment is Ready, the client's push requests (shadow.dev/push-request) are a
 
 The workspace side does not wait for Gitea: while Gitea starts, `prepare` clones the git sources and snapshots
 the uploads that arrived; the copy-in proper, once Gitea is set up, finds them in place (a snapshot of the same
-tree is the same commit) and only bundles and pushes."""
+tree is the same commit) and only bundles and pushes.
+
+Each source's snapshot and push is an operation (engine/operations.py): started by a pass, recorded in
+status.operation, run off the reconcile workers under the operations' slots, and read by the pass its end wakes.
+A large copy-in of one tenant therefore holds no worker while another tenant's environment is served."""
 
 from __future__ import annotations
 
-import contextlib
+from datetime import timedelta
+from typing import Final
 
 from shadow_operator.api import constants as c
-from shadow_operator.api.environment import PushStatus, SourceStatus
+from shadow_operator.api.environment import OperationRun, PushStatus, SourceStatus
 from shadow_operator.clients import gitpush
-from shadow_operator.clients.gitea import Gitea, GiteaError
+from shadow_operator.clients.gitea import GiteaError
 from shadow_operator.clients.runtime import Runtime, RuntimeStalled, RuntimeUnavailable
 from shadow_operator.common.sources import SourcePlan
 from shadow_operator.controllers.environment import pushes
 from shadow_operator.controllers.environment.state import RETRY_SECONDS, Pass, Ports, StepFailed, plans
+from shadow_operator.engine import Outcome, Running
 from shadow_operator.engine.cache import Key
 from shadow_operator.resources import copyin
 from shadow_operator.resources import environment as res
+
+COPY_IN: Final = "CopyIn"
 
 
 class CopyInStep:
@@ -44,7 +52,8 @@ class CopyInStep:
 
     async def prepare(self, state: Pass) -> None:
         """The workspace side of the copy-in, while Gitea is not ready: clone each git source and snapshot
-        each upload that arrived, once. Nothing goes to status; a source that cannot be fetched fails now."""
+        each upload that arrived, once, each as an operation (`_operate`). Nothing goes to status but the
+        operation under way; a source that cannot be fetched fails now."""
         env = state.env
         if env.spec.workspace.from_ is not None:
             return  # a fork's sources came with its clone
@@ -59,12 +68,66 @@ class CopyInStep:
             and p.name not in prepared
             and not (p.upload and (c.ANNOTATION_UPLOAD_PREFIX + p.name) not in annotations)
         ]
-        if not todo:
-            return
-        async with self.deps.runtime_for(env.namespace, state.instance, state.status.runtime_url) as runtime:
-            for plan in todo:
-                await self._snapshot(runtime, plan, None, None)
-                prepared.add(plan.name)
+        for plan in todo:
+            if await self._operate(state, plan, None, None) is None:
+                return  # under way: its end wakes the pass
+            prepared.add(plan.name)
+
+    async def _operate(
+        self, state: Pass, plan: SourcePlan, target: pushes.Target | None, token: str | None
+    ) -> tuple[str, str] | None:
+        """The copy-in of one source as an operation (engine/operations.py), recorded in status.operation:
+        (commit, branch) once it ended, None while it (or another source's) is under way. Its failure is raised
+        here as the StepFailed it ended with. An operation this operator does not run (it started again, or took
+        over as leader) is started again: a snapshot of the same tree is the same commit."""
+        env, deps = state.env, self.deps
+        key = (env.namespace, env.name)
+        push = target is not None
+        run = state.status.operation
+        if run is not None and run.kind == COPY_IN:
+            seen = deps.operations.look(key, COPY_IN, run.id)
+            if isinstance(seen, Running):
+                return None
+            state.status.operation = None  # set explicitly: the status patch clears it
+            if isinstance(seen, Outcome):
+                if isinstance(seen.error, TimeoutError):
+                    raise StepFailed(
+                        "SourceFetchFailed",
+                        "SourceFetchFailed",
+                        f"source {run.source!r}: the copy-in did not end by {run.deadline:%H:%M:%S} UTC",
+                        retry=RETRY_SECONDS,
+                    )
+                if run.source == plan.name and run.push == push:
+                    result: tuple[str, str] = seen.result()
+                    return result
+                if seen.error is None and not run.push and run.source is not None:
+                    self._prepared.setdefault(key, set()).add(run.source)
+        runtime = deps.runtime_for(env.namespace, state.instance, state.status.runtime_url)
+
+        async def work() -> tuple[str, str]:
+            async with runtime:
+                commit, branch = await self._snapshot(runtime, plan, target, token)
+            if target is not None:
+                gitea_url = deps.gitea_api_url(state.named)
+                async with deps.open_gitea(gitea_url, username="", token=target.token) as gitea:
+                    try:
+                        await gitea.set_default_branch(plan.org, plan.repo, branch)
+                    except GiteaError as exc:
+                        raise StepFailed(None, "GiteaBootstrapRetrying", str(exc)) from None
+            return commit, branch
+
+        # Every step is bounded on its own (the snapshot, each step of the push): this is the backstop.
+        timeout = pushes.SNAPSHOT_TIMEOUT + 4 * deps.push_settings.timeout
+        started = state.now()
+        state.status.operation = OperationRun(
+            kind=COPY_IN,
+            id=deps.operations.start(key, COPY_IN, work, timeout=timeout),
+            source=plan.name,
+            push=push,
+            started_at=started.replace(microsecond=0),
+            deadline=(started + timedelta(seconds=timeout)).replace(microsecond=0),
+        )
+        return None
 
     async def _snapshot(
         self, runtime: Runtime, plan: SourcePlan, target: pushes.Target | None, token: str | None
@@ -89,7 +152,9 @@ class CopyInStep:
                 retry=RETRY_SECONDS,
             ) from None
 
-    async def copy_in(self, state: Pass, token: str | None) -> None:
+    async def copy_in(self, state: Pass, token: str | None) -> bool:
+        """Copy in each source, one operation at a time, then capture the baseline: False while a source's
+        operation is under way (its end wakes the pass)."""
         env, deps = state.env, self.deps
         planned = plans(state)
         forked = env.spec.workspace.from_ is not None
@@ -98,82 +163,80 @@ class CopyInStep:
         rewrites = [r.model_dump(by_alias=True) for r in env.spec.git_rewrites or ()]
         annotations = env.metadata.annotations
         waiting = []
-        async with contextlib.AsyncExitStack() as stack:
-            runtime = await stack.enter_async_context(
-                deps.runtime_for(env.namespace, state.instance, state.status.runtime_url)
+        under_way = None
+        for plan in planned:
+            if plan.name in done:
+                continue
+            # A fork's sources came with its clone; others are uploaded by the client.
+            if plan.upload and not forked and (c.ANNOTATION_UPLOAD_PREFIX + plan.name) not in annotations:
+                waiting.append(plan.name)
+                continue
+            push_url = f"{base_url}/{plan.full_repo}.git" if base_url else None
+            target = None
+            if push_url and token:
+                target = pushes.Target(
+                    f"{deps.gitea_api_url(state.named)}/{plan.full_repo}.git", push_url, token, env.namespace
+                )
+            copied = await self._operate(state, plan, target, token)
+            if copied is None:
+                under_way = plan.name
+                break
+            commit, branch = copied
+            entry = {
+                "name": plan.name,
+                "repo": plan.full_repo,
+                "path": plan.path,
+                "commit": commit,
+                "branch": branch,
+                "cloneURL": push_url or "",
+            }
+            public = res.public_url(plan, rewrites)
+            if public:
+                entry["publicURL"] = public
+            done[plan.name] = SourceStatus.model_validate(entry)
+            state.status.sources = [done[p.name] for p in planned if p.name in done]
+            deps.recorder.info(
+                env.body,
+                reason="SourceCopied",
+                message=f"{plan.name}: {plan.full_repo}@{commit[:12]} ({branch})",
             )
-            gitea: Gitea | None = None
-            if base_url and token:
-                gitea = await stack.enter_async_context(
-                    deps.open_gitea(deps.gitea_api_url(state.named), username="", token=token)
-                )
-            for plan in planned:
-                if plan.name in done:
-                    continue
-                # A fork's sources came with its clone; others are uploaded by the client.
-                if plan.upload and not forked and (c.ANNOTATION_UPLOAD_PREFIX + plan.name) not in annotations:
-                    waiting.append(plan.name)
-                    continue
-                push_url = f"{base_url}/{plan.full_repo}.git" if base_url else None
-                target = None
-                if push_url and token:
-                    target = pushes.Target(
-                        f"{deps.gitea_api_url(state.named)}/{plan.full_repo}.git",
-                        push_url,
-                        token,
-                        env.namespace,
-                    )
-                commit, branch = await self._snapshot(runtime, plan, target, token)
-                if gitea is not None:
-                    try:
-                        await gitea.set_default_branch(plan.org, plan.repo, branch)
-                    except GiteaError as exc:
-                        raise StepFailed(None, "GiteaBootstrapRetrying", str(exc)) from None
-                entry = {
-                    "name": plan.name,
-                    "repo": plan.full_repo,
-                    "path": plan.path,
-                    "commit": commit,
-                    "branch": branch,
-                    "cloneURL": push_url or "",
-                }
-                public = res.public_url(plan, rewrites)
-                if public:
-                    entry["publicURL"] = public
-                done[plan.name] = SourceStatus.model_validate(entry)
-                state.status.sources = [done[p.name] for p in planned if p.name in done]
-                deps.recorder.info(
-                    env.body,
-                    reason="SourceCopied",
-                    message=f"{plan.name}: {plan.full_repo}@{commit[:12]} ({branch})",
-                )
-            state.status.sources_ready = f"{len(done)}/{len(planned)}"
-            if waiting:
-                state.set(
-                    c.COND_SOURCES_READY,
-                    False,
-                    "WaitingForUpload",
-                    f"waiting for the upload of {', '.join(waiting)} (shadowctl create --local, or "
-                    "shadow_operator.sdk.upload_source)",
-                )
-                return
-            if not state.is_true(c.COND_SOURCES_READY):
-                baseline = "baseline captured"
-                try:
+        state.status.sources_ready = f"{len(done)}/{len(planned)}"
+        if under_way is not None:
+            if not state.is_true(c.COND_SOURCES_READY):  # else a source pushed again to a new Gitea
+                slot = deps.operations.waiting((env.namespace, env.name), COPY_IN)
+                message = f"copying in source {under_way}" + (" (waiting for a slot)" if slot else "")
+                state.set(c.COND_SOURCES_READY, False, "CopyingIn", message)
+            return False
+        if waiting:
+            state.set(
+                c.COND_SOURCES_READY,
+                False,
+                "WaitingForUpload",
+                f"waiting for the upload of {', '.join(waiting)} (shadowctl create --local, or "
+                "shadow_operator.sdk.upload_source)",
+            )
+            return True
+        if not state.is_true(c.COND_SOURCES_READY):
+            baseline = "baseline captured"
+            try:
+                async with deps.runtime_for(
+                    env.namespace, state.instance, state.status.runtime_url
+                ) as runtime:
                     # A fork keeps the baseline its clone brought: it diffs against the original copy-in.
                     if forked and await runtime.has_baseline():
                         baseline = "the diff baseline came with the clone"
                     else:
                         await runtime.capture_baseline(list(c.BASELINE_EXCLUDE))
-                except RuntimeUnavailable as exc:
-                    raise StepFailed(None, "RuntimeUnreachable", str(exc)) from None
-                state.set(
-                    c.COND_SOURCES_READY,
-                    True,
-                    "SourcesCopied",
-                    f"{len(planned)} source(s) copied in; {baseline}",
-                )
-            state.mark("copied_in")
+            except RuntimeUnavailable as exc:
+                raise StepFailed(None, "RuntimeUnreachable", str(exc)) from None
+            state.set(
+                c.COND_SOURCES_READY,
+                True,
+                "SourcesCopied",
+                f"{len(planned)} source(s) copied in; {baseline}",
+            )
+        state.mark("copied_in")
+        return True
 
     async def push_request(self, state: Pass, token: str | None) -> None:
         """Answer the client's shadow.dev/push-request (pushes.py) in status.lastPush."""
