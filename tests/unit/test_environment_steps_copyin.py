@@ -28,6 +28,10 @@ SPEC = {
 }
 
 
+# A snapshot is a background process of the runtime: started, looked in on, read and removed.
+SNAPSHOT_CALLS = ["start shadow-operator: snapshot", "running", "result", "remove"]
+
+
 def snapshot_ok() -> tuple[str, ExecutionResult]:
     out = f"cloning...\n{copyin.RESULT_MARKER} {COMMIT} main\n"
     return copyin.SNAPSHOT, ExecutionResult(exit_code=0, stdout=out, stderr="", timed_out=False)
@@ -153,7 +157,7 @@ async def test_a_source_gitea_lost_is_pushed_again_without_a_new_baseline() -> N
     await settle(world, state, lambda: step.copy_in(state, None))
     assert [s.name for s in state.status.sources or ()] == ["app", "lib"]
     assert state.status.sources_ready == "2/2"
-    assert world.runtime(URL).calls == ["sh shadow-operator: snapshot"]
+    assert world.runtime(URL).calls == SNAPSHOT_CALLS
 
 
 async def test_while_gitea_starts_sources_are_fetched_into_the_workspace_once() -> None:
@@ -166,24 +170,23 @@ async def test_while_gitea_starts_sources_are_fetched_into_the_workspace_once() 
     spec = {**SPEC, "gitea": {"enabled": True}}
     state = new_pass(environment(spec=spec, status={"runtimeURL": URL}))
     await settle(world, state, lambda: step.prepare(state))
-    assert world.runtime(URL).calls == ["sh shadow-operator: snapshot"]  # lib; app is not uploaded yet
+    assert world.runtime(URL).calls == SNAPSHOT_CALLS  # lib; app is not uploaded yet
     assert state.status.sources is None and not state.is_true(c.COND_SOURCES_READY)
     await step.prepare(state)
-    assert len(world.runtime(URL).calls) == 1 and state.status.operation is None  # done once
+    assert len(world.runtime(URL).calls) == 4 and state.status.operation is None  # done once
 
     uploaded = environment(
         spec=spec, status={"runtimeURL": URL}, annotations={c.ANNOTATION_UPLOAD_PREFIX + "app": "done"}
     )
     state = new_pass(uploaded)
     await settle(world, state, lambda: step.prepare(state))
-    assert len(world.runtime(URL).calls) == 2
+    assert world.runtime(URL).calls == SNAPSHOT_CALLS * 2
     # Nothing was bundled for Gitea: no fetch of a bundle, no delete.
-    assert all(call.startswith("sh ") for call in world.runtime(URL).calls)
     # Forgotten with the environment: a new one of the same name prepares again.
     step.forget(("team", "demo"))
     state = new_pass(uploaded)
     await settle(world, state, lambda: step.prepare(state))
-    assert len(world.runtime(URL).calls) == 4
+    assert world.runtime(URL).calls == SNAPSHOT_CALLS * 4
 
 
 async def test_a_source_that_cannot_be_cloned_fails_before_gitea_is_up() -> None:
@@ -205,3 +208,25 @@ async def test_a_fork_has_nothing_to_prepare() -> None:
     spec = {"workspace": {"from": {"environment": "origin"}}}
     await CopyInStep(world.deps).prepare(new_pass(environment(spec=spec, status={"runtimeURL": URL})))
     assert world.runtime(URL).calls == []
+
+
+async def test_a_copy_in_an_operator_before_this_one_started_is_waited_for_not_started_again() -> None:
+    """An operator that starts again (or a new leader) finds the snapshot's process in status.operation: it waits
+    for that process and reads its answer instead of cloning the source a second time."""
+    world = World()
+    runtime = world.runtime(URL)
+    runtime.processes["p-first"] = snapshot_ok()[1]
+    operation = {
+        "kind": "CopyIn",
+        "id": "op-first",
+        "source": "lib",
+        "push": False,
+        "process": "p-first",
+        "startedAt": "2026-01-01T00:00:05Z",
+        "deadline": "2026-01-01T01:00:05Z",
+    }
+    state = new_pass(environment(spec=SPEC, status={"runtimeURL": URL, "operation": operation}))
+    await settle(world, state, lambda: CopyInStep(world.deps).copy_in(state, None))
+    assert [(s.name, s.commit) for s in state.status.sources or ()] == [("lib", COMMIT)]
+    assert runtime.calls == ["running", "result", "remove"] and runtime.removed == ["p-first"]
+    assert state.status.operation is None and to_patch(state.status)["operation"] is None  # cleared

@@ -546,7 +546,8 @@ class OperationRun(ApiModel):
     """Long work under way for the environment, off the operator's workers: a source's copy-in (CopyIn) or a
     fork's copy between the runtimes (CloneCopy). The operator that started it reads its outcome when it ends; one
     that takes over (a restart, a leader change) finds an operation it does not run and starts it again (both
-    kinds are idempotent: a snapshot of the same tree is the same commit, a copy overwrites the same files)."""
+    kinds are idempotent: a snapshot of the same tree is the same commit, a copy overwrites the same files); a
+    copy-in's snapshot running in the workspace is waited for, not started again."""
 
     kind: OperationKind = Field(description="What runs: CopyIn or CloneCopy.")
     id: str = Field(description="The operator's id of the operation.")
@@ -555,6 +556,11 @@ class OperationRun(ApiModel):
         default=None,
         description="A copy-in: true when it pushes to Gitea, false when it only prepares the "
         "workspace while Gitea starts.",
+    )
+    process: str | None = Field(
+        default=None,
+        description="A copy-in: the runtime's id of the background process snapshotting the source in the "
+        "workspace. An operator that takes over waits for this process instead of starting the clone again.",
     )
     started_at: datetime = Field(description="When it was started.")
     deadline: datetime = Field(description="When the operator ends it if it is still under way.")

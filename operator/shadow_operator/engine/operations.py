@@ -69,11 +69,20 @@ class Operations:
     def __post_init__(self) -> None:
         self._slots = Slots(total=max(1, self.total), per_namespace=max(1, self.per_namespace))
 
-    def start(self, key: Key, name: str, work: Callable[[], Awaitable[Any]], *, timeout: float) -> str:
+    def start(
+        self,
+        key: Key,
+        name: str,
+        work: Callable[[], Awaitable[Any]],
+        *,
+        timeout: float,
+        operation_id: str | None = None,
+    ) -> str:
         """Run `work()` in the background (at most `timeout` seconds once it holds a slot), replacing the
-        object's operation of this name (a running one is cancelled); its id, for status."""
+        object's operation of this name (a running one is cancelled); its id, for status (`operation_id`: one
+        taken over from status, else a new one)."""
         self._drop(key, name)
-        entry = _Entry(id=secrets.token_hex(8))
+        entry = _Entry(id=operation_id or secrets.token_hex(8))
         self._entries[(key, name)] = entry
         entry.task = asyncio.get_running_loop().create_task(
             self._run(key, name, entry, work, timeout), name=f"operation {name} {key[0]}/{key[1]}"

@@ -12,14 +12,16 @@ A large copy-in of one tenant therefore holds no worker while another tenant's e
 
 from __future__ import annotations
 
+import secrets
+from collections.abc import Awaitable
 from datetime import timedelta
-from typing import Final
+from typing import Final, TypeVar
 
 from shadow_operator.api import constants as c
 from shadow_operator.api.environment import OperationRun, PushStatus, SourceStatus
 from shadow_operator.clients import gitpush
 from shadow_operator.clients.gitea import GiteaError
-from shadow_operator.clients.runtime import Runtime, RuntimeStalled, RuntimeUnavailable
+from shadow_operator.clients.runtime import RuntimeRefused, RuntimeStalled, RuntimeUnavailable
 from shadow_operator.common.sources import SourcePlan
 from shadow_operator.controllers.environment import pushes
 from shadow_operator.controllers.environment.state import RETRY_SECONDS, Pass, Ports, StepFailed, plans
@@ -29,6 +31,7 @@ from shadow_operator.resources import copyin
 from shadow_operator.resources import environment as res
 
 COPY_IN: Final = "CopyIn"
+T = TypeVar("T")
 
 
 class CopyInStep:
@@ -78,8 +81,12 @@ class CopyInStep:
     ) -> tuple[str, str] | None:
         """The copy-in of one source as an operation (engine/operations.py), recorded in status.operation:
         (commit, branch) once it ended, None while it (or another source's) is under way. Its failure is raised
-        here as the StepFailed it ended with. An operation this operator does not run (it started again, or took
-        over as leader) is started again: a snapshot of the same tree is the same commit."""
+        here as the StepFailed it ended with.
+
+        The snapshot (a clone, for a git source) runs in the workspace as a background process of its runtime;
+        the operation waits for it off the workers, then pushes the bundle. An operation this operator does not
+        run (it started again, or took over as leader) is carried on: it waits for the same process rather
+        than cloning again, and pushes (a snapshot of the same tree is the same commit)."""
         env, deps = state.env, self.deps
         key = (env.namespace, env.name)
         push = target is not None
@@ -87,6 +94,10 @@ class CopyInStep:
         if run is not None and run.kind == COPY_IN:
             seen = deps.operations.look(key, COPY_IN, run.id)
             if isinstance(seen, Running):
+                return None
+            if seen is None and run.source == plan.name and run.process is not None:
+                bundle = _bundle(run.id) if run.push else None
+                self._start(state, plan, target, token, run.id, run.process, bundle)
                 return None
             state.status.operation = None  # set explicitly: the status patch clears it
             if isinstance(seen, Outcome):
@@ -102,11 +113,34 @@ class CopyInStep:
                     return result
                 if seen.error is None and not run.push and run.source is not None:
                     self._prepared.setdefault(key, set()).add(run.source)
+        operation = secrets.token_hex(8)
+        bundle = _bundle(operation) if push else None
+        async with deps.runtime_for(env.namespace, state.instance, state.status.runtime_url) as runtime:
+            process = await self._snapshot(pushes.start_snapshot(runtime, plan, bundle), plan, token)
+        self._start(state, plan, target, token, operation, process, bundle)
+        return None
+
+    def _start(
+        self,
+        state: Pass,
+        plan: SourcePlan,
+        target: pushes.Target | None,
+        token: str | None,
+        operation: str,
+        process: str,
+        bundle: str | None,
+    ) -> None:
+        """Run the operation `operation` that waits for the snapshot `process` and pushes its bundle."""
+        env, deps = state.env, self.deps
         runtime = deps.runtime_for(env.namespace, state.instance, state.status.runtime_url)
 
         async def work() -> tuple[str, str]:
             async with runtime:
-                commit, branch = await self._snapshot(runtime, plan, target, token)
+                commit, branch = await self._snapshot(
+                    pushes.finish_snapshot(runtime, plan, process, bundle, target, deps.push_settings),
+                    plan,
+                    token,
+                )
             if target is not None:
                 gitea_url = deps.gitea_api_url(state.named)
                 async with deps.open_gitea(gitea_url, username="", token=target.token) as gitea:
@@ -119,29 +153,30 @@ class CopyInStep:
         # Every step is bounded on its own (the snapshot, each step of the push): this is the backstop.
         timeout = pushes.SNAPSHOT_TIMEOUT + 4 * deps.push_settings.timeout
         started = state.now()
+        deps.operations.start(
+            (env.namespace, env.name), COPY_IN, work, timeout=timeout, operation_id=operation
+        )
         state.status.operation = OperationRun(
             kind=COPY_IN,
-            id=deps.operations.start(key, COPY_IN, work, timeout=timeout),
+            id=operation,
             source=plan.name,
-            push=push,
+            push=target is not None,
+            process=process,
             started_at=started.replace(microsecond=0),
             deadline=(started + timedelta(seconds=timeout)).replace(microsecond=0),
         )
-        return None
 
-    async def _snapshot(
-        self, runtime: Runtime, plan: SourcePlan, target: pushes.Target | None, token: str | None
-    ) -> tuple[str, str]:
-        """Snapshot the source in the workspace and push it to `target` (None: nowhere); (commit, branch)."""
+    async def _snapshot(self, snapshot: Awaitable[T], plan: SourcePlan, token: str | None) -> T:
+        """Await a source's snapshot (its start, its end and push); its failure as a StepFailed with its code."""
         try:
-            return await pushes.snapshot_and_push(runtime, plan, target, self.deps.push_settings)
+            return await snapshot
         except RuntimeStalled as exc:
             raise StepFailed(
                 "RuntimeStalled", "RuntimeStalled", f"source {plan.name!r}: {exc}", retry=RETRY_SECONDS
             ) from None
         except RuntimeUnavailable as exc:
             raise StepFailed(None, "RuntimeUnreachable", str(exc)) from None
-        except (pushes.SnapshotFailed, gitpush.PushFailed) as exc:
+        except (pushes.SnapshotFailed, gitpush.PushFailed, RuntimeRefused) as exc:
             what = f"cloning {plan.git_url}" if plan.git_url else "snapshotting the upload"
             if isinstance(exc, gitpush.PushFailed):
                 what = f"pushing the snapshot to Gitea {plan.full_repo}"
@@ -272,3 +307,8 @@ class CopyInStep:
         deps.recorder.info(
             env.body, reason="Pushed", message=f"push {request.id} ({answer.branch}) {outcome}"[:1000]
         )
+
+
+def _bundle(operation: str) -> str:
+    """Where the copy-in operation `operation` has the workspace write its bundle (one that takes over finds it)."""
+    return f"{pushes.BUNDLE_DIR}/{operation}.bundle"
