@@ -12,11 +12,18 @@ workspace (SHADOW_RUNTIME_API_URL), as test_environment_hostile_output.py does.
 - The same with a real leader change: two operator processes under leader election, the leader SIGKILLed (its
   Lease not released) while the command runs; the standby takes the Lease when it expires and scores the first
   run's result, without starting the command again.
+- A source's copy-in is an operation too (status.operation): tenant A's copy-ins whose clones hang on a slow
+  upstream (a real git server over HTTP that holds every request) no longer hold the workers, so an environment
+  of another namespace gets its verdict while they wait (before: A's four clones held all four workers, A's
+  namespaces each below their share). And an operator that starts again while a clone runs waits for that clone
+  (the snapshot's runtime process, from status) instead of cloning a second time: one clone, one copy-in.
 """
 
 from __future__ import annotations
 
+import contextlib
 import signal
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +34,8 @@ from shadow_operator.api import constants as c
 
 from tests.runtime.conftest import Server
 from tests.support.controlplane import wait_for
+from tests.support.githttp import GitHttpServer
+from tests.support.hostile_repo import git
 from tests.support.sandbox_operator import (
     ENVIRONMENT,
     TEMPLATE,
@@ -206,3 +215,135 @@ def test_a_leader_killed_mid_verify_leaves_one_run_and_its_verdict(
     events = objs.core.list_namespaced_event(namespace, field_selector="involvedObject.name=handed").items
     verdicts = [e for e in events if e.reason in ("VerificationPassed", "VerificationFailed")]
     assert sum(e.count or 1 for e in verdicts) == 1, [e.message for e in verdicts]
+
+
+# --- copy-in as an operation ------------------------------------------------------------------------------
+
+
+def upstream(server: GitHttpServer, tmp_path: Path) -> tuple[str, str]:
+    """A repository with one commit on the git server: (its clone URL, the commit)."""
+    url = server.repo_url("acme/big")
+    work = tmp_path / "big"
+    work.mkdir()
+    git(work, "init", "-q", "--initial-branch=main")
+    (work / "lib.py").write_text("VALUE = 1\n")
+    git(work, "add", "lib.py")
+    git(work, "commit", "-q", "-m", "lib")
+    bare = server.root / "acme" / "big.git"
+    git(work, "push", "-q", str(bare), "main")
+    git(bare, "symbolic-ref", "HEAD", "refs/heads/main")
+    return url, git(work, "rev-parse", "HEAD")
+
+
+def create_cloned(objs: Objects, name: str, url: str) -> None:
+    """An environment whose one source is cloned from `url`; no Gitea, no verification."""
+    objs.create(
+        ENVIRONMENT,
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "gitea": {"enabled": False},
+                "workspace": {"size": "1Gi"},
+                "sources": [{"name": name, "repo": f"shadow/{name}", "git": {"url": url}}],
+                "verify": {"enabled": False},
+            },
+        },
+        version=V,
+    )
+
+
+def clones(server: GitHttpServer) -> int:
+    """How many clones the git server was asked for (each starts with the smart-HTTP ref advertisement)."""
+    return sum(1 for r in server.requests if "/info/refs?service=git-upload-pack" in r)
+
+
+def copied_in(objs: Objects, name: str, commit: str, timeout: float = 90) -> dict[str, Any]:
+    env = objs.wait_condition(ENVIRONMENT, name, type_="SourcesReady", timeout=timeout, version=V)
+    assert [(s["name"], s["commit"]) for s in env["status"]["sources"]] == [(name, commit)]
+    assert "operation" not in env["status"]
+    return env
+
+
+@contextlib.contextmanager
+def other_namespaces(objs: Objects, count: int) -> Iterator[list[Objects]]:
+    """`count` more namespaces for another tenant (deleted afterwards), each with the workspace template."""
+    names = [f"{objs.namespace[:50]}-{uuid.uuid4().hex[:4]}" for _ in range(count)]
+    for name in names:
+        objs.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    try:
+        tenants = [Objects(objs.api, name) for name in names]
+        for tenant in tenants:
+            tenant.create(TEMPLATE, template_body("workspace"))
+        yield tenants
+    finally:
+        for name in names:
+            objs.core.delete_namespace(name, propagation_policy="Background")
+
+
+def test_slow_copy_ins_of_one_tenant_leave_another_namespace_served(
+    objs: Objects, runtime: Server, tmp_path: Path
+) -> None:
+    objs.create(TEMPLATE, template_body("workspace"))
+    bind_volumes(objs, ["workspace-victim"], tmp_path)
+    with GitHttpServer(tmp_path / "repos") as server, other_namespaces(objs, 2) as (a1, a2):
+        url, head = upstream(server, tmp_path)
+        slow = [(a1, "a1-0"), (a1, "a1-1"), (a1, "a1-2"), (a2, "a2-0")]
+        for tenant, name in slow:
+            bind_volumes(tenant, [f"workspace-{name}"], tmp_path, prefix=f"t-{uuid.uuid4().hex[:12]}")
+        server.gate.clear()  # every clone hangs until the test lets the upstream answer
+        try:
+            with in_process_operator(SHADOW_RUNTIME_API_URL=runtime.url):
+                for tenant, name in slow:
+                    create_cloned(tenant, name, url)
+                wait_for(lambda: clones(server) >= 4, timeout=90, what="tenant A's four clones to start")
+                # Before: these four held all four workers of the environment controller (three of a1, its
+                # share, and a2's one) and the victim, in a third namespace, waited for the upstream.
+                create(objs, runtime, "victim", "echo verified")
+                result = verdict(objs, "victim", timeout=60)
+                assert result["result"] == "PASS", result
+                for tenant, name in slow:
+                    env = tenant.get(ENVIRONMENT, name, V)
+                    assert env is not None and "sources" not in env["status"]
+                    operation = env["status"]["operation"]
+                    assert operation["kind"] == "CopyIn" and operation["source"] == name, operation
+                    assert operation["process"] and operation["deadline"]
+                server.gate.set()
+                # A's copy-ins complete once the upstream answers: nothing lost on either side.
+                for tenant, name in slow:
+                    copied_in(tenant, name, head)
+        finally:
+            server.gate.set()
+    assert clones(server) == 4
+
+
+def test_an_operator_that_starts_again_mid_clone_waits_for_that_clone(
+    objs: Objects, runtime: Server, tmp_path: Path
+) -> None:
+    objs.create(TEMPLATE, template_body("workspace"))
+    bind_volumes(objs, ["workspace-recloned"], tmp_path)
+    with GitHttpServer(tmp_path / "repos") as server:
+        url, head = upstream(server, tmp_path)
+        server.gate.clear()
+        try:
+            with in_process_operator(SHADOW_RUNTIME_API_URL=runtime.url):
+                create_cloned(objs, "recloned", url)
+                wait_for(lambda: clones(server) == 1, timeout=90, what="the clone to start")
+                objs.wait(
+                    ENVIRONMENT,
+                    "recloned",
+                    lambda o: bool(((o.get("status") or {}).get("operation") or {}).get("process")),
+                    timeout=30,
+                    what="the copy-in's process in status.operation",
+                    version=V,
+                )
+            # The operator is gone while the clone hangs; another one (a restart, a new leader) takes over.
+            with in_process_operator(SHADOW_RUNTIME_API_URL=runtime.url):
+                server.gate.set()
+                copied_in(objs, "recloned", head)
+        finally:
+            server.gate.set()
+    assert clones(server) == 1, "the source was cloned again"
+    events = objs.core.list_namespaced_event(
+        objs.namespace, field_selector="involvedObject.name=recloned"
+    ).items
+    assert sum(e.count or 1 for e in events if e.reason == "SourceCopied") == 1

@@ -56,7 +56,7 @@ async def test_one_namespace_waits_on_its_share_while_another_is_served() -> Non
     assert ops.waiting(("a", "a2"), "CopyIn") and not ops.waiting(("b", "b0"), "CopyIn")
     release.set()
     await ops.settled()
-    assert sorted(started) == ["a0", "a1", "a2", "a3", "b0"] and len(ops) == 0
+    assert sorted(started) == ["a0", "a1", "a2", "a3", "b0"] and ops.under_way() == 0
 
 
 async def test_an_operation_past_its_deadline_ends_with_a_timeout_and_stop_cancels() -> None:
@@ -69,4 +69,4 @@ async def test_an_operation_past_its_deadline_ends_with_a_timeout_and_stop_cance
         seen.result()
     ops.start(("a", "other"), "CloneCopy", lambda: asyncio.sleep(60), timeout=120)
     await asyncio.wait_for(ops.stop(), 5)
-    assert len(ops) == 0
+    assert ops.under_way() == 0

@@ -53,7 +53,7 @@ class _Entry:
     id: str
     task: asyncio.Task[None] | None = None
     outcome: Outcome | None = None
-    waiting: bool = True  # for its slot
+    waiting: bool = False  # for its slot (once its task runs)
 
 
 @dataclass
@@ -107,7 +107,8 @@ class Operations:
         for entry_key in [k for k in self._entries if k[0] == key and name in (None, k[1])]:
             self._drop(*entry_key)
 
-    def __len__(self) -> int:
+    def under_way(self) -> int:
+        """How many operations have not ended (running or waiting for a slot)."""
         return sum(1 for entry in self._entries.values() if entry.outcome is None)
 
     async def settled(self) -> None:
@@ -132,6 +133,7 @@ class Operations:
         self, key: Key, name: str, entry: _Entry, work: Callable[[], Awaitable[Any]], timeout: float
     ) -> None:
         outcome = Outcome()
+        entry.waiting = True
         try:
             async with self._slots.hold(key[0]):
                 entry.waiting = False

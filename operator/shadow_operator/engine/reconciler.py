@@ -112,8 +112,14 @@ class Reconciler(Generic[M]):
         self.cache = deps.cache
         self.recorder = deps.recorder
         self.config = deps.config
-        self.operations = deps.operations or Operations(
-            deps.enqueue, total=self.workers, per_namespace=self.namespace_share or max(1, self.workers - 1)
+        self.operations = (
+            deps.operations
+            if deps.operations is not None
+            else Operations(
+                deps.enqueue,
+                total=self.workers,
+                per_namespace=self.namespace_share or max(1, self.workers - 1),
+            )
         )
 
     async def reconcile(self, obj: M) -> float | None:
