@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -264,6 +264,20 @@ def copied_in(objs: Objects, name: str, commit: str, timeout: float = 90) -> dic
     return env
 
 
+def operation(objs: Objects, name: str, check: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    """Wait until the environment's status.operation passes `check`; that operation."""
+    env = objs.wait(
+        ENVIRONMENT,
+        name,
+        lambda o: check((o.get("status") or {}).get("operation") or {}),
+        timeout=60,
+        what=f"{name}'s status.operation",
+        version=V,
+    )
+    found: dict[str, Any] = env["status"]["operation"]
+    return found
+
+
 @contextlib.contextmanager
 def other_namespaces(objs: Objects, count: int) -> Iterator[list[Objects]]:
     """`count` more namespaces for another tenant (deleted afterwards), each with the workspace template."""
@@ -328,16 +342,16 @@ def test_an_operator_that_starts_again_mid_clone_waits_for_that_clone(
             with in_process_operator(SHADOW_RUNTIME_API_URL=runtime.url):
                 create_cloned(objs, "recloned", url)
                 wait_for(lambda: clones(server) == 1, timeout=90, what="the clone to start")
-                objs.wait(
-                    ENVIRONMENT,
-                    "recloned",
-                    lambda o: bool(((o.get("status") or {}).get("operation") or {}).get("process")),
-                    timeout=30,
-                    what="the copy-in's process in status.operation",
-                    version=V,
-                )
-            # The operator is gone while the clone hangs; another one (a restart, a new leader) takes over.
+                first = operation(objs, "recloned", lambda op: bool(op.get("process")))
+            # The operator is gone while the clone hangs; another one (a restart, a new leader) takes over, and
+            # the clone goes on only once it did (before: it had cloned a second time by then).
             with in_process_operator(SHADOW_RUNTIME_API_URL=runtime.url):
+                taken = operation(objs, "recloned", lambda op: op.get("takenOver") == 1)
+                assert (taken["id"], taken["process"], taken["startedAt"]) == (
+                    first["id"],
+                    first["process"],
+                    first["startedAt"],
+                )
                 server.gate.set()
                 copied_in(objs, "recloned", head)
         finally:

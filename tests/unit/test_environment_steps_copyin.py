@@ -226,7 +226,11 @@ async def test_a_copy_in_an_operator_before_this_one_started_is_waited_for_not_s
         "deadline": "2026-01-01T01:00:05Z",
     }
     state = new_pass(environment(spec=SPEC, status={"runtimeURL": URL, "operation": operation}))
-    await settle(world, state, lambda: CopyInStep(world.deps).copy_in(state, None))
+    step = CopyInStep(world.deps)
+    assert await step.copy_in(state, None) is False  # carried on: the same operation and process
+    taken = state.status.operation
+    assert taken is not None and (taken.id, taken.process, taken.taken_over) == ("op-first", "p-first", 1)
+    await settle(world, state, lambda: step.copy_in(state, None))
     assert [(s.name, s.commit) for s in state.status.sources or ()] == [("lib", COMMIT)]
     assert runtime.calls == ["running", "result", "remove"] and runtime.removed == ["p-first"]
     assert state.status.operation is None and to_patch(state.status)["operation"] is None  # cleared

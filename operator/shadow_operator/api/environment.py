@@ -564,6 +564,11 @@ class OperationRun(ApiModel):
     )
     started_at: datetime = Field(description="When it was started.")
     deadline: datetime = Field(description="When the operator ends it if it is still under way.")
+    taken_over: int | None = Field(
+        default=None,
+        description="How many times an operator that had not started it carried it on (a restart, a leader "
+        "change).",
+    )
 
 
 class IdleStatus(ApiModel):

@@ -97,7 +97,7 @@ class CopyInStep:
                 return None
             if seen is None and run.source == plan.name and run.process is not None:
                 bundle = _bundle(run.id) if run.push else None
-                self._start(state, plan, target, token, run.id, run.process, bundle)
+                self._start(state, plan, target, token, run.id, run.process, bundle, taken_over=run)
                 return None
             state.status.operation = None  # set explicitly: the status patch clears it
             if isinstance(seen, Outcome):
@@ -117,7 +117,7 @@ class CopyInStep:
         bundle = _bundle(operation) if push else None
         async with deps.runtime_for(env.namespace, state.instance, state.status.runtime_url) as runtime:
             process = await self._snapshot(pushes.start_snapshot(runtime, plan, bundle), plan, token)
-        self._start(state, plan, target, token, operation, process, bundle)
+        self._start(state, plan, target, token, operation, process, bundle, taken_over=None)
         return None
 
     def _start(
@@ -129,8 +129,11 @@ class CopyInStep:
         operation: str,
         process: str,
         bundle: str | None,
+        *,
+        taken_over: OperationRun | None,
     ) -> None:
-        """Run the operation `operation` that waits for the snapshot `process` and pushes its bundle."""
+        """Run the operation `operation` that waits for the snapshot `process` and pushes its bundle (`taken_over`:
+        the record in status of one an operator before this one started)."""
         env, deps = state.env, self.deps
         runtime = deps.runtime_for(env.namespace, state.instance, state.status.runtime_url)
 
@@ -152,7 +155,7 @@ class CopyInStep:
 
         # Every step is bounded on its own (the snapshot, each step of the push): this is the backstop.
         timeout = pushes.SNAPSHOT_TIMEOUT + 4 * deps.push_settings.timeout
-        started = state.now()
+        now = state.now()
         deps.operations.start(
             (env.namespace, env.name), COPY_IN, work, timeout=timeout, operation_id=operation
         )
@@ -162,8 +165,10 @@ class CopyInStep:
             source=plan.name,
             push=target is not None,
             process=process,
-            started_at=started.replace(microsecond=0),
-            deadline=(started + timedelta(seconds=timeout)).replace(microsecond=0),
+            # One taken over keeps when it started; its deadline is this operator's.
+            started_at=taken_over.started_at if taken_over is not None else now.replace(microsecond=0),
+            deadline=(now + timedelta(seconds=timeout)).replace(microsecond=0),
+            taken_over=(taken_over.taken_over or 0) + 1 if taken_over is not None else None,
         )
 
     async def _snapshot(self, snapshot: Awaitable[T], plan: SourcePlan, token: str | None) -> T:
