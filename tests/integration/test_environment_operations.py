@@ -35,7 +35,7 @@ from shadow_operator.api import constants as c
 from tests.runtime.conftest import Server
 from tests.support.controlplane import wait_for
 from tests.support.githttp import GitHttpServer
-from tests.support.hostile_repo import git
+from tests.support.hostile_repo import git, one_commit
 from tests.support.sandbox_operator import (
     ENVIRONMENT,
     TEMPLATE,
@@ -58,8 +58,8 @@ def operator(k8s_api: client.ApiClient) -> Iterator[None]:
     yield None
 
 
-def create(objs: Objects, runtime: Server, name: str, command: str) -> None:
-    """An environment whose one upload source is ready in the shared runtime, verifying with `command`."""
+def new_environment(objs: Objects, name: str, source: dict[str, Any], verify: dict[str, Any]) -> None:
+    """An environment of one source named like it (`source`: how it comes in), without Gitea."""
     objs.create(
         ENVIRONMENT,
         {
@@ -67,11 +67,18 @@ def create(objs: Objects, runtime: Server, name: str, command: str) -> None:
             "spec": {
                 "gitea": {"enabled": False},
                 "workspace": {"size": "1Gi"},
-                "sources": [{"name": name, "repo": f"shadow/{name}", "upload": {}}],
-                "verify": {"install": False, "commands": [{"name": "check", "command": command}]},
+                "sources": [{"name": name, "repo": f"shadow/{name}", **source}],
+                "verify": verify,
             },
         },
         version=V,
+    )
+
+
+def create(objs: Objects, runtime: Server, name: str, command: str) -> None:
+    """An environment whose one upload source is ready in the shared runtime, verifying with `command`."""
+    new_environment(
+        objs, name, {"upload": {}}, {"install": False, "commands": [{"name": "check", "command": command}]}
     )
     source = runtime.root / name
     source.mkdir(exist_ok=True)
@@ -224,32 +231,16 @@ def upstream(server: GitHttpServer, tmp_path: Path) -> tuple[str, str]:
     """A repository with one commit on the git server: (its clone URL, the commit)."""
     url = server.repo_url("acme/big")
     work = tmp_path / "big"
-    work.mkdir()
-    git(work, "init", "-q", "--initial-branch=main")
-    (work / "lib.py").write_text("VALUE = 1\n")
-    git(work, "add", "lib.py")
-    git(work, "commit", "-q", "-m", "lib")
+    head = one_commit(work)
     bare = server.root / "acme" / "big.git"
     git(work, "push", "-q", str(bare), "main")
     git(bare, "symbolic-ref", "HEAD", "refs/heads/main")
-    return url, git(work, "rev-parse", "HEAD")
+    return url, head
 
 
 def create_cloned(objs: Objects, name: str, url: str) -> None:
-    """An environment whose one source is cloned from `url`; no Gitea, no verification."""
-    objs.create(
-        ENVIRONMENT,
-        {
-            "metadata": {"name": name},
-            "spec": {
-                "gitea": {"enabled": False},
-                "workspace": {"size": "1Gi"},
-                "sources": [{"name": name, "repo": f"shadow/{name}", "git": {"url": url}}],
-                "verify": {"enabled": False},
-            },
-        },
-        version=V,
-    )
+    """An environment whose one source is cloned from `url`; no verification."""
+    new_environment(objs, name, {"git": {"url": url}}, {"enabled": False})
 
 
 def clones(server: GitHttpServer) -> int:
