@@ -140,6 +140,29 @@ async def test_an_invalid_push_request_is_answered_with_its_reason_and_once() ->
     assert answered.status.last_push == last and world.runtimes == {}
 
 
+async def test_a_push_request_is_answered_by_an_operation_and_an_interrupted_one_is_not_run_again() -> None:
+    world = World()
+    request = {"id": "p2", "source": "app", "branch": "feature", "message": "promote"}
+    annotations = {c.ANNOTATION_PUSH_REQUEST: json.dumps(request)}
+    state = new_pass(environment(spec=SPEC, status={"runtimeURL": URL}, annotations=annotations))
+    step = CopyInStep(world.deps)
+    await step.push_request(state, "token")
+    run = state.status.operation
+    assert run is not None and (run.kind, run.request) == ("Push", "p2") and state.status.last_push is None
+    await settle(world, state, lambda: step.push_request(state, "token"))
+    last = state.status.last_push
+    assert last is not None and last.id == "p2" and last.error == "source 'app' is not copied in (yet)"
+    assert world.recorder.reasons() == ["Pushed"]
+
+    # An operator that started after the push began (a restart, a new leader) does not push a second time.
+    interrupted = {**to_patch(state.status), "lastPush": None, "operation": run.model_dump(by_alias=True)}
+    taken = new_pass(environment(spec=SPEC, status=interrupted, annotations=annotations))
+    await CopyInStep(World().deps).push_request(taken, "token")
+    last = taken.status.last_push
+    assert last is not None and last.id == "p2" and last.error and "not run twice" in last.error
+    assert taken.status.operation is None
+
+
 async def test_a_source_gitea_lost_is_pushed_again_without_a_new_baseline() -> None:
     """The Gitea step drops from status.sources a source whose snapshot a new, empty Gitea lacks: the copy-in
     pushes it again, and the diff baseline of the first copy-in stays."""

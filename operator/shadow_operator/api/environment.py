@@ -63,7 +63,7 @@ FailureCode = Literal[
     "AutoSuspendPolicyRefused",
 ]
 CloneMethod = Literal["Snapshot", "Copy"]
-OperationKind = Literal["CopyIn", "CloneCopy"]
+OperationKind = Literal["CopyIn", "CloneCopy", "Push"]
 Category = Literal["sourceVerification", "installationHealth", "codeExecution"]
 
 
@@ -543,15 +543,16 @@ class VerifyRun(ApiModel):
 
 
 class OperationRun(ApiModel):
-    """Long work under way for the environment, off the operator's workers: a source's copy-in (CopyIn) or a
-    fork's copy between the runtimes (CloneCopy). The operator that started it reads its outcome when it ends; one
-    that takes over (a restart, a leader change) finds an operation it does not run and starts it again (both
-    kinds are idempotent: a snapshot of the same tree is the same commit, a copy overwrites the same files); a
-    copy-in's snapshot running in the workspace is waited for, not started again."""
+    """Long work under way for the environment, off the operator's workers: a source's copy-in (CopyIn), a
+    fork's copy between the runtimes (CloneCopy) or the answer to a push request (Push). The operator that started
+    it reads its outcome when it ends; one that takes over (a restart, a leader change) finds an operation it does
+    not run: a copy-in's snapshot running in the workspace is waited for, not started again; a fork's copy is
+    started again (it overwrites the same files); a push is not run twice but answered as interrupted."""
 
-    kind: OperationKind = Field(description="What runs: CopyIn or CloneCopy.")
+    kind: OperationKind = Field(description="What runs: CopyIn, CloneCopy or Push.")
     id: str = Field(description="The operator's id of the operation.")
     source: str | None = Field(default=None, description="A copy-in's source.")
+    request: str | None = Field(default=None, description="A push: the id of the request it answers.")
     push: bool | None = Field(
         default=None,
         description="A copy-in: true when it pushes to Gitea, false when it only prepares the "
@@ -752,7 +753,7 @@ class ShadowEnvironmentStatus(ApiModel):
     verdict: Verdict | None = Field(default=None, description="The last verification's verdict.")
     verify_run: VerifyRun | None = Field(default=None, description="The verification under way, if any.")
     operation: OperationRun | None = Field(
-        default=None, description="The copy-in or fork copy under way, if any."
+        default=None, description="The copy-in, fork copy or push under way, if any."
     )
     last_push: PushStatus | None = Field(
         default=None, description="The answer to the last shadow.dev/push-request annotation."

@@ -31,6 +31,11 @@ from shadow_operator.resources import copyin
 from shadow_operator.resources import environment as res
 
 COPY_IN: Final = "CopyIn"
+PUSH: Final = "Push"
+INTERRUPTED = (
+    "the operator stopped (a restart or a leader change) while it pushed; a push is not run twice: request it "
+    "again"
+)
 T = TypeVar("T")
 
 
@@ -91,7 +96,10 @@ class CopyInStep:
         key = (env.namespace, env.name)
         push = target is not None
         run = state.status.operation
-        if run is not None and run.kind == COPY_IN:
+        if run is not None and run.kind != COPY_IN:
+            if isinstance(deps.operations.look(key, run.kind, run.id), Running):
+                return None  # e.g. a push request's: its record stays until its answer is read
+        elif run is not None:
             seen = deps.operations.look(key, COPY_IN, run.id)
             if isinstance(seen, Running):
                 return None
@@ -279,8 +287,36 @@ class CopyInStep:
         return True
 
     async def push_request(self, state: Pass, token: str | None) -> None:
-        """Answer the client's shadow.dev/push-request (pushes.py) in status.lastPush."""
+        """Answer the client's shadow.dev/push-request (pushes.py) in status.lastPush, by an operation recorded in
+        status.operation. A push is not idempotent (a promote makes a new commit): one that an operator before
+        this one started is answered as interrupted, never run a second time."""
         env, deps = state.env, self.deps
+        key = (env.namespace, env.name)
+        run = state.status.operation
+        if run is not None and run.kind == PUSH:
+            seen = deps.operations.look(key, PUSH, run.id)
+            if isinstance(seen, Running):
+                return
+            state.status.operation = None  # set explicitly: the status patch clears it
+            if seen is None:
+                state.status.last_push = pushes.answer(run.request or "", error=INTERRUPTED)
+                return
+            try:
+                answer: PushStatus = seen.result()
+            except TimeoutError:
+                answer = pushes.answer(
+                    run.request or "", error=f"the push did not end by {run.deadline:%H:%M:%S} UTC"
+                )
+            except RuntimeUnavailable as exc:
+                raise StepFailed(None, "RuntimeUnreachable", str(exc)) from None
+            state.status.last_push = answer
+            outcome = (
+                f"failed: {answer.error}" if answer.error else f"{answer.repo}@{(answer.commit or '')[:12]}"
+            )
+            deps.recorder.info(
+                env.body, reason="Pushed", message=f"push {answer.id} ({answer.branch}) {outcome}"[:1000]
+            )
+            return
         request = pushes.pending_request(env.metadata.annotations, state.status.last_push)
         if isinstance(request, PushStatus):  # not a valid request: answered with the reason
             state.status.last_push = request
@@ -288,29 +324,35 @@ class CopyInStep:
         if request is None or not token:
             return
         copied = {s.name for s in state.status.sources or ()}
-        try:
-            async with (
-                deps.runtime_for(env.namespace, state.instance, state.status.runtime_url) as runtime,
-                deps.open_gitea(deps.gitea_api_url(state.named), username="", token=token) as gitea,
-            ):
-                answer = await pushes.perform(
+        planned = plans(state)
+        runtime = deps.runtime_for(env.namespace, state.instance, state.status.runtime_url)
+        gitea_url = deps.gitea_api_url(state.named)
+        clone_base = str(state.status.gitea_url)
+
+        async def work() -> PushStatus:
+            async with runtime, deps.open_gitea(gitea_url, username="", token=token) as gitea:
+                return await pushes.perform(
                     request,
                     runtime,
                     gitea,
-                    plans(state),
+                    planned,
                     copied,
-                    push_base=deps.gitea_api_url(state.named),
-                    clone_base=str(state.status.gitea_url),
+                    push_base=gitea_url,
+                    clone_base=clone_base,
                     token=token,
                     settings=deps.push_settings,
                     tenant=env.namespace,
                 )
-        except RuntimeUnavailable as exc:
-            raise StepFailed(None, "RuntimeUnreachable", str(exc)) from None
-        state.status.last_push = answer
-        outcome = f"failed: {answer.error}" if answer.error else f"{answer.repo}@{(answer.commit or '')[:12]}"
-        deps.recorder.info(
-            env.body, reason="Pushed", message=f"push {request.id} ({answer.branch}) {outcome}"[:1000]
+
+        # Every step is bounded on its own (the snapshot, each step of the push): this is the backstop.
+        timeout = pushes.SNAPSHOT_TIMEOUT + 4 * deps.push_settings.timeout
+        now = state.now()
+        state.status.operation = OperationRun(
+            kind=PUSH,
+            id=deps.operations.start(key, PUSH, work, timeout=timeout),
+            request=request.id,
+            started_at=now.replace(microsecond=0),
+            deadline=(now + timedelta(seconds=timeout)).replace(microsecond=0),
         )
 
 
