@@ -257,3 +257,30 @@ async def test_a_copy_in_an_operator_before_this_one_started_is_waited_for_not_s
     assert [(s.name, s.commit) for s in state.status.sources or ()] == [("lib", COMMIT)]
     assert runtime.calls == ["running", "result", "remove"] and runtime.removed == ["p-first"]
     assert state.status.operation is None and to_patch(state.status)["operation"] is None  # cleared
+
+
+async def test_the_record_of_a_source_that_left_the_spec_is_dropped() -> None:
+    world = World()
+    gone = {
+        "kind": "CopyIn",
+        "id": "op-gone",
+        "source": "old",
+        "push": False,
+        "process": "p-gone",
+        "startedAt": "2026-01-01T00:00:05Z",
+        "deadline": "2026-01-01T01:00:05Z",
+    }
+    spec = {**SPEC, "sources": SPEC["sources"][1:]}  # lib only, copied in
+    lib = {
+        "name": "lib",
+        "repo": "acme/lib",
+        "path": "lib",
+        "commit": COMMIT,
+        "branch": "main",
+        "cloneURL": "",
+    }
+    status = {"runtimeURL": URL, "sources": [lib], "operation": gone}
+    state = new_pass(environment(spec=spec, status=status))
+    assert await CopyInStep(world.deps).copy_in(state, None) is True
+    assert state.status.operation is None and state.is_true(c.COND_SOURCES_READY)
+    assert "start shadow-operator: snapshot" not in world.runtime(URL).calls

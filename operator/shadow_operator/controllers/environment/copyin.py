@@ -249,6 +249,15 @@ class CopyInStep:
                 message=f"{plan.name}: {plan.full_repo}@{commit[:12]} ({branch})",
             )
         state.status.sources_ready = f"{len(done)}/{len(planned)}"
+        run = state.status.operation
+        # A source that left the spec while it was copied in: its operation is not read; its record goes.
+        if (
+            under_way is None
+            and run is not None
+            and run.kind == COPY_IN
+            and not isinstance(deps.operations.look((env.namespace, env.name), COPY_IN, run.id), Running)
+        ):
+            state.status.operation = None
         if under_way is not None:
             if not state.is_true(c.COND_SOURCES_READY):  # else a source pushed again to a new Gitea
                 slot = deps.operations.waiting((env.namespace, env.name), COPY_IN)
