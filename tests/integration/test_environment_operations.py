@@ -16,7 +16,8 @@ workspace (SHADOW_RUNTIME_API_URL), as test_environment_hostile_output.py does.
   upstream (a real git server over HTTP that holds every request) no longer hold the workers, so an environment
   of another namespace gets its verdict while they wait (before: A's four clones held all four workers, A's
   namespaces each below their share). And an operator that starts again while a clone runs waits for that clone
-  (the snapshot's runtime process, from status) instead of cloning a second time: one clone, one copy-in.
+  (the snapshot's runtime process, from status) instead of cloning a second time: one clone, one copy-in; so
+  does a standby whose leader was SIGKILLed mid-clone.
 """
 
 from __future__ import annotations
@@ -165,61 +166,82 @@ def test_an_operator_that_starts_again_mid_verify_carries_it_on(
     assert first["process"]
 
 
+class Replicas:
+    """Two operator processes under leader election (a short Lease), the workspace runtime shared."""
+
+    def __init__(self, objs: Objects, runtime: Server, kubeconfig: str, logs: Path) -> None:
+        self.lease = client.CoordinationV1Api(objs.api)
+        self.namespace = objs.namespace
+        self.logs = logs
+        self.processes = {
+            name: OperatorProcess(
+                kubeconfig,
+                logs / f"{name}.log",
+                args=["--leader-elect", f"--leader-election-namespace={objs.namespace}"],
+                env={
+                    "POD_NAME": name,
+                    "SHADOW_RUNTIME_API_URL": runtime.url,
+                    "SHADOW_LEASE_DURATION": "4",
+                    "SHADOW_RENEW_DEADLINE": "3",
+                    "SHADOW_RETRY_PERIOD": "0.5",
+                },
+            )
+            for name in ("op-a", "op-b")
+        }
+
+    def holder(self) -> str:
+        lease = self.lease.read_namespaced_lease(c.LEADER_LEASE_NAME, self.namespace)
+        return str(lease.spec.holder_identity or "").rpartition("_")[0]
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        try:
+            for process in self.processes.values():
+                process.start()
+            wait_for(
+                lambda: self.holder() in self.processes, timeout=60, what="an operator to take the Lease"
+            )
+            yield
+        finally:
+            for process in self.processes.values():
+                process.kill()
+            for name in self.processes:
+                print(f"--- {name}'s log tail ---")
+                print("\n".join((self.logs / f"{name}.log").read_text(errors="replace").splitlines()[-15:]))
+
+    def kill_leader(self) -> None:
+        """SIGKILL the leader (a crash: its Lease is not released) and wait for the standby to take the Lease
+        once it expired."""
+        first = self.holder()
+        leading = self.processes[first].proc
+        assert leading is not None
+        leading.send_signal(signal.SIGKILL)
+        leading.wait(timeout=10)
+        wait_for(lambda: self.holder() not in ("", first), timeout=30, what="the standby to take the Lease")
+
+
 def test_a_leader_killed_mid_verify_leaves_one_run_and_its_verdict(
-    objs: Objects, runtime: Server, tmp_path: Path, kubeconfig: str, namespace: str
+    objs: Objects, runtime: Server, tmp_path: Path, kubeconfig: str
 ) -> None:
     objs.create(TEMPLATE, template_body("workspace"))
     bind_volumes(objs, ["workspace-handed"], tmp_path)
     runs = runtime.root / "handed-runs.txt"
     # Each run writes its own shell's process id; the verdict's evidence says which run it scored.
     command = f"echo $$ >> {runs}; sleep 10; echo done $$"
-    lease = client.CoordinationV1Api(objs.api)
-    replicas = {
-        name: OperatorProcess(
-            kubeconfig,
-            tmp_path / f"{name}.log",
-            args=["--leader-elect", f"--leader-election-namespace={namespace}"],
-            env={
-                "POD_NAME": name,
-                "SHADOW_RUNTIME_API_URL": runtime.url,
-                "SHADOW_LEASE_DURATION": "4",
-                "SHADOW_RENEW_DEADLINE": "3",
-                "SHADOW_RETRY_PERIOD": "0.5",
-            },
-        )
-        for name in ("op-a", "op-b")
-    }
-
-    def holder() -> str:
-        identity = lease.read_namespaced_lease(c.LEADER_LEASE_NAME, namespace).spec.holder_identity or ""
-        return identity.rpartition("_")[0]
-
-    try:
-        for replica in replicas.values():
-            replica.start()
-        wait_for(lambda: holder() in replicas, timeout=60, what="an operator process to take the Lease")
-        first = holder()
+    replicas = Replicas(objs, runtime, kubeconfig, tmp_path)
+    with replicas.running():
         create(objs, runtime, "handed", command)
         running_check(objs, "handed")
-        # A crash, not a shutdown: the Lease is not released, the standby waits for it to expire.
-        leading = replicas[first].proc
-        assert leading is not None
-        leading.send_signal(signal.SIGKILL)
-        leading.wait(timeout=10)
-        wait_for(lambda: holder() not in ("", first), timeout=30, what="the standby to take the Lease")
+        replicas.kill_leader()
         result = verdict(objs, "handed", timeout=90)
-    finally:
-        for replica in replicas.values():
-            replica.kill()
-        for name in replicas:
-            print(f"--- {name}'s log tail ---")
-            print("\n".join((tmp_path / f"{name}.log").read_text(errors="replace").splitlines()[-15:]))
     pids = runs.read_text().split()
     assert len(pids) == 1, f"the verify command started {len(pids)} times"
     assert result["result"] == "PASS", result
     (check,) = result["evidence"]["codeExecution"]["checks"]
     assert check["detail"] == f"exit code 0: done {pids[0]}", "the verdict is not the first run's"
-    events = objs.core.list_namespaced_event(namespace, field_selector="involvedObject.name=handed").items
+    events = objs.core.list_namespaced_event(
+        objs.namespace, field_selector="involvedObject.name=handed"
+    ).items
     verdicts = [e for e in events if e.reason in ("VerificationPassed", "VerificationFailed")]
     assert sum(e.count or 1 for e in verdicts) == 1, [e.message for e in verdicts]
 
@@ -350,5 +372,33 @@ def test_an_operator_that_starts_again_mid_clone_waits_for_that_clone(
     assert clones(server) == 1, "the source was cloned again"
     events = objs.core.list_namespaced_event(
         objs.namespace, field_selector="involvedObject.name=recloned"
+    ).items
+    assert sum(e.count or 1 for e in events if e.reason == "SourceCopied") == 1
+
+
+def test_a_leader_killed_mid_clone_leaves_one_clone_and_one_copy_in(
+    objs: Objects, runtime: Server, tmp_path: Path, kubeconfig: str
+) -> None:
+    objs.create(TEMPLATE, template_body("workspace"))
+    bind_volumes(objs, ["workspace-crashed"], tmp_path)
+    replicas = Replicas(objs, runtime, kubeconfig, tmp_path)
+    with GitHttpServer(tmp_path / "repos") as server:
+        url, head = upstream(server, tmp_path)
+        server.gate.clear()
+        try:
+            with replicas.running():
+                create_cloned(objs, "crashed", url)
+                wait_for(lambda: clones(server) == 1, timeout=90, what="the clone to start")
+                first = operation(objs, "crashed", lambda op: bool(op.get("process")))
+                replicas.kill_leader()
+                taken = operation(objs, "crashed", lambda op: op.get("takenOver") == 1)
+                assert (taken["id"], taken["process"]) == (first["id"], first["process"])
+                server.gate.set()
+                copied_in(objs, "crashed", head)
+        finally:
+            server.gate.set()
+    assert clones(server) == 1, "the source was cloned again"
+    events = objs.core.list_namespaced_event(
+        objs.namespace, field_selector="involvedObject.name=crashed"
     ).items
     assert sum(e.count or 1 for e in events if e.reason == "SourceCopied") == 1
