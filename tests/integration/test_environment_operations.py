@@ -1,4 +1,4 @@
-"""Verification as an operation (issue 27): each check that runs in the workspace is a background process of its
+"""Long work as operations (issue 27): each verify check that runs in the workspace is a background process of its
 runtime, which the operator starts, records in status.verifyRun and looks in on, never awaiting it in a worker.
 
 On the local control plane (kwok plays the kubelet) with one real sandbox-runtime on loopback answering for every
@@ -7,17 +7,16 @@ workspace (SHADOW_RUNTIME_API_URL), as test_environment_hostile_output.py does.
 - A tenant whose environments verify with day-long commands no longer holds the environment controller's
   workers: before, its environments took every worker its namespace may hold (three of four) and another
   environment of that namespace got no verdict until they ended.
-- An operator that stops in the middle of a verification and starts again (what a leader change does: the new
-  leader reads the same status) carries it on from status: one run of each command, one verdict.
-- The same with a real leader change: two operator processes under leader election, the leader SIGKILLed (its
-  Lease not released) while the command runs; the standby takes the Lease when it expires and scores the first
-  run's result, without starting the command again.
+- An operator that takes over in the middle of a verification carries it on from status: one run of each
+  command, one verdict, from the first run. Both ways: the operator stopped and started again (in-process), and a
+  real leader change (two operator processes under leader election, the leader SIGKILLed, its Lease not
+  released; the standby takes the Lease when it expires).
 - A source's copy-in is an operation too (status.operation): tenant A's copy-ins whose clones hang on a slow
   upstream (a real git server over HTTP that holds every request) no longer hold the workers, so an environment
   of another namespace gets its verdict while they wait (before: A's four clones held all four workers, A's
   namespaces each below their share). And an operator that starts again while a clone runs waits for that clone
-  (the snapshot's runtime process, from status) instead of cloning a second time: one clone, one copy-in; so
-  does a standby whose leader was SIGKILLed mid-clone.
+  (the snapshot's runtime process, from status) instead of cloning a second time: one clone, one copy-in. The
+  same both ways as above.
 """
 
 from __future__ import annotations
@@ -144,28 +143,6 @@ def test_day_long_verifies_of_one_tenant_hold_no_worker(
             assert env is not None and "verdict" not in env["status"] and env["status"]["verifyRun"]
 
 
-def test_an_operator_that_starts_again_mid_verify_carries_it_on(
-    objs: Objects, runtime: Server, tmp_path: Path
-) -> None:
-    objs.create(TEMPLATE, template_body("workspace"))
-    bind_volumes(objs, ["workspace-resumed"], tmp_path)
-    runs = runtime.root / "verify-runs.txt"
-    command = f"echo run >> {runs}; sleep 8; echo done"
-    with in_process_operator(SHADOW_RUNTIME_API_URL=runtime.url):
-        create(objs, runtime, "resumed", command)
-        first = running_check(objs, "resumed")
-    # The operator is gone while the command runs; another one (a new leader) takes over from status.
-    with in_process_operator(SHADOW_RUNTIME_API_URL=runtime.url):
-        result = verdict(objs, "resumed", timeout=90)
-    assert result["result"] == "PASS", result
-    (check,) = result["evidence"]["codeExecution"]["checks"]
-    assert check["detail"] == "exit code 0: done"
-    assert runs.read_text() == "run\n", "the verify command ran more than once"
-    env = objs.get(ENVIRONMENT, "resumed", V)
-    assert env is not None and "verifyRun" not in env["status"]
-    assert first["process"]
-
-
 class Replicas:
     """Two operator processes under leader election (a short Lease), the workspace runtime shared."""
 
@@ -220,27 +197,54 @@ class Replicas:
         wait_for(lambda: self.holder() not in ("", first), timeout=30, what="the standby to take the Lease")
 
 
-def test_a_leader_killed_mid_verify_leaves_one_run_and_its_verdict(
-    objs: Objects, runtime: Server, tmp_path: Path, kubeconfig: str
+@contextlib.contextmanager
+def operators(
+    how: str, objs: Objects, runtime: Server, kubeconfig: str, logs: Path
+) -> Iterator[Callable[[], None]]:
+    """An operator at work, and the call that hands its work over to another: `restart` stops it and starts
+    another in-process; `leader-killed` SIGKILLs the leader of two operator processes under leader election."""
+    if how == "leader-killed":
+        replicas = Replicas(objs, runtime, kubeconfig, logs)
+        with replicas.running():
+            yield replicas.kill_leader
+        return
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(in_process_operator(SHADOW_RUNTIME_API_URL=runtime.url))
+
+        def restart() -> None:
+            stack.pop_all().close()
+            stack.enter_context(in_process_operator(SHADOW_RUNTIME_API_URL=runtime.url))
+
+        yield restart
+
+
+HANDOVERS = ["restart", "leader-killed"]
+
+
+@pytest.mark.parametrize("how", HANDOVERS)
+def test_an_operator_that_takes_over_mid_verify_scores_the_first_run(
+    objs: Objects, runtime: Server, tmp_path: Path, kubeconfig: str, how: str
 ) -> None:
     objs.create(TEMPLATE, template_body("workspace"))
-    bind_volumes(objs, ["workspace-handed"], tmp_path)
-    runs = runtime.root / "handed-runs.txt"
+    bind_volumes(objs, [f"workspace-verified-{how}"], tmp_path)
+    name = f"verified-{how}"
+    runs = runtime.root / f"{name}-runs.txt"
     # Each run writes its own shell's process id; the verdict's evidence says which run it scored.
     command = f"echo $$ >> {runs}; sleep 10; echo done $$"
-    replicas = Replicas(objs, runtime, kubeconfig, tmp_path)
-    with replicas.running():
-        create(objs, runtime, "handed", command)
-        running_check(objs, "handed")
-        replicas.kill_leader()
-        result = verdict(objs, "handed", timeout=90)
+    with operators(how, objs, runtime, kubeconfig, tmp_path) as hand_over:
+        create(objs, runtime, name, command)
+        assert running_check(objs, name)["process"]
+        hand_over()  # while the command runs
+        result = verdict(objs, name, timeout=90)
     pids = runs.read_text().split()
     assert len(pids) == 1, f"the verify command started {len(pids)} times"
     assert result["result"] == "PASS", result
     (check,) = result["evidence"]["codeExecution"]["checks"]
     assert check["detail"] == f"exit code 0: done {pids[0]}", "the verdict is not the first run's"
+    env = objs.get(ENVIRONMENT, name, V)
+    assert env is not None and "verifyRun" not in env["status"]
     events = objs.core.list_namespaced_event(
-        objs.namespace, field_selector="involvedObject.name=handed"
+        objs.namespace, field_selector=f"involvedObject.name={name}"
     ).items
     verdicts = [e for e in events if e.reason in ("VerificationPassed", "VerificationFailed")]
     assert sum(e.count or 1 for e in verdicts) == 1, [e.message for e in verdicts]
@@ -343,62 +347,33 @@ def test_slow_copy_ins_of_one_tenant_leave_another_namespace_served(
     assert clones(server) == 4
 
 
-def test_an_operator_that_starts_again_mid_clone_waits_for_that_clone(
-    objs: Objects, runtime: Server, tmp_path: Path
+@pytest.mark.parametrize("how", HANDOVERS)
+def test_an_operator_that_takes_over_mid_clone_waits_for_that_clone(
+    objs: Objects, runtime: Server, tmp_path: Path, kubeconfig: str, how: str
 ) -> None:
     objs.create(TEMPLATE, template_body("workspace"))
-    bind_volumes(objs, ["workspace-recloned"], tmp_path)
+    name = f"cloned-{how}"
+    bind_volumes(objs, [f"workspace-{name}"], tmp_path)
     with GitHttpServer(tmp_path / "repos") as server:
         url, head = upstream(server, tmp_path)
         server.gate.clear()
         try:
-            with in_process_operator(SHADOW_RUNTIME_API_URL=runtime.url):
-                create_cloned(objs, "recloned", url)
+            with operators(how, objs, runtime, kubeconfig, tmp_path) as hand_over:
+                create_cloned(objs, name, url)
                 wait_for(lambda: clones(server) == 1, timeout=90, what="the clone to start")
-                first = operation(objs, "recloned", lambda op: bool(op.get("process")))
-            # The operator is gone while the clone hangs; another one (a restart, a new leader) takes over, and
-            # the clone goes on only once it did (before: it had cloned a second time by then).
-            with in_process_operator(SHADOW_RUNTIME_API_URL=runtime.url):
-                taken = operation(objs, "recloned", lambda op: op.get("takenOver") == 1)
-                assert (taken["id"], taken["process"], taken["startedAt"]) == (
-                    first["id"],
-                    first["process"],
-                    first["startedAt"],
-                )
+                first = operation(objs, name, lambda op: bool(op.get("process")))
+                # Another operator takes over while the clone hangs, and the clone goes on only once it did
+                # (before: it had cloned a second time by then).
+                hand_over()
+                taken = operation(objs, name, lambda op: op.get("takenOver") == 1)
+                same = ("id", "process", "startedAt")
+                assert [taken[k] for k in same] == [first[k] for k in same]
                 server.gate.set()
-                copied_in(objs, "recloned", head)
+                copied_in(objs, name, head)
         finally:
             server.gate.set()
     assert clones(server) == 1, "the source was cloned again"
     events = objs.core.list_namespaced_event(
-        objs.namespace, field_selector="involvedObject.name=recloned"
-    ).items
-    assert sum(e.count or 1 for e in events if e.reason == "SourceCopied") == 1
-
-
-def test_a_leader_killed_mid_clone_leaves_one_clone_and_one_copy_in(
-    objs: Objects, runtime: Server, tmp_path: Path, kubeconfig: str
-) -> None:
-    objs.create(TEMPLATE, template_body("workspace"))
-    bind_volumes(objs, ["workspace-crashed"], tmp_path)
-    replicas = Replicas(objs, runtime, kubeconfig, tmp_path)
-    with GitHttpServer(tmp_path / "repos") as server:
-        url, head = upstream(server, tmp_path)
-        server.gate.clear()
-        try:
-            with replicas.running():
-                create_cloned(objs, "crashed", url)
-                wait_for(lambda: clones(server) == 1, timeout=90, what="the clone to start")
-                first = operation(objs, "crashed", lambda op: bool(op.get("process")))
-                replicas.kill_leader()
-                taken = operation(objs, "crashed", lambda op: op.get("takenOver") == 1)
-                assert (taken["id"], taken["process"]) == (first["id"], first["process"])
-                server.gate.set()
-                copied_in(objs, "crashed", head)
-        finally:
-            server.gate.set()
-    assert clones(server) == 1, "the source was cloned again"
-    events = objs.core.list_namespaced_event(
-        objs.namespace, field_selector="involvedObject.name=crashed"
+        objs.namespace, field_selector=f"involvedObject.name={name}"
     ).items
     assert sum(e.count or 1 for e in events if e.reason == "SourceCopied") == 1
