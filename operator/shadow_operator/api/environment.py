@@ -564,7 +564,10 @@ class OperationRun(ApiModel):
         "workspace. An operator that takes over waits for this process instead of starting the clone again.",
     )
     started_at: datetime = Field(description="When it was started.")
-    deadline: datetime = Field(description="When the operator ends it if it is still under way.")
+    deadline: datetime = Field(
+        description="When the operator ends it if it is still under way (later by as long as it waited for a "
+        "slot, operator.operations)."
+    )
     taken_over: int | None = Field(
         default=None,
         description="How many times an operator that had not started it carried it on (a restart, a leader "
