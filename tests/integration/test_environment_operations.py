@@ -1,4 +1,4 @@
-"""Verification as an operation (issue 27): each check that runs in the workspace is a background process of its
+"""Long work as operations (issue 27): each verify check that runs in the workspace is a background process of its
 runtime, which the operator starts, records in status.verifyRun and looks in on, never awaiting it in a worker.
 
 On the local control plane (kwok plays the kubelet) with one real sandbox-runtime on loopback answering for every
@@ -7,13 +7,24 @@ workspace (SHADOW_RUNTIME_API_URL), as test_environment_hostile_output.py does.
 - A tenant whose environments verify with day-long commands no longer holds the environment controller's
   workers: before, its environments took every worker its namespace may hold (three of four) and another
   environment of that namespace got no verdict until they ended.
-- An operator that stops in the middle of a verification and starts again (what a leader change does: the new
-  leader reads the same status) carries it on from status: one run of each command, one verdict.
+- An operator that takes over in the middle of a verification carries it on from status: one run of each
+  command, one verdict, from the first run. Both ways: the operator stopped and started again (in-process), and a
+  real leader change (two operator processes under leader election, the leader SIGKILLed, its Lease not
+  released; the standby takes the Lease when it expires).
+- A source's copy-in is an operation too (status.operation): tenant A's copy-ins whose clones hang on a slow
+  upstream (a real git server over HTTP that holds every request) no longer hold the workers, so an environment
+  of another namespace gets its verdict while they wait (before: A's four clones held all four workers, A's
+  namespaces each below their share). And an operator that starts again while a clone runs waits for that clone
+  (the snapshot's runtime process, from status) instead of cloning a second time: one clone, one copy-in. The
+  same both ways as above.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+import signal
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +33,14 @@ from kubernetes import client
 from shadow_operator.api import constants as c
 
 from tests.runtime.conftest import Server
+from tests.support.controlplane import wait_for
+from tests.support.githttp import GitHttpServer
+from tests.support.hostile_repo import git, one_commit
 from tests.support.sandbox_operator import (
     ENVIRONMENT,
     TEMPLATE,
     Objects,
+    OperatorProcess,
     in_process_operator,
     install_crds,
     template_body,
@@ -43,8 +58,8 @@ def operator(k8s_api: client.ApiClient) -> Iterator[None]:
     yield None
 
 
-def create(objs: Objects, runtime: Server, name: str, command: str) -> None:
-    """An environment whose one upload source is ready in the shared runtime, verifying with `command`."""
+def new_environment(objs: Objects, name: str, source: dict[str, Any], verify: dict[str, Any]) -> None:
+    """An environment of one source named like it (`source`: how it comes in), without Gitea."""
     objs.create(
         ENVIRONMENT,
         {
@@ -52,11 +67,18 @@ def create(objs: Objects, runtime: Server, name: str, command: str) -> None:
             "spec": {
                 "gitea": {"enabled": False},
                 "workspace": {"size": "1Gi"},
-                "sources": [{"name": name, "repo": f"shadow/{name}", "upload": {}}],
-                "verify": {"install": False, "commands": [{"name": "check", "command": command}]},
+                "sources": [{"name": name, "repo": f"shadow/{name}", **source}],
+                "verify": verify,
             },
         },
         version=V,
+    )
+
+
+def create(objs: Objects, runtime: Server, name: str, command: str) -> None:
+    """An environment whose one upload source is ready in the shared runtime, verifying with `command`."""
+    new_environment(
+        objs, name, {"upload": {}}, {"install": False, "commands": [{"name": "check", "command": command}]}
     )
     source = runtime.root / name
     source.mkdir(exist_ok=True)
@@ -121,23 +143,237 @@ def test_day_long_verifies_of_one_tenant_hold_no_worker(
             assert env is not None and "verdict" not in env["status"] and env["status"]["verifyRun"]
 
 
-def test_an_operator_that_starts_again_mid_verify_carries_it_on(
+class Replicas:
+    """Two operator processes under leader election (a short Lease), the workspace runtime shared."""
+
+    def __init__(self, objs: Objects, runtime: Server, kubeconfig: str, logs: Path) -> None:
+        self.lease = client.CoordinationV1Api(objs.api)
+        self.namespace = objs.namespace
+        self.logs = logs
+        self.processes = {
+            name: OperatorProcess(
+                kubeconfig,
+                logs / f"{name}.log",
+                args=["--leader-elect", f"--leader-election-namespace={objs.namespace}"],
+                env={
+                    "POD_NAME": name,
+                    "SHADOW_RUNTIME_API_URL": runtime.url,
+                    "SHADOW_LEASE_DURATION": "4",
+                    "SHADOW_RENEW_DEADLINE": "3",
+                    "SHADOW_RETRY_PERIOD": "0.5",
+                },
+            )
+            for name in ("op-a", "op-b")
+        }
+
+    def holder(self) -> str:
+        lease = self.lease.read_namespaced_lease(c.LEADER_LEASE_NAME, self.namespace)
+        return str(lease.spec.holder_identity or "").rpartition("_")[0]
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        try:
+            for process in self.processes.values():
+                process.start()
+            wait_for(
+                lambda: self.holder() in self.processes, timeout=60, what="an operator to take the Lease"
+            )
+            yield
+        finally:
+            for process in self.processes.values():
+                process.kill()
+            for name in self.processes:
+                print(f"--- {name}'s log tail ---")
+                print("\n".join((self.logs / f"{name}.log").read_text(errors="replace").splitlines()[-15:]))
+
+    def kill_leader(self) -> None:
+        """SIGKILL the leader (a crash: its Lease is not released) and wait for the standby to take the Lease
+        once it expired."""
+        first = self.holder()
+        leading = self.processes[first].proc
+        assert leading is not None
+        leading.send_signal(signal.SIGKILL)
+        leading.wait(timeout=10)
+        wait_for(lambda: self.holder() not in ("", first), timeout=30, what="the standby to take the Lease")
+
+
+@contextlib.contextmanager
+def operators(
+    how: str, objs: Objects, runtime: Server, kubeconfig: str, logs: Path
+) -> Iterator[Callable[[], None]]:
+    """An operator at work, and the call that hands its work over to another: `restart` stops it and starts
+    another in-process; `leader-killed` SIGKILLs the leader of two operator processes under leader election."""
+    if how == "leader-killed":
+        replicas = Replicas(objs, runtime, kubeconfig, logs)
+        with replicas.running():
+            yield replicas.kill_leader
+        return
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(in_process_operator(SHADOW_RUNTIME_API_URL=runtime.url))
+
+        def restart() -> None:
+            stack.pop_all().close()
+            stack.enter_context(in_process_operator(SHADOW_RUNTIME_API_URL=runtime.url))
+
+        yield restart
+
+
+HANDOVERS = ["restart", "leader-killed"]
+
+
+@pytest.mark.parametrize("how", HANDOVERS)
+def test_an_operator_that_takes_over_mid_verify_scores_the_first_run(
+    objs: Objects, runtime: Server, tmp_path: Path, kubeconfig: str, how: str
+) -> None:
+    objs.create(TEMPLATE, template_body("workspace"))
+    bind_volumes(objs, [f"workspace-verified-{how}"], tmp_path)
+    name = f"verified-{how}"
+    runs = runtime.root / f"{name}-runs.txt"
+    # Each run writes its own shell's process id; the verdict's evidence says which run it scored.
+    command = f"echo $$ >> {runs}; sleep 10; echo done $$"
+    with operators(how, objs, runtime, kubeconfig, tmp_path) as hand_over:
+        create(objs, runtime, name, command)
+        assert running_check(objs, name)["process"]
+        hand_over()  # while the command runs
+        result = verdict(objs, name, timeout=90)
+    pids = runs.read_text().split()
+    assert len(pids) == 1, f"the verify command started {len(pids)} times"
+    assert result["result"] == "PASS", result
+    (check,) = result["evidence"]["codeExecution"]["checks"]
+    assert check["detail"] == f"exit code 0: done {pids[0]}", "the verdict is not the first run's"
+    env = objs.get(ENVIRONMENT, name, V)
+    assert env is not None and "verifyRun" not in env["status"]
+    events = objs.core.list_namespaced_event(
+        objs.namespace, field_selector=f"involvedObject.name={name}"
+    ).items
+    verdicts = [e for e in events if e.reason in ("VerificationPassed", "VerificationFailed")]
+    assert sum(e.count or 1 for e in verdicts) == 1, [e.message for e in verdicts]
+
+
+# --- copy-in as an operation ------------------------------------------------------------------------------
+
+
+def upstream(server: GitHttpServer, tmp_path: Path) -> tuple[str, str]:
+    """A repository with one commit on the git server: (its clone URL, the commit)."""
+    url = server.repo_url("acme/big")
+    work = tmp_path / "big"
+    head = one_commit(work)
+    bare = server.root / "acme" / "big.git"
+    git(work, "push", "-q", str(bare), "main")
+    git(bare, "symbolic-ref", "HEAD", "refs/heads/main")
+    return url, head
+
+
+def create_cloned(objs: Objects, name: str, url: str) -> None:
+    """An environment whose one source is cloned from `url`; no verification."""
+    new_environment(objs, name, {"git": {"url": url}}, {"enabled": False})
+
+
+def clones(server: GitHttpServer) -> int:
+    """How many clones the git server was asked for (each starts with the smart-HTTP ref advertisement)."""
+    return sum(1 for r in server.requests if "/info/refs?service=git-upload-pack" in r)
+
+
+def copied_in(objs: Objects, name: str, commit: str, timeout: float = 90) -> dict[str, Any]:
+    env = objs.wait_condition(ENVIRONMENT, name, type_="SourcesReady", timeout=timeout, version=V)
+    assert [(s["name"], s["commit"]) for s in env["status"]["sources"]] == [(name, commit)]
+    assert "operation" not in env["status"]
+    return env
+
+
+def operation(objs: Objects, name: str, check: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    """Wait until the environment's status.operation passes `check`; that operation."""
+    env = objs.wait(
+        ENVIRONMENT,
+        name,
+        lambda o: check((o.get("status") or {}).get("operation") or {}),
+        timeout=60,
+        what=f"{name}'s status.operation",
+        version=V,
+    )
+    found: dict[str, Any] = env["status"]["operation"]
+    return found
+
+
+@contextlib.contextmanager
+def other_namespaces(objs: Objects, count: int) -> Iterator[list[Objects]]:
+    """`count` more namespaces for another tenant (deleted afterwards), each with the workspace template."""
+    names = [f"{objs.namespace[:50]}-{uuid.uuid4().hex[:4]}" for _ in range(count)]
+    for name in names:
+        objs.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    try:
+        tenants = [Objects(objs.api, name) for name in names]
+        for tenant in tenants:
+            tenant.create(TEMPLATE, template_body("workspace"))
+        yield tenants
+    finally:
+        for name in names:
+            objs.core.delete_namespace(name, propagation_policy="Background")
+
+
+def test_slow_copy_ins_of_one_tenant_leave_another_namespace_served(
     objs: Objects, runtime: Server, tmp_path: Path
 ) -> None:
     objs.create(TEMPLATE, template_body("workspace"))
-    bind_volumes(objs, ["workspace-resumed"], tmp_path)
-    runs = runtime.root / "verify-runs.txt"
-    command = f"echo run >> {runs}; sleep 8; echo done"
-    with in_process_operator(SHADOW_RUNTIME_API_URL=runtime.url):
-        create(objs, runtime, "resumed", command)
-        first = running_check(objs, "resumed")
-    # The operator is gone while the command runs; another one (a new leader) takes over from status.
-    with in_process_operator(SHADOW_RUNTIME_API_URL=runtime.url):
-        result = verdict(objs, "resumed", timeout=90)
-    assert result["result"] == "PASS", result
-    (check,) = result["evidence"]["codeExecution"]["checks"]
-    assert check["detail"] == "exit code 0: done"
-    assert runs.read_text() == "run\n", "the verify command ran more than once"
-    env = objs.get(ENVIRONMENT, "resumed", V)
-    assert env is not None and "verifyRun" not in env["status"]
-    assert first["process"]
+    bind_volumes(objs, ["workspace-victim"], tmp_path)
+    with GitHttpServer(tmp_path / "repos") as server, other_namespaces(objs, 2) as (a1, a2):
+        url, head = upstream(server, tmp_path)
+        slow = [(a1, "a1-0"), (a1, "a1-1"), (a1, "a1-2"), (a2, "a2-0")]
+        for tenant, name in slow:
+            bind_volumes(tenant, [f"workspace-{name}"], tmp_path, prefix=f"t-{uuid.uuid4().hex[:12]}")
+        server.gate.clear()  # every clone hangs until the test lets the upstream answer
+        try:
+            with in_process_operator(SHADOW_RUNTIME_API_URL=runtime.url):
+                for tenant, name in slow:
+                    create_cloned(tenant, name, url)
+                wait_for(lambda: clones(server) >= 4, timeout=90, what="tenant A's four clones to start")
+                # Before: these four held all four workers of the environment controller (three of a1, its
+                # share, and a2's one) and the victim, in a third namespace, waited for the upstream.
+                create(objs, runtime, "victim", "echo verified")
+                result = verdict(objs, "victim", timeout=60)
+                assert result["result"] == "PASS", result
+                for tenant, name in slow:
+                    env = tenant.get(ENVIRONMENT, name, V)
+                    assert env is not None and "sources" not in env["status"]
+                    operation = env["status"]["operation"]
+                    assert operation["kind"] == "CopyIn" and operation["source"] == name, operation
+                    assert operation["process"] and operation["deadline"]
+                server.gate.set()
+                # A's copy-ins complete once the upstream answers: nothing lost on either side.
+                for tenant, name in slow:
+                    copied_in(tenant, name, head)
+        finally:
+            server.gate.set()
+    assert clones(server) == 4
+
+
+@pytest.mark.parametrize("how", HANDOVERS)
+def test_an_operator_that_takes_over_mid_clone_waits_for_that_clone(
+    objs: Objects, runtime: Server, tmp_path: Path, kubeconfig: str, how: str
+) -> None:
+    objs.create(TEMPLATE, template_body("workspace"))
+    name = f"cloned-{how}"
+    bind_volumes(objs, [f"workspace-{name}"], tmp_path)
+    with GitHttpServer(tmp_path / "repos") as server:
+        url, head = upstream(server, tmp_path)
+        server.gate.clear()
+        try:
+            with operators(how, objs, runtime, kubeconfig, tmp_path) as hand_over:
+                create_cloned(objs, name, url)
+                wait_for(lambda: clones(server) == 1, timeout=90, what="the clone to start")
+                first = operation(objs, name, lambda op: bool(op.get("process")))
+                # Another operator takes over while the clone hangs, and the clone goes on only once it did
+                # (before: it had cloned a second time by then).
+                hand_over()
+                taken = operation(objs, name, lambda op: op.get("takenOver") == 1)
+                same = ("id", "process", "startedAt")
+                assert [taken[k] for k in same] == [first[k] for k in same]
+                server.gate.set()
+                copied_in(objs, name, head)
+        finally:
+            server.gate.set()
+    assert clones(server) == 1, "the source was cloned again"
+    events = objs.core.list_namespaced_event(
+        objs.namespace, field_selector=f"involvedObject.name={name}"
+    ).items
+    assert sum(e.count or 1 for e in events if e.reason == "SourceCopied") == 1

@@ -31,7 +31,7 @@ from tests.runtime.conftest import Server
 from tests.support.controlplane import free_port, wait_for
 from tests.support.gitea import GiteaServer
 from tests.support.githttp import CanaryServer
-from tests.support.hostile_repo import canary_text, git, lfs_repository, plant_canaries
+from tests.support.hostile_repo import canary_text, git, lfs_repository, one_commit, plant_canaries
 from tests.support.sandbox_operator import (
     ENVIRONMENT,
     TEMPLATE,
@@ -269,12 +269,7 @@ def test_a_git_source_is_cloned_while_gitea_is_not_up_yet(
     objs.create(TEMPLATE, template_body("workspace"))
     volumes = bind_volumes(objs, ["workspace-early"], tmp_path)
     upstream = tmp_path / "upstream"
-    upstream.mkdir()
-    git(upstream, "init", "-q", "--initial-branch=main")
-    (upstream / "lib.py").write_text("VALUE = 1\n")
-    git(upstream, "add", "lib.py")
-    git(upstream, "commit", "-q", "-m", "lib")
-    head = git(upstream, "rev-parse", "HEAD")
+    head = one_commit(upstream)
     try:
         spec = {
             "sources": [{"name": "early", "repo": "shadow/early", "git": {"url": f"file://{upstream}"}}],

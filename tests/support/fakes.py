@@ -11,9 +11,9 @@ from __future__ import annotations
 import copy
 import itertools
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from shadow_operator.api.environment import ShadowEnvironment, ShadowEnvironmentStatus
 from shadow_operator.api.kinds import ResourceKind
@@ -23,11 +23,12 @@ from shadow_operator.clients.kube import ApiError
 from shadow_operator.clients.pacing import Slots
 from shadow_operator.clients.runtime import ExecutionResult, Runtime, RuntimeStalled, RuntimeUnavailable
 from shadow_operator.controllers.config import Config
-from shadow_operator.controllers.environment.state import Pass, Ports
+from shadow_operator.controllers.environment.state import Pass, Ports, StepFailed
 from shadow_operator.engine import Client, Deps, NotOwned, Reconciler
 from shadow_operator.engine.cache import Body, Cache
 
 NAMESPACE = "team"
+T = TypeVar("T")
 
 
 def environment(
@@ -345,6 +346,21 @@ FIXED_NOW = datetime(2026, 1, 1, 0, 0, 10, tzinfo=UTC)
 
 def new_pass(env: ShadowEnvironment, now: datetime = FIXED_NOW) -> Pass:
     return Pass(env, now=lambda: now)
+
+
+async def settle(world: World, state: Pass, step: Callable[[], Awaitable[T]]) -> T:
+    """Run `step` on `state`, and again each time it left an operation under way in status.operation, once the
+    operation ended (what the pass its end wakes does); its last answer."""
+    while True:
+        try:
+            answer = await step()
+        except StepFailed:
+            if state.status.operation is None:
+                raise
+        else:
+            if state.status.operation is None:
+                return answer
+        await world.deps.operations.settled()
 
 
 # ---------------------------------------------------------------------------------------- the API server

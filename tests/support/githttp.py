@@ -2,6 +2,8 @@
 
     with GitHttpServer(tmp_path / "repos") as server:      # `git http-backend`, push enabled
         url = server.repo_url("org/core")                  # an empty bare repository, created
+        server.gate.clear()                                # requests wait (a slow upstream) ...
+        server.gate.set()                                  # ... until now
         ...
         assert server.authorizations == ["token s3cret"]   # what each request carried
 
@@ -50,6 +52,7 @@ class _GitHandler(BaseHTTPRequestHandler):
     def _serve(self) -> None:
         owner: GitHttpServer = self.server.owner  # type: ignore[attr-defined]
         owner.requests.append(f"{self.command} {self.path}")
+        owner.gate.wait(timeout=300)  # a slow upstream, as long as the test holds it
         owner.authorizations.append(self.headers.get("Authorization", ""))
         path, _, query = self.path.partition("?")
         length = int(self.headers.get("Content-Length") or 0)
@@ -109,6 +112,9 @@ class GitHttpServer(_Server):
     def __init__(self, root: Path) -> None:
         self.root = root
         self.authorizations: list[str] = []
+        # Requests wait while the gate is closed (`gate.clear()`): a clone that takes as long as the test says.
+        self.gate = threading.Event()
+        self.gate.set()
         root.mkdir(parents=True, exist_ok=True)
         super().__init__()
 

@@ -42,6 +42,16 @@ def git(cwd: Path, *args: str, env: dict[str, str] | None = None) -> str:
     return out.stdout.strip()
 
 
+def one_commit(work: Path) -> str:
+    """A new repository at `work` (branch main) with one commit of `lib.py`: that commit."""
+    work.mkdir()
+    git(work, "init", "-q", "--initial-branch=main")
+    (work / "lib.py").write_text("VALUE = 1\n")
+    git(work, "add", "lib.py")
+    git(work, "commit", "-q", "-m", "lib")
+    return git(work, "rev-parse", "HEAD")
+
+
 def _script(path: Path, text: str) -> str:
     path.write_text(text)
     path.chmod(0o755)

@@ -24,7 +24,7 @@ from shadow_operator.controllers.environment.state import (
     StepFailed,
 )
 
-from tests.support.fakes import FIXED_NOW, NAMESPACE, World, environment, new_pass, to_patch
+from tests.support.fakes import FIXED_NOW, NAMESPACE, World, environment, new_pass, settle, to_patch
 
 pytestmark = pytest.mark.unit
 
@@ -110,7 +110,7 @@ async def test_without_a_snapshot_api_auto_copies_through_the_runtimes() -> None
     world.runtime(ORIGIN_URL).tree_bytes = 1234
     world.runtime(ORIGIN_URL).baseline = True
     state.status.runtime_url = FORK_URL
-    await step.finish(state)
+    await settle(world, state, lambda: step.finish(state))
     assert state.is_true(c.COND_CLONED) and clone.copied_bytes == 2468 and clone.completed_at is not None
     assert world.runtime(ORIGIN_URL).calls[-1] == f"copy {BASELINE_DIR} -> {FORK_URL}"
     assert world.runtime(FORK_URL).baseline is True

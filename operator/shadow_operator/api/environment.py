@@ -63,6 +63,7 @@ FailureCode = Literal[
     "AutoSuspendPolicyRefused",
 ]
 CloneMethod = Literal["Snapshot", "Copy"]
+OperationKind = Literal["CopyIn", "CloneCopy", "Push"]
 Category = Literal["sourceVerification", "installationHealth", "codeExecution"]
 
 
@@ -541,6 +542,39 @@ class VerifyRun(ApiModel):
     checks: list[VerifyRunCheck] = Field(default_factory=list, description="Its checks, in order.")
 
 
+class OperationRun(ApiModel):
+    """Long work under way for the environment, off the operator's workers: a source's copy-in (CopyIn), a
+    fork's copy between the runtimes (CloneCopy) or the answer to a push request (Push). The operator that started
+    it reads its outcome when it ends; one that takes over (a restart, a leader change) finds an operation it does
+    not run: a copy-in's snapshot running in the workspace is waited for, not started again; a fork's copy is
+    started again (it overwrites the same files); a push is not run twice but answered as interrupted."""
+
+    kind: OperationKind = Field(description="What runs: CopyIn, CloneCopy or Push.")
+    id: str = Field(description="The operator's id of the operation.")
+    source: str | None = Field(default=None, description="A copy-in's source.")
+    request: str | None = Field(default=None, description="A push: the id of the request it answers.")
+    push: bool | None = Field(
+        default=None,
+        description="A copy-in: true when it pushes to Gitea, false when it only prepares the "
+        "workspace while Gitea starts.",
+    )
+    process: str | None = Field(
+        default=None,
+        description="A copy-in: the runtime's id of the background process snapshotting the source in the "
+        "workspace. An operator that takes over waits for this process instead of starting the clone again.",
+    )
+    started_at: datetime = Field(description="When it was started.")
+    deadline: datetime = Field(
+        description="When the operator ends it if it is still under way (later by as long as it waited for a "
+        "slot, operator.operations)."
+    )
+    taken_over: int | None = Field(
+        default=None,
+        description="How many times an operator that had not started it carried it on (a restart, a leader "
+        "change).",
+    )
+
+
 class IdleStatus(ApiModel):
     """Suspension after spec.idleTimeoutSeconds without runtime activity."""
 
@@ -721,6 +755,9 @@ class ShadowEnvironmentStatus(ApiModel):
     failure: Failure | None = Field(default=None, description="Set while the environment cannot work.")
     verdict: Verdict | None = Field(default=None, description="The last verification's verdict.")
     verify_run: VerifyRun | None = Field(default=None, description="The verification under way, if any.")
+    operation: OperationRun | None = Field(
+        default=None, description="The copy-in, fork copy or push under way, if any."
+    )
     last_push: PushStatus | None = Field(
         default=None, description="The answer to the last shadow.dev/push-request annotation."
     )

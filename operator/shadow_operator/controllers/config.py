@@ -205,6 +205,10 @@ class Config(BaseModel):
         default_factory=dict, validation_alias="SHADOW_WORKERS"
     )
     namespace_share: int = Field(0, ge=0, validation_alias="SHADOW_NAMESPACE_SHARE")
+    # Long work off the workers (engine/operations.py: copy-ins, fork copies): at most this many under way at
+    # once per kind, and of those from one namespace.
+    operations: int = Field(32, ge=1, validation_alias="SHADOW_OPERATIONS")
+    operations_per_namespace: int = Field(4, ge=1, validation_alias="SHADOW_OPERATIONS_PER_NAMESPACE")
     # A SandboxWarmPool whose members claims are taking replaces them once the claims pause for this long
     # (seconds; 0: at once), and at the latest this long after it first fell short: the new Pods start on the
     # nodes the claimed sandboxes are answering their first commands on (controllers/warmpool.py).

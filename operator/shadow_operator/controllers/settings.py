@@ -76,10 +76,12 @@ def start_metrics(config: Config) -> None:
 
 def concurrency(config: Config, reconciler: type[Reconciler[Any]]) -> Concurrency:
     """A kind's workers (chart value operator.workers, per kind) and namespace share (operator.namespaceShare):
-    the reconciler's defaults unless set."""
+    the reconciler's defaults unless set; its operations' slots (operator.operations)."""
     return Concurrency(
         workers=config.workers.get(reconciler.name(), reconciler.workers),
         namespace_share=config.namespace_share or reconciler.namespace_share,
+        operations=config.operations,
+        operations_per_namespace=config.operations_per_namespace,
     )
 
 

@@ -10,10 +10,12 @@ from shadow_operator.engine.concurrency import gather_bounded
 from shadow_operator.engine.errors import NotOwned, PermanentError, RequeueAfter
 from shadow_operator.engine.events import EventRecorder
 from shadow_operator.engine.manager import Concurrency, Manager
+from shadow_operator.engine.operations import RUNNING, Operations, Outcome, Running
 from shadow_operator.engine.queue import Backoff, WorkQueue
 from shadow_operator.engine.reconciler import Cached, Deps, Index, Reconciler, Watch, controller_keys
 
 __all__ = [
+    "RUNNING",
     "Backoff",
     "Cache",
     "Cached",
@@ -24,9 +26,12 @@ __all__ = [
     "Index",
     "Manager",
     "NotOwned",
+    "Operations",
+    "Outcome",
     "PermanentError",
     "Reconciler",
     "RequeueAfter",
+    "Running",
     "Store",
     "Watch",
     "WorkQueue",

@@ -38,6 +38,7 @@ from shadow_operator.engine.client import Client
 from shadow_operator.engine.errors import PermanentError
 from shadow_operator.engine.events import EventRecorder
 from shadow_operator.engine.feeds import Feed
+from shadow_operator.engine.operations import Operations
 from shadow_operator.engine.queue import WorkQueue
 from shadow_operator.engine.reconciler import Cached, Deps, MapFunc, Reconciler, controller_keys
 
@@ -59,10 +60,13 @@ def _own_key(body: Body, _: Cache) -> Iterable[Key]:
 
 @dataclass(frozen=True)
 class Concurrency:
-    """A kind's work queue: its workers, and the most of them one namespace holds (None: all but one)."""
+    """A kind's work queue: its workers, and the most of them one namespace holds (None: all but one); its
+    operations (operations.py) under way at once, and of one namespace (None: as many as its workers)."""
 
     workers: int
     namespace_share: int | None
+    operations: int | None = None
+    operations_per_namespace: int | None = None
 
 
 @dataclass
@@ -81,6 +85,7 @@ class Running:
     recorder: EventRecorder
     reconcilers: dict[str, Reconciler[Any]]
     queues: dict[str, WorkQueue]
+    operations: list[Operations] = field(default_factory=list)
     routes: dict[ResourceKind, list[Route]] = field(default_factory=dict)
     processing: bool = False
     feeds: list[asyncio.Task[None]] = field(default_factory=list)
@@ -223,7 +228,20 @@ class Manager:
                 workers=tuned.workers,
                 namespace_share=tuned.namespace_share,
             )
-            deps = Deps(client=client, cache=self.cache, recorder=recorder, config=config, enqueue=queue.add)
+            operations = Operations(
+                queue.add,
+                total=tuned.operations or tuned.workers,
+                per_namespace=tuned.operations_per_namespace or queue.namespace_share,
+            )
+            running.operations.append(operations)
+            deps = Deps(
+                client=client,
+                cache=self.cache,
+                recorder=recorder,
+                config=config,
+                enqueue=queue.add,
+                operations=operations,
+            )
             running.reconcilers[rec_type.name()] = rec_type(deps)
             running.queues[rec_type.name()] = queue
             routes = running.routes
@@ -290,6 +308,8 @@ class Manager:
         await asyncio.gather(*running.feeds, return_exceptions=True)
         for queue in running.queues.values():
             await queue.stop()
+        for operations in running.operations:
+            await operations.stop()
         await running.recorder.drain()
         await running.kube.close()
         _log.info("shadow-operator engine stopped")

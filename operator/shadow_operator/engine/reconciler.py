@@ -27,6 +27,7 @@ from shadow_operator.api.models import Resource
 from shadow_operator.engine.cache import Body, Cache, IndexFunc, Key
 from shadow_operator.engine.client import Client
 from shadow_operator.engine.events import EventRecorder
+from shadow_operator.engine.operations import Operations
 
 M = TypeVar("M", bound=Resource)
 MapFunc = Callable[[Body, Cache], Iterable[Key]]
@@ -70,6 +71,8 @@ class Deps:
     config: Any
     # Wake a key of the reconciler's own kind, now or later (the work queue's `add`).
     enqueue: Callable[[Key, float], None]
+    # Long work of its objects, off the workers (operations.py); None: one with the reconciler's own caps.
+    operations: Operations | None = None
 
 
 def controller_keys(owner_kind: ResourceKind) -> MapFunc:
@@ -109,6 +112,15 @@ class Reconciler(Generic[M]):
         self.cache = deps.cache
         self.recorder = deps.recorder
         self.config = deps.config
+        self.operations = (
+            deps.operations
+            if deps.operations is not None
+            else Operations(
+                deps.enqueue,
+                total=self.workers,
+                per_namespace=self.namespace_share or max(1, self.workers - 1),
+            )
+        )
 
     async def reconcile(self, obj: M) -> float | None:
         """Bring the world in line with `obj`; return seconds until the next wanted pass, or None. Never

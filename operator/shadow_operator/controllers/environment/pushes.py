@@ -8,6 +8,7 @@ either.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import secrets
@@ -20,13 +21,14 @@ from shadow_operator.api import constants as c
 from shadow_operator.api.environment import PushRequest, PushStatus
 from shadow_operator.clients import gitpush
 from shadow_operator.clients.gitea import Gitea, GiteaError
-from shadow_operator.clients.runtime import Runtime, RuntimeRefused, RuntimeStalled
+from shadow_operator.clients.runtime import ExecutionResult, Runtime, RuntimeRefused, RuntimeStalled
 from shadow_operator.common.sources import SourcePlan
 from shadow_operator.resources import copyin
 
 # Where the workspace writes its bundles (the runtime's state directory, outside the diff baseline).
 BUNDLE_DIR = ".sandbox-runtime/push"
 SNAPSHOT_TIMEOUT = 900.0
+POLL_SECONDS = 2.0  # between looks at a copy-in's snapshot running in the workspace
 MAX_BRANCH = 255
 _COMMIT = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 
@@ -67,6 +69,52 @@ async def snapshot_and_push(
         timeout=SNAPSHOT_TIMEOUT,
         tag="shadow-operator: snapshot",
     )
+    return await _push(runtime, result, bundle, target, settings, branch=branch, everything=message is None)
+
+
+async def start_snapshot(runtime: Runtime, plan: SourcePlan, bundle: str | None) -> str:
+    """Start a source's copy-in snapshot (with its bundle at `bundle`, None: none) as a background process of
+    the workspace's runtime, which runs on whether or not anyone waits: its id (`finish_snapshot`)."""
+    return await runtime.start(
+        copyin.SNAPSHOT,
+        env=copyin.snapshot_env(plan, bundle=bundle),
+        timeout=SNAPSHOT_TIMEOUT,
+        tag="shadow-operator: snapshot",
+    )
+
+
+async def finish_snapshot(
+    runtime: Runtime,
+    plan: SourcePlan,
+    process: str,
+    bundle: str | None,
+    target: Target | None,
+    settings: gitpush.PushSettings,
+) -> tuple[str, str]:
+    """Wait for the snapshot `process` (`start_snapshot`) to end and push its bundle to `target`; (commit,
+    branch). A process the runtime no longer knows (it restarted), or one that wrote no bundle where one is
+    needed now, is followed by a snapshot here (of the same tree: the same commit)."""
+    while running := await runtime.running(process):
+        await asyncio.sleep(POLL_SECONDS)
+    result = await runtime.result(process) if running is not None else None
+    if running is not None:
+        await runtime.remove(process)
+    if result is None or (target is not None and bundle is None):
+        return await snapshot_and_push(runtime, plan, target, settings)
+    return await _push(runtime, result, bundle, target, settings, branch=None, everything=True)
+
+
+async def _push(
+    runtime: Runtime,
+    result: ExecutionResult,
+    bundle: str | None,
+    target: Target | None,
+    settings: gitpush.PushSettings,
+    *,
+    branch: str | None,
+    everything: bool,
+) -> tuple[str, str]:
+    """Read a snapshot's answer and push its bundle to `target` (None: nowhere); (commit, branch)."""
     fields = copyin.parse_result(result.stdout)
     # The workspace's output is the tenant's: a commit id and a branch name of sane length, or nothing.
     if (
@@ -88,7 +136,7 @@ async def snapshot_and_push(
             remote_url=target.push_url,
             token=target.token,
             branch=pushed,
-            everything=message is None,
+            everything=everything,
             settings=settings,
             tenant=target.tenant,
         )

@@ -148,6 +148,7 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
                 ),
                 timeout=self.config.git_push_timeout,
             ),
+            operations=self.operations,
         )
         self.pool = PoolStep(self.steps)
         self.gitea = GiteaStep(self.steps)
@@ -159,6 +160,7 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
     async def deleted(self, key: Key) -> None:
         self.gitea.forget(key)
         self.copy_in.forget(key)
+        self.operations.forget(key)
 
     # ------------------------------------------------------------------------------------------ the pass
     async def reconcile(self, env: ShadowEnvironment) -> float | None:
@@ -269,7 +271,8 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
             return min(POLL_SECONDS, restore.poll or POLL_SECONDS) if restore else POLL_SECONDS
 
         sources_were_ready = state.is_true(c.COND_SOURCES_READY)
-        await self.copy_in.copy_in(state, creds.get(c.GITEA_SECRET_TOKEN))
+        if not await self.copy_in.copy_in(state, creds.get(c.GITEA_SECRET_TOKEN)):
+            return None  # a source's copy-in is under way: its end wakes us
         if not state.is_true(c.COND_SOURCES_READY):
             return None  # waiting for an upload: its annotation wakes us
         if not sources_were_ready:

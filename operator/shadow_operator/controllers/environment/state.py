@@ -27,7 +27,7 @@ from shadow_operator.clients.gitpush import PushSettings
 from shadow_operator.clients.runtime import Runtime
 from shadow_operator.common.sources import SourcePlan, plan_sources
 from shadow_operator.controllers.config import Config
-from shadow_operator.engine import NotOwned
+from shadow_operator.engine import NotOwned, Operations
 from shadow_operator.engine.cache import Body, Cache
 from shadow_operator.engine.status import StatusPass
 from shadow_operator.resources import environment as res
@@ -97,6 +97,8 @@ class Ports:
     recorder: Recorder
     config: Config
     push_settings: PushSettings
+    # Long work (copy-in, a fork's copy) runs here, off the reconcile workers (engine/operations.py).
+    operations: Operations = field(default_factory=lambda: Operations(lambda key, delay: None))
     open_runtime: OpenRuntime = field(
         default=lambda url, token, config: Runtime(
             url, token, max_answer_bytes=config.runtime_max_answer_bytes, pace=config.transfer_pace

@@ -155,7 +155,12 @@ class CloneStep:
         origin = state.env.spec.workspace.from_
         assert origin is not None
         if clone.method == "Copy":
-            clone.copied_bytes = await self.copy.copy(state, clone, origin.timeout_seconds)
+            copied = await self.copy.copy(state, clone, origin.timeout_seconds)
+            if copied is None:
+                message = f"copying from {clone.source} through the runtimes"
+                state.set(c.COND_CLONED, False, "Copying", message)
+                raise StepFailed(None, "Copying", message, retry=None)  # its end wakes the pass
+            clone.copied_bytes = copied
             reason, message = "Copied", f"copied from {clone.source} through the runtimes ({clone.reason})"
         else:
             reason, message = "SnapshotRestored", f"restored from VolumeSnapshot {clone.snapshot}"
