@@ -8,6 +8,7 @@ import subprocess
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -227,8 +228,35 @@ def gateway_ca(gateway: Gateway, namespace: str) -> bool:
     return httpx.get(f"{gateway.admin}/v1/ca/{namespace}").status_code == 200
 
 
-def terminated_sandbox(k8s_api: client.ApiClient, namespace: str, pypi: int) -> None:
-    """Sandbox `sb` under a template whose one rule terminates TLS (a method and a path)."""
+@dataclass
+class TlsSandbox:
+    """Sandbox `sb` of a tenant namespace under a template whose one rule terminates TLS (a method and a path),
+    and what its workspace would use: a URL the rule allows, its proxy token, a trust bundle."""
+
+    core: client.CoreV1Api
+    namespace: str
+    platform: str
+    upstream_ca: Path
+    url: str
+
+    def token(self) -> str:
+        return proxy_token(proxy_key(self.core, self.platform), self.namespace, "sb")
+
+    def trust(self, path: Path, ca_pem: str) -> Path:
+        """A bundle as the workspace's: the namespace's egress CA (`ca_pem`) and the upstreams' CA."""
+        path.write_text(ca_pem + self.upstream_ca.read_text())
+        return path
+
+
+@pytest.fixture
+def tls_sandbox(
+    k8s_api: client.ApiClient,
+    namespace: str,
+    platform: str,
+    upstreams: tuple[CertificateAuthority, dict[str, Upstream]],
+) -> TlsSandbox:
+    ca, ups = upstreams
+    pypi = ups["pypi.test"].port
     rule = {"host": "pypi.test", "ports": [pypi], "methods": ["GET"], "paths": ["/simple/"]}
     Objects(k8s_api, namespace).create(
         TEMPLATE,
@@ -240,9 +268,9 @@ def terminated_sandbox(k8s_api: client.ApiClient, namespace: str, pypi: int) -> 
             },
         },
     )
-    sandbox_pod(
-        client.CoreV1Api(k8s_api), namespace, "sb", {c.LABEL_TEMPLATE_REF_HASH: naming.name_hash("tpl")}
-    )
+    core = client.CoreV1Api(k8s_api)
+    sandbox_pod(core, namespace, "sb", {c.LABEL_TEMPLATE_REF_HASH: naming.name_hash("tpl")})
+    return TlsSandbox(core, namespace, platform, ca.pair.cert, f"https://pypi.test:{pypi}/simple/numpy/")
 
 
 def private_keys(core: client.CoreV1Api, namespace: str) -> list[str]:
@@ -256,127 +284,102 @@ def private_keys(core: client.CoreV1Api, namespace: str) -> list[str]:
 
 
 def test_a_restarted_gateway_keeps_the_namespace_ca_which_stays_in_the_gateways_namespace(
-    k8s_api: client.ApiClient,
-    namespace: str,
-    platform: str,
-    upstreams: tuple[CertificateAuthority, dict[str, Upstream]],
-    tmp_path: Path,
+    tls_sandbox: TlsSandbox, upstreams: tuple[CertificateAuthority, dict[str, Upstream]], tmp_path: Path
 ) -> None:
-    ca, ups = upstreams
-    core, pypi = client.CoreV1Api(k8s_api), ups["pypi.test"].port
-    url = f"https://pypi.test:{pypi}/simple/numpy/"
-    terminated_sandbox(k8s_api, namespace, pypi)
-    first = gateway_process(tmp_path / "first", platform, upstreams)
+    sb, core = tls_sandbox, tls_sandbox.core
+    first = gateway_process(tmp_path / "first", sb.platform, upstreams)
     gateway = next(first)
-    wait_for(lambda: gateway_ca(gateway, namespace), timeout=10, what="the gateway to learn the sandbox")
+    wait_for(lambda: gateway_ca(gateway, sb.namespace), timeout=10, what="the gateway to learn the sandbox")
     # What a workspace trusts: the certificate it mounted before the restart.
-    trusted = gateway.ca_pem(namespace)
-    trust = tmp_path / "trust.pem"
-    trust.write_text(trusted + ca.pair.cert.read_text())
-    token = proxy_token(proxy_key(core, platform), namespace, "sb")
-    assert curl(gateway, token, trust, url) == "200 200"
+    trusted = gateway.ca_pem(sb.namespace)
+    trust, token = sb.trust(tmp_path / "trust.pem", trusted), sb.token()
+    assert curl(gateway, token, trust, sb.url) == "200 200"
     next(first, None)
 
     # A new Pod: its own empty directory, the same CA from the cluster.
-    second = gateway_process(tmp_path / "second", platform, upstreams)
+    second = gateway_process(tmp_path / "second", sb.platform, upstreams)
     gateway = next(second)
     try:
         wait_for(
-            lambda: curl(gateway, token, trust, url) == "200 200",
+            lambda: curl(gateway, token, trust, sb.url) == "200 200",
             timeout=10,
             what="the restarted gateway to serve the sandbox under the CA the workspace trusts",
         )
-        assert gateway.ca_pem(namespace) == trusted
+        assert gateway.ca_pem(sb.namespace) == trusted
     finally:
         next(second, None)
-    kept = core.read_namespaced_secret(f"shadow-egress-ca-{namespace}", platform)
+    kept = core.read_namespaced_secret(f"shadow-egress-ca-{sb.namespace}", sb.platform)
     assert kept.type == "kubernetes.io/tls"
     assert base64.b64decode(kept.data["tls.crt"]).decode() == trusted
     # The tenant's namespace holds the certificate (its ConfigMap), never a key.
-    assert core.read_namespaced_config_map("shadow-egress-ca", namespace).data["ca.crt"] == trusted
-    assert private_keys(core, namespace) == []
+    assert core.read_namespaced_config_map("shadow-egress-ca", sb.namespace).data["ca.crt"] == trusted
+    assert private_keys(core, sb.namespace) == []
 
 
 def test_two_gateways_starting_together_end_with_one_ca(
-    k8s_api: client.ApiClient,
-    namespace: str,
-    platform: str,
-    upstreams: tuple[CertificateAuthority, dict[str, Upstream]],
-    tmp_path: Path,
+    tls_sandbox: TlsSandbox, upstreams: tuple[CertificateAuthority, dict[str, Upstream]], tmp_path: Path
 ) -> None:
     """Replicas: both learn the namespace at once and race to make its CA; the API server keeps one."""
-    ca, ups = upstreams
-    core, pypi = client.CoreV1Api(k8s_api), ups["pypi.test"].port
-    terminated_sandbox(k8s_api, namespace, pypi)
-    processes = [gateway_process(tmp_path / name, platform, upstreams) for name in ("a", "b")]
+    sb = tls_sandbox
+    processes = [gateway_process(tmp_path / name, sb.platform, upstreams) for name in ("a", "b")]
     with ThreadPoolExecutor(2) as pool:
         gateways = list(pool.map(next, processes))
     try:
         wait_for(
-            lambda: all(gateway_ca(gateway, namespace) for gateway in gateways),
+            lambda: all(gateway_ca(gateway, sb.namespace) for gateway in gateways),
             timeout=10,
             what="both gateways to learn the sandbox",
         )
-        assert gateways[0].ca_pem(namespace) == gateways[1].ca_pem(namespace)
-        trust = tmp_path / "trust.pem"
-        trust.write_text(gateways[0].ca_pem(namespace) + ca.pair.cert.read_text())
-        token = proxy_token(proxy_key(core, platform), namespace, "sb")
+        assert gateways[0].ca_pem(sb.namespace) == gateways[1].ca_pem(sb.namespace)
+        trust, token = sb.trust(tmp_path / "trust.pem", gateways[0].ca_pem(sb.namespace)), sb.token()
         for gateway in gateways:
-            assert curl(gateway, token, trust, f"https://pypi.test:{pypi}/simple/numpy/") == "200 200"
+            assert curl(gateway, token, trust, sb.url) == "200 200"
     finally:
         for process in processes:
             next(process, None)
 
 
 def test_a_ca_a_tenant_plants_in_its_namespace_never_becomes_the_ca(
-    k8s_api: client.ApiClient,
-    namespace: str,
-    platform: str,
-    upstreams: tuple[CertificateAuthority, dict[str, Upstream]],
-    tmp_path: Path,
+    tls_sandbox: TlsSandbox, upstreams: tuple[CertificateAuthority, dict[str, Upstream]], tmp_path: Path
 ) -> None:
-    ca, ups = upstreams
-    core, pypi = client.CoreV1Api(k8s_api), ups["pypi.test"].port
-    url = f"https://pypi.test:{pypi}/simple/numpy/"
+    sb, core = tls_sandbox, tls_sandbox.core
     planted = CertificateAuthority(tmp_path, "planted-by-the-tenant")
     planted_pem = planted.pair.cert.read_text()
     # Where a careless gateway could look: a Secret named like the gateway's, and the CA ConfigMap itself.
     core.create_namespaced_secret(
-        namespace,
+        sb.namespace,
         {
             "metadata": {
-                "name": f"shadow-egress-ca-{namespace}",
-                "labels": {"shadow.dev/egress-ca-for": namespace},
+                "name": f"shadow-egress-ca-{sb.namespace}",
+                "labels": {"shadow.dev/egress-ca-for": sb.namespace},
             },
             "type": "kubernetes.io/tls",
             "stringData": {"tls.key": planted.pair.key.read_text(), "tls.crt": planted_pem},
         },
     )
     core.create_namespaced_config_map(
-        namespace,
+        sb.namespace,
         {
             "metadata": {"name": "shadow-egress-ca"},
             "data": {"ca.crt": planted_pem, "bundle.crt": planted_pem},
         },
     )
-    terminated_sandbox(k8s_api, namespace, pypi)
-    process = gateway_process(tmp_path / "gateway", platform, upstreams)
+    process = gateway_process(tmp_path / "gateway", sb.platform, upstreams)
     gateway = next(process)
     try:
-        wait_for(lambda: gateway_ca(gateway, namespace), timeout=10, what="the gateway to learn the sandbox")
-        real = gateway.ca_pem(namespace)
+        wait_for(
+            lambda: gateway_ca(gateway, sb.namespace), timeout=10, what="the gateway to learn the sandbox"
+        )
+        real = gateway.ca_pem(sb.namespace)
         assert real != planted_pem
         wait_for(
-            lambda: core.read_namespaced_config_map("shadow-egress-ca", namespace).data["ca.crt"] == real,
+            lambda: core.read_namespaced_config_map("shadow-egress-ca", sb.namespace).data["ca.crt"] == real,
             timeout=5,
             what="the gateway's certificate to replace the planted one",
         )
-        token = proxy_token(proxy_key(core, platform), namespace, "sb")
-        trust, planted_trust = tmp_path / "trust.pem", tmp_path / "planted-trust.pem"
-        trust.write_text(real + ca.pair.cert.read_text())
-        planted_trust.write_text(planted_pem + ca.pair.cert.read_text())
         # The certificates the workspace is shown come from the gateway's CA, not the planted one.
-        assert curl(gateway, token, planted_trust, url) == "000 200"
-        assert curl(gateway, token, trust, url) == "200 200"
+        token = sb.token()
+        assert curl(gateway, token, sb.trust(tmp_path / "planted.pem", planted_pem), sb.url) == "000 200"
+        assert curl(gateway, token, sb.trust(tmp_path / "trust.pem", real), sb.url) == "200 200"
     finally:
         next(process, None)
