@@ -111,7 +111,9 @@ async def serve(args: argparse.Namespace) -> None:
     server = proxyserver.Proxyserver()
 
     def close(client_id: str) -> None:
-        if (handler := server.connections.get(client_id)) is not None:
+        handler = server.connections.get(client_id)
+        # Not when it is closing already (a second policy change before the first close completed).
+        if handler is not None and handler.client in handler.transports:
             handler.close_connection(handler.client)
 
     gate.close = close

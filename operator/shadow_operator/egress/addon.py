@@ -467,7 +467,10 @@ class Gate:
         closing = dict((client_id, (key, why)) for client_id, key, why in self._disallowed())
         for client_id, (key, why) in closing.items():
             log.info("closing a connection of sandbox %s after a policy change: %s", key, why)
-            self.close(client_id)
+            try:
+                self.close(client_id)
+            except Exception:  # one connection that would not close must not keep the others open
+                log.exception("closing a connection of sandbox %s", key)
 
     def client_disconnected(self, client: connection.Client) -> None:
         self.tunnels.pop(client.id, None)

@@ -172,11 +172,13 @@ class KubeSource:
         secrets = {
             key: Secret.model_validate(body).values() for key, body in self.objects.get("secrets", {}).items()
         }
+        # Each namespace's CA first (read or made through the API server, here in this thread), so that the
+        # proxy finds it loaded when the namespace's first sandbox connects.
+        for namespace in sorted({entry.namespace for entry in entries}):
+            self.publish_ca(namespace)
         self.table.replace(entries, secrets)
         self.on_rebuild()
         log.info("egress table: %d sandboxes, %d credential secrets", len(entries), len(secrets))
-        for namespace in sorted({entry.namespace for entry in entries}):
-            self.publish_ca(namespace)
 
     async def runtime_token(self, entry: SandboxEntry) -> str | None:
         """The sandbox's runtime token (its Secret, read by name when asked): what opens its decision log."""
@@ -199,7 +201,11 @@ class KubeSource:
     def publish_ca(self, namespace: str) -> None:
         """The namespace's CA certificate (never its key) as the ConfigMap its workspaces mount: `ca.crt` alone
         and `bundle.crt`, the public roots with it, for tools that read one bundle (SSL_CERT_FILE)."""
-        pem = self.ca_pem(namespace)
+        try:
+            pem = self.ca_pem(namespace)
+        except Exception as error:  # one namespace's CA must not hold back every other policy change
+            log.warning("egress CA of namespace %s not loaded: %s", namespace, error)
+            return
         if self.published.get(namespace) == pem:
             return
         body = {
