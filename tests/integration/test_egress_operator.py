@@ -15,6 +15,7 @@ from shadow_operator.common.egress import proxy_token
 from tests.support.controlplane import wait_for
 from tests.support.sandbox_operator import (
     CLAIM,
+    ENVIRONMENT,
     TEMPLATE,
     Objects,
     in_process_operator,
@@ -78,3 +79,89 @@ def test_sandboxes_of_a_template_with_egress_go_through_the_gateway_and_only_the
     plain = pod_of_claim(objs, "open", "plain")
     names = {e["name"] for e in plain["spec"]["containers"][0].get("env") or ()}
     assert "HTTPS_PROXY" not in names and "SSL_CERT_FILE" not in names
+
+
+def egress_condition(objs: Objects, kind: tuple[str, str], name: str) -> dict[str, Any] | None:
+    body = objs.get(kind, name, version="v1alpha1" if kind == ENVIRONMENT else "v1beta1") or {}
+    conditions = (body.get("status") or {}).get("conditions") or ()
+    return next((x for x in conditions if x["type"] == "EgressNarrowed"), None)
+
+
+def test_claim_and_environment_rules_that_would_widen_the_template_show_in_their_status(
+    objs: Objects,
+) -> None:
+    pypi = {"host": "pypi.org", "methods": ["GET"], "paths": ["/simple/"]}
+    objs.create(TEMPLATE, template_body("narrow", egress={"rules": [pypi]}))
+    widening = [
+        {"host": "pypi.org", "methods": ["GET"], "paths": ["/simple/numpy/"]},  # narrows: kept
+        {"host": "pypi.org", "methods": ["GET", "DELETE"], "paths": ["/simple/"]},
+        {"host": "evil.example"},
+        # A long rule, many times: the message stays bounded.
+        *({"host": "pypi.org", "methods": ["GET"], "paths": [f"/other/{'x' * 200}/{i}/"]} for i in range(20)),
+    ]
+    objs.create(
+        CLAIM,
+        {
+            "metadata": {"name": "agent"},
+            "spec": {"sandboxTemplateRef": {"name": "narrow"}, "egress": {"rules": widening}},
+        },
+    )
+    dropped = wait_for(
+        lambda: egress_condition(objs, CLAIM, "agent"),
+        timeout=30,
+        what="the claim's EgressNarrowed condition",
+    )
+    assert (dropped["status"], dropped["reason"]) == ("False", "RulesDropped")
+    message = dropped["message"]
+    assert message.startswith(
+        "22 of 23 egress rules dropped (a claim or environment may only narrow its template's"
+    )
+    assert (
+        "spec.egress.rules[1] (pypi.org:443 DELETE,GET /simple/): method DELETE is beyond it (the template's rule "
+        "for pypi.org allows GET only)" in message
+    )
+    assert (
+        "spec.egress.rules[2] (evil.example:443 any method any path): no rule of the template covers host evil.example"
+        in message
+    )
+    assert "spec.egress.rules[0]" not in message
+    assert len(message) <= 1024 and message.endswith("(22 rules dropped in all)")
+
+    # Narrowed as asked: True. Then the template narrows under the claim's rule: the condition follows it.
+    objs.patch(CLAIM, "agent", {"spec": {"egress": {"rules": widening[:1]}}})
+    wait_for(
+        lambda: (egress_condition(objs, CLAIM, "agent") or {}).get("reason") == "RulesApplied",
+        timeout=30,
+        what="the claim's rules to apply",
+    )
+    assert egress_condition(objs, CLAIM, "agent")["status"] == "True"  # type: ignore[index]
+    objs.patch(TEMPLATE, "narrow", {"spec": {"egress": {"rules": [{**pypi, "paths": ["/simple/flask/"]}]}}})
+    wait_for(
+        lambda: (egress_condition(objs, CLAIM, "agent") or {}).get("reason") == "RulesDropped",
+        timeout=30,
+        what="the template's change to drop the claim's rule",
+    )
+
+    # A ShadowEnvironment says the same (its workspace never needs to start for it).
+    objs.create(
+        ENVIRONMENT,
+        {
+            "metadata": {"name": "env"},
+            "spec": {
+                "template": "narrow",
+                "sources": [{"name": "app", "repo": "shadow/app", "upload": {}}],
+                "gitea": {"enabled": False},
+                "verify": {"enabled": False},
+                "egress": {"rules": [{"host": "evil.example"}]},
+            },
+        },
+        version="v1alpha1",
+    )
+    env = wait_for(
+        lambda: egress_condition(objs, ENVIRONMENT, "env"), timeout=30, what="the environment's condition"
+    )
+    assert (env["status"], env["reason"]) == ("False", "RulesDropped")
+    assert (
+        env["message"].startswith("1 of 1 egress rules dropped")
+        and "covers host evil.example" in env["message"]
+    )

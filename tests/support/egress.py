@@ -8,6 +8,7 @@ import socket
 import ssl
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -20,6 +21,8 @@ from tests.support.controlplane import wait_for
 from tests.support.pki import CertificateAuthority
 
 ROOT = Path(__file__).resolve().parents[2]
+# How long a /stream/ response lasts unless its client goes first.
+STREAM_SECONDS = 60
 EGRESS_PYTHON = Path(os.environ.get("SHADOW_EGRESS_PYTHON") or ROOT / ".venv-egress" / "bin" / "python")
 
 
@@ -54,11 +57,29 @@ def start_upstream(
             upstream.received.append(
                 {"method": self.command, "path": self.path, "headers": dict(self.headers)}
             )
+            if "/stream/" in self.path:
+                self._stream()
+                return
             payload = body if not self.path.startswith("/big/") else b"x" * int(self.path.split("/")[2])
             self.send_response(200)
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
             self.wfile.write(payload)
+
+        def _stream(self) -> None:
+            """A response that never ends by itself (a long download, a model's token stream): a line every
+            tenth of a second, chunked, until the connection goes."""
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            try:
+                for _ in range(STREAM_SECONDS * 10):
+                    self.wfile.write(b"5\r\ntick\n\r\n")
+                    self.wfile.flush()
+                    time.sleep(0.1)  # the pace of the stream, not a wait for something
+                self.wfile.write(b"0\r\n\r\n")
+            except OSError:
+                self.close_connection = True
 
         do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _answer
 

@@ -54,6 +54,7 @@ VALUE_SETS: dict[str, list[str]] = {
         "--set=operator.priorityClassName=system-cluster-critical",
         "--set=egressGateway.enabled=true",
         "--set=egressGateway.allowPrivateRanges={10.96.0.0/12}",
+        "--set=egressGateway.replicas=2",
     ],
     "standalone": [
         "--set=operator.leaderElection.enabled=false",
@@ -1052,3 +1053,31 @@ def test_the_egress_gateway_is_what_sandboxes_network_policy_admits(helm: str) -
     # Off by default: nothing of it is rendered, and the operator is not told of a gateway.
     default = documents(render(helm, include_crds=False))
     assert not [d for d in default if "egress" in d["metadata"]["name"]]
+
+
+def test_the_egress_gateway_writes_secrets_in_its_own_namespace_only_and_may_run_replicas(helm: str) -> None:
+    one = documents(render(helm, "--set=egressGateway.enabled=true", include_crds=False))
+    mine = [d for d in one if d["metadata"]["name"] == "shadow-shadow-operator-egress"]
+    # Its key and the namespaces' CAs: get and create on Secrets by a Role in the release namespace; no
+    # cluster-wide grant creates or changes a Secret.
+    (role,) = by_kind(mine, "Role")
+    assert role["metadata"]["namespace"] == "shadow-system"
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "create"]}]
+    (cluster_role,) = by_kind(mine, "ClusterRole")
+    for rule in cluster_role["rules"]:
+        if "secrets" in rule["resources"]:
+            assert set(rule["verbs"]) <= {"get", "list", "watch"}
+    (deployment,) = by_kind(mine, "Deployment")
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0}}
+    assert not by_kind(mine, "PodDisruptionBudget")
+    two = documents(render(helm, "--set=egressGateway.enabled=true", "--set=egressGateway.replicas=2"))
+    mine = [d for d in two if d["metadata"]["name"] == "shadow-shadow-operator-egress"]
+    (deployment,) = by_kind(mine, "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    (budget,) = by_kind(mine, "PodDisruptionBudget")
+    assert budget["spec"]["minAvailable"] == 1
+    assert (
+        budget["spec"]["selector"]["matchLabels"].items()
+        <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    )

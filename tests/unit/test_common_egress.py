@@ -139,22 +139,39 @@ def test_a_claim_narrows_and_keeps_the_templates_credential() -> None:
 
 
 @pytest.mark.parametrize(
-    "wider",
+    ("wider", "why"),
     [
-        {"host": "evil.example"},  # another host
-        {"host": "*.org"},  # a wider wildcard
-        {"host": "pythonhosted.org"},  # the domain under the wildcard is not in it
-        {"host": "pypi.org", "methods": ["GET"]},  # drops the template's path limit
-        {"host": "pypi.org", "methods": ["GET", "POST"], "paths": ["/simple/"]},  # a method more
-        {"host": "pypi.org", "methods": ["GET"], "paths": ["/"]},  # a wider path
-        {"host": "pypi.org", "methods": ["GET"], "paths": ["/simple/"], "ports": [443, 8443]},  # a port more
-        {"host": "files.pythonhosted.org", "websocket": True},  # a WebSocket the template did not allow
+        ({"host": "evil.example"}, "no rule of the template covers host evil.example"),
+        ({"host": "*.org"}, "no rule of the template covers host *.org"),  # a wider wildcard
+        # The domain under the wildcard is not in it.
+        ({"host": "pythonhosted.org"}, "no rule of the template covers host pythonhosted.org"),
+        (
+            {"host": "pypi.org", "methods": ["GET"]},
+            "it allows any path (the template's rule for pypi.org allows paths under /simple/ /pypi/ only)",
+        ),
+        (
+            {"host": "pypi.org", "methods": ["GET", "POST"], "paths": ["/simple/"]},
+            "method POST is beyond it (the template's rule for pypi.org allows GET,HEAD only)",
+        ),
+        (
+            {"host": "pypi.org", "methods": ["GET"], "paths": ["/"]},
+            "path / is beyond it (the template's rule for pypi.org allows paths under /simple/ /pypi/ only)",
+        ),
+        (
+            {"host": "pypi.org", "methods": ["GET"], "paths": ["/simple/"], "ports": [443, 8443]},
+            "port 8443 is beyond it (the template's rule for pypi.org allows ports 443)",
+        ),
+        (
+            {"host": "files.pythonhosted.org", "websocket": True},
+            "it allows WebSocket (the template's rule for *.pythonhosted.org allows no WebSocket)",
+        ),
     ],
 )
-def test_a_claim_cannot_widen(wider: dict[str, object]) -> None:
+def test_a_claim_cannot_widen_and_is_told_why(wider: dict[str, object], why: str) -> None:
     result = egress.effective(TEMPLATE, narrowing(wider))
     assert result.rules == ()
-    assert len(result.dropped) == 1 and "a claim may only narrow the template's egress" in result.dropped[0]
+    (dropped,) = result.dropped
+    assert dropped == f"spec.egress.rules[0] ({egress.Rule.of(narrowing(wider).rules[0]).describe()}): {why}"
 
 
 @pytest.mark.parametrize(

@@ -34,7 +34,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     ca = CertificateAuthority(directory, "upstream-test-ca")
     ups = {
         name: start_upstream(ca, name)
-        for name in ("pypi.test", "files.test", "model.test", "git.test", "other.test")
+        for name in ("pypi.test", "files.test", "mirror.test", "model.test", "git.test", "other.test")
     }
     ups["plain.test"] = start_upstream(None, "plain.test")
     resolve = {name: "127.0.0.1" for name in ups} | {"rebind.test": "10.1.2.3", "gw.test": "127.0.0.1"}
@@ -55,7 +55,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     next(gen, None)
 
 
-def policy(world: dict[str, Any], pypi_methods: tuple[str, ...] = ("GET", "HEAD")) -> dict[str, Any]:
+def policy(
+    world: dict[str, Any], pypi_methods: tuple[str, ...] = ("GET", "HEAD"), without: tuple[str, ...] = ()
+) -> dict[str, Any]:
     ups: dict[str, Upstream] = world["ups"]
     gateway: Gateway = world["gateway"]
 
@@ -81,6 +83,7 @@ def policy(world: dict[str, Any], pypi_methods: tuple[str, ...] = ("GET", "HEAD"
             "paths": ["/simple/"],
         },
         {"host": "files.test", "ports": port("files.test")},
+        {"host": "mirror.test", "ports": port("mirror.test")},
         model_api("model.test"),
         {
             "host": "git.test",
@@ -91,6 +94,7 @@ def policy(world: dict[str, Any], pypi_methods: tuple[str, ...] = ("GET", "HEAD"
         model_api("plain.test"),
         {"host": "gw.test", "ports": [gateway.admin_port, gateway.port]},
     ]
+    rules = [rule for rule in rules if rule["host"] not in without]
     return {
         "sandboxes": [
             {"namespace": "team-a", "name": "agent", "token": TOKEN_A, "addresses": ["127.0.0.1"],
@@ -310,6 +314,67 @@ def test_a_policy_change_applies_within_two_seconds(world: dict[str, Any]) -> No
                 timeout=2,
                 what="PUT refused again",
             )
+
+
+def streaming(world: dict[str, Any], host: str, path: str, trust: Any) -> ssl.SSLSocket:
+    """A CONNECT tunnel carrying a response that does not end by itself, its first line read."""
+    sock, answer = tunnel(world, host, world["ups"][host].port)
+    assert answer.startswith("HTTP/1.1 200")
+    tls = ssl.create_default_context(cafile=trust).wrap_socket(sock, server_hostname=host)
+    tls.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}:{world['ups'][host].port}\r\n\r\n".encode())
+    received = b""
+    while b"tick" not in received:
+        chunk = tls.recv(65536)
+        assert chunk, f"the stream through {host} ended before it began: {received!r}"
+        received += chunk
+    return tls
+
+
+def closed(tls: ssl.SSLSocket) -> bool:
+    """Whether the gateway closed the connection (non-blocking; what arrived before is read and dropped)."""
+    try:
+        while tls.recv(65536):
+            pass
+    except (ssl.SSLWantReadError, BlockingIOError):
+        return False  # open, nothing more yet
+    except OSError:
+        return True  # reset
+    return True  # end of stream
+
+
+def test_open_connections_that_a_policy_change_no_longer_allows_are_closed_within_two_seconds(
+    world: dict[str, Any],
+) -> None:
+    gateway: Gateway = world["gateway"]
+    upstream_ca = world["ca"].pair.cert
+    # Passed through (a host-only rule): the gateway never sees a request on these, only the tunnel.
+    gone = streaming(world, "files.test", "/stream/", upstream_ca)
+    kept = streaming(world, "mirror.test", "/stream/", upstream_ca)
+    # Terminated (methods and paths): a GET in flight that the new rules refuse.
+    refused = streaming(world, "pypi.test", "/simple/stream/", world["trust"])
+    for tls in (gone, kept, refused):
+        tls.setblocking(False)
+    try:
+        gateway.write_policy(policy(world, pypi_methods=("HEAD",), without=("files.test",)))
+        start = time.monotonic()
+        wait_for(lambda: closed(gone), timeout=2, what="the tunnel whose rule went to close")
+        wait_for(lambda: closed(refused), timeout=2, what="the request the rules now refuse to end")
+        assert time.monotonic() - start < 2
+        # Still allowed: it stays open and keeps streaming after the others were closed.
+        assert not closed(kept)
+        kept.settimeout(2)
+        assert b"tick" in kept.recv(65536)
+    finally:
+        for tls in (gone, kept, refused):
+            tls.close()
+        gateway.write_policy(policy(world))
+        wait_for(
+            lambda: tunnel(world, "files.test", world["ups"]["files.test"].port)[1].startswith(
+                "HTTP/1.1 200"
+            ),
+            timeout=2,
+            what="the rules back",
+        )
 
 
 def test_decisions_are_logged_for_the_sandbox_and_counted(world: dict[str, Any]) -> None:

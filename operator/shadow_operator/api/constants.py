@@ -90,6 +90,13 @@ REASON_ENV_INJECTION_REJECTED: Final = "EnvVarsInjectionRejected"
 REASON_VOLUME_CLAIM_TEMPLATES_ERROR: Final = "VolumeClaimTemplatesError"
 REASON_CLAIM_EXPIRED: Final = "ClaimExpired"
 
+# A claim's or environment's spec.egress against its template's: True when every rule narrows it, False when
+# some were dropped for widening it (each named in the message) or the template has no spec.egress.
+COND_EGRESS_NARROWED: Final = "EgressNarrowed"
+REASON_RULES_APPLIED: Final = "RulesApplied"
+REASON_RULES_DROPPED: Final = "RulesDropped"
+REASON_TEMPLATE_HAS_NO_EGRESS: Final = "TemplateHasNoEgress"
+
 # Runtime contract (see sandbox-runtime): port name, token mount and environment variable.
 RUNTIME_PORT_NAME: Final = "runtime"
 RUNTIME_DEFAULT_PORT: Final = 8888

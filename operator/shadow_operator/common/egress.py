@@ -21,6 +21,9 @@ DEFAULT_PORTS = (443,)
 PROXY_USER = "sandbox"
 # The one port on which requests travel in clear HTTP; on every other allowed port the gateway speaks TLS.
 PLAIN_HTTP_PORT = 80
+NARROW_ONLY = (
+    "a claim or environment may only narrow its template's egress, so a rule that would widen it is dropped"
+)
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,9 @@ class Effective:
     of the claim's were dropped."""
 
     rules: tuple[Rule, ...] | None
-    dropped: tuple[str, ...] = ()
+    dropped: tuple[
+        str, ...
+    ] = ()  # each: the rule, what in it goes beyond the template (NARROW_ONLY says why)
 
 
 def effective(template: EgressPolicy | None, narrowing: EgressNarrowing | None) -> Effective:
@@ -108,13 +113,39 @@ def effective(template: EgressPolicy | None, narrowing: EgressNarrowing | None) 
     for i, rule in enumerate(narrowing.rules):
         inside = next((w for w in wide if fits(rule, w)), None)
         if inside is None:
-            dropped.append(
-                f"egress.rules[{i}] ({Rule.of(rule).describe()}) is not inside any rule of the template, "
-                "so it is ignored: a claim may only narrow the template's egress"
-            )
+            dropped.append(f"spec.egress.rules[{i}] ({Rule.of(rule).describe()}): {widens(rule, wide)}")
         else:
             kept.append(Rule.of(rule, inside.credential))
     return Effective(tuple(kept), tuple(dropped))
+
+
+def widens(narrow: EgressRuleBase, wide: Sequence[Rule]) -> str:
+    """Why a claim's rule fits inside none of the template's: what it allows beyond the first template rule
+    for its host (ports, then methods, paths, WebSocket), or that no template rule covers the host."""
+    same_host = [w for w in wide if _host_within(narrow.host, w.host)]
+    if not same_host:
+        return f"no rule of the template covers host {narrow.host}"
+    w = same_host[0]
+    theirs = f"the template's rule for {w.host} allows"
+    if outside := sorted(set(narrow.ports or DEFAULT_PORTS) - set(w.ports)):
+        return (
+            f"port {','.join(map(str, outside))} is beyond it ({theirs} ports {','.join(map(str, w.ports))})"
+        )
+    if w.methods is not None:
+        methods = ",".join(sorted(w.methods))
+        if not narrow.methods:
+            return f"it allows any method ({theirs} {methods} only)"
+        if extra := sorted(set(narrow.methods) - w.methods):
+            return f"method {','.join(extra)} is beyond it ({theirs} {methods} only)"
+    if w.paths is not None:
+        paths = " ".join(w.paths)
+        if not narrow.paths:
+            return f"it allows any path ({theirs} paths under {paths} only)"
+        if outside_paths := [p for p in narrow.paths if not any(p.startswith(x) for x in w.paths)]:
+            return f"path {' '.join(outside_paths)} is beyond it ({theirs} paths under {paths} only)"
+    if narrow.websocket and not w.websocket:
+        return f"it allows WebSocket ({theirs} no WebSocket)"
+    return "it fits inside no single rule of the template"
 
 
 def clean_path(path: str) -> str | None:

@@ -35,6 +35,7 @@ from shadow_operator.resources import blueprint
 from shadow_operator.resources import conditions as conds
 from shadow_operator.resources import indexes as ix
 from shadow_operator.resources.blueprint import ClaimBlocked as Blocked
+from shadow_operator.resources.egress_narrowing import egress_narrowed
 from shadow_operator.resources.metadata import controller_uid
 
 Body = dict[str, Any]
@@ -43,10 +44,12 @@ Key = tuple[str, str]
 
 # ------------------------------------------------------------------------------------------ watches
 def _unready_claims(cache: Cache, values: Iterable[str]) -> Iterable[Key]:
+    """The claims that wait on `values` and are not Ready yet, and those with a spec.egress (its
+    EgressNarrowed condition follows the template)."""
     store = cache.store(SANDBOX_CLAIM)
     for value in values:
         for claim in store.by_index(ix.CLAIM_WAITS_ON, value):
-            if not ix.is_ready(claim):
+            if not ix.is_ready(claim) or (claim.get("spec") or {}).get("egress") is not None:
                 yield claim["metadata"]["namespace"], claim["metadata"]["name"]
 
 
@@ -259,6 +262,10 @@ class ClaimReconciler(Reconciler[SandboxClaim]):
         condition it keeps (written by the caller)."""
         state = StatusPass(claim, SandboxClaimStatus)
         state.conditions.put(ready)
+        if (template := self._template_of(claim)) is not None:
+            state.conditions.set_or_remove(
+                c.COND_EGRESS_NARROWED, egress_narrowed(template, claim.spec.egress)
+            )
         if sandbox is None and finished is not None:
             state.conditions.put(finished)
         if sandbox is not None:
@@ -273,6 +280,15 @@ class ClaimReconciler(Reconciler[SandboxClaim]):
             )
             state.status.preview_url = sb_status.preview_url
         return state
+
+    def _template_of(self, claim: SandboxClaim) -> Body | None:
+        """The claim's template (through its pool when it names one), None while it or the pool is missing."""
+        spec, namespace = claim.spec, claim.namespace
+        name = spec.sandbox_template_ref.name if spec.sandbox_template_ref is not None else None
+        if spec.warm_pool_ref is not None:
+            pool = self.cache.store(SANDBOX_WARM_POOL).get(namespace, spec.warm_pool_ref.name)
+            name = pool["spec"]["sandboxTemplateRef"]["name"] if pool is not None else None
+        return self.cache.store(SANDBOX_TEMPLATE).get(namespace, name) if name else None
 
     async def _annotate(self, claim: SandboxClaim, name: str) -> None:
         """Name the bound sandbox on the claim (agents.x-k8s.io/sandbox-name)."""

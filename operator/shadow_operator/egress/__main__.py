@@ -76,7 +76,7 @@ def admin_app(
     return app
 
 
-async def watch_file(table: PolicyTable, audit: Audit, path: Path) -> None:
+async def watch_file(table: PolicyTable, audit: Audit, gate: Gate, path: Path) -> None:
     seen: float | None = None
     while True:
         try:
@@ -84,6 +84,7 @@ async def watch_file(table: PolicyTable, audit: Audit, path: Path) -> None:
             if mtime != seen:
                 load_file(table, path)
                 audit.forget(set(table.sandboxes))
+                gate.policy_changed()
                 seen = mtime
                 log.info("policy loaded: %d sandboxes", len(table.sandboxes))
         except (OSError, ValueError) as error:
@@ -107,9 +108,16 @@ async def serve(args: argparse.Namespace) -> None:
         listen_host=args.listen, listen_port=args.port, confdir=str(Path(args.ca_dir) / ".mitmproxy")
     )
     master = Master(opts)
-    master.addons.add(
-        core.Core(), proxyserver.Proxyserver(), next_layer.NextLayer(), NamespaceTls(gate, authorities), gate
-    )
+    server = proxyserver.Proxyserver()
+
+    def close(client_id: str) -> None:
+        handler = server.connections.get(client_id)
+        # Not when it is closing already (a second policy change before the first close completed).
+        if handler is not None and handler.client in handler.transports:
+            handler.close_connection(handler.client)
+
+    gate.close = close
+    master.addons.add(core.Core(), server, next_layer.NextLayer(), NamespaceTls(gate, authorities), gate)
     master.options.update(
         connection_strategy="lazy",
         ssl_verify_upstream_trusted_ca=args.upstream_ca,
@@ -119,13 +127,15 @@ async def serve(args: argparse.Namespace) -> None:
     )
     log_token: LogToken = given_log_token
     tasks = (
-        [asyncio.create_task(watch_file(table, audit, Path(args.policy_file)))] if args.policy_file else []
+        [asyncio.create_task(watch_file(table, audit, gate, Path(args.policy_file)))]
+        if args.policy_file
+        else []
     )
     if args.key_secret:
         # The cluster source only: the file source runs without a cluster.
         from kubernetes import client, config
 
-        from shadow_operator.egress.kube import KubeSource, ensure_key
+        from shadow_operator.egress.kube import KubeSource, ca_keeper, ensure_key
 
         try:
             config.load_incluster_config()
@@ -133,12 +143,16 @@ async def serve(args: argparse.Namespace) -> None:
             config.load_kube_config()
         api = client.ApiClient()
         namespace, _, name = args.key_secret.partition("/")
+        # The CAs beside the key, in the gateway's own namespace: the same for every replica and restart.
+        authorities.keeper = ca_keeper(api, namespace)
+        loop = asyncio.get_running_loop()
+
+        def rebuilt() -> None:  # in the source's thread: the connections belong to the event loop
+            audit.forget(set(table.sandboxes))
+            loop.call_soon_threadsafe(gate.policy_changed)
+
         source = KubeSource(
-            api,
-            table,
-            ensure_key(api, namespace, name),
-            authorities.certificate_pem,
-            on_rebuild=lambda: audit.forget(set(table.sandboxes)),
+            api, table, ensure_key(api, namespace, name), authorities.certificate_pem, on_rebuild=rebuilt
         )
         source.start()
         log_token = source.runtime_token
@@ -158,7 +172,12 @@ def main() -> None:
     parser.add_argument("--listen", default="0.0.0.0")
     parser.add_argument("--port", type=int, default=3128)
     parser.add_argument("--admin-port", type=int, default=9091)
-    parser.add_argument("--ca-dir", required=True, help="where the namespaces' CA keys are kept")
+    parser.add_argument(
+        "--ca-dir",
+        required=True,
+        help="where the namespaces' CAs are kept (with --key-secret, a working copy of the CA Secrets kept "
+        "beside the key, one per namespace)",
+    )
     parser.add_argument("--policy-file", help="JSON policy source, reloaded on change")
     parser.add_argument(
         "--key-secret",

@@ -14,13 +14,15 @@ import asyncio
 import base64
 import binascii
 import ipaddress
+import logging
 import socket
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 from mitmproxy import certs, connection, http, tls
 from mitmproxy.addons.tlsconfig import TlsConfig
 from mitmproxy.proxy import server_hooks
@@ -31,16 +33,36 @@ from shadow_operator.common import egress
 from shadow_operator.egress.audit import Audit
 from shadow_operator.egress.table import PolicyTable, SandboxEntry
 
+log = logging.getLogger(__name__)
 CA_BASENAME = "shadow-egress"
 CA_KEY_SIZE = 2048
 STREAM_ABOVE_BYTES = 1 << 20
 
 
-class CertAuthorities:
-    """One CA per namespace, created on first use; the keys stay in `directory` (the gateway's own volume)."""
+# keeper(namespace, make): the namespace's CA as PEM (key, certificate), made with make() by whoever finds
+# none; the same for every replica and every restart.
+Keeper = Callable[[str, Callable[[], tuple[bytes, bytes]]], tuple[bytes, bytes]]
 
-    def __init__(self, directory: Path) -> None:
+
+def make_ca(namespace: str) -> tuple[bytes, bytes]:
+    key, cert = certs.create_ca(CA_BASENAME, f"{CA_BASENAME} {namespace}", CA_KEY_SIZE)
+    encoding = serialization.Encoding.PEM
+    return (
+        key.private_bytes(
+            encoding, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
+        ),
+        cert.public_bytes(encoding),
+    )
+
+
+class CertAuthorities:
+    """One CA per namespace, made on first use. With a `keeper` (the cluster source: a Secret in the gateway's
+    own namespace) every replica and restart uses the same CA; without one (the file source) it lives and dies
+    with `directory`. Either way the key never goes where a workspace can reach it."""
+
+    def __init__(self, directory: Path, keeper: Keeper | None = None) -> None:
         self.directory = directory
+        self.keeper = keeper
         self.stores: dict[str, certs.CertStore] = {}
         # The proxy (event loop) and the cluster source (its own thread) both ask: one CA per namespace, ever.
         self.lock = threading.Lock()
@@ -51,10 +73,13 @@ class CertAuthorities:
 
     def _store(self, namespace: str) -> certs.CertStore:
         if namespace not in self.stores:
+            path = self.directory / namespace
             with certs.CertStore.umask_secret():
-                self.stores[namespace] = certs.CertStore.from_store(
-                    self.directory / namespace, CA_BASENAME, CA_KEY_SIZE
-                )
+                if self.keeper is not None:
+                    key, cert = self.keeper(namespace, lambda: make_ca(namespace))
+                    path.mkdir(parents=True, exist_ok=True)
+                    (path / f"{CA_BASENAME}-ca.pem").write_bytes(key + cert)
+                self.stores[namespace] = certs.CertStore.from_store(path, CA_BASENAME, CA_KEY_SIZE)
         return self.stores[namespace]
 
     def certificate_pem(self, namespace: str) -> bytes:
@@ -67,11 +92,25 @@ class Tunnel:
     """What was decided for a client connection at CONNECT time."""
 
     sandbox: SandboxEntry
+    peer: str  # the client's address, which must stay one of the sandbox's
     host: str
     port: int
     address: str  # the resolved address the gateway connects to
     intercept: bool
     refused: str | None = None  # set when the TLS handshake revealed something to refuse
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """A request the gateway let out whose response (or WebSocket) has not ended yet."""
+
+    sandbox: SandboxEntry
+    peer: str
+    host: str
+    port: int
+    method: str
+    path: str
+    websocket: bool
 
 
 def refusal(flow: http.HTTPFlow, message: str) -> None:
@@ -110,8 +149,11 @@ class Gate:
         own: Iterable[tuple[str, int]] = (),
         allowed_private: Iterable[str] = (),
         resolve: dict[str, str] | None = None,
+        close: Callable[[str], None] = lambda client_id: None,
     ) -> None:
         self.table = table
+        # Closes a client connection by its id (the proxy server's, wired in by the process).
+        self.close = close
         self.audit = audit
         self.own = set(own)
         self.allowed_private = [ipaddress.ip_network(cidr) for cidr in allowed_private]
@@ -119,6 +161,8 @@ class Gate:
         self.tunnels: dict[str, Tunnel] = {}
         # Clear HTTP: per client connection, the (address, port) pairs the gateway resolved and checked.
         self.plain: dict[str, set[tuple[str, int]]] = {}
+        # Per client connection, the requests let out whose responses are still running (by flow id).
+        self.in_flight: dict[str, dict[str, InFlight]] = {}
 
     # ------------------------------------------------------------------------------------------ helpers
     def _identify(self, flow: http.HTTPFlow) -> SandboxEntry | None:
@@ -196,7 +240,8 @@ class Gate:
                 self._refuse(flow, sandbox, host, port, why, "CONNECT")
                 return
             intercept = egress.needs_requests(sandbox.rules, host, port)
-            self.tunnels[flow.client_conn.id] = Tunnel(sandbox, host, port, address, intercept)
+            peer = flow.client_conn.peername[0]
+            self.tunnels[flow.client_conn.id] = Tunnel(sandbox, peer, host, port, address, intercept)
             if not intercept:
                 # A tunnel nobody looks into: this is its one decision.
                 self.audit.record(sandbox.key, sandbox.rules, decision, host, port, "CONNECT")
@@ -254,6 +299,7 @@ class Gate:
             self._refuse(flow, sandbox, host, port, reason, method)
             return
         if self._decide(flow, sandbox, host, port):
+            self._started(flow, sandbox, host, port)
             # Address the request to the checked address (the Host header stays), so that mitmproxy reuses
             # the upstream connection it already has to that address.
             header = flow.request.host_header
@@ -296,6 +342,7 @@ class Gate:
             self._refuse(flow, sandbox, host, port, why, method)
             return
         self.plain.setdefault(flow.client_conn.id, set()).add((address, port))
+        self._started(flow, sandbox, host, port)
         header = flow.request.host_header or host
         flow.request.host = address
         flow.request.host_header = header
@@ -348,9 +395,87 @@ class Gate:
             length = flow.response.headers.get("Content-Length", "")
             flow.response.stream = not length.isdigit() or int(length) > STREAM_ABOVE_BYTES
 
+    # ---------------------------------------------------------------------------------- policy changes
+    def _started(self, flow: http.HTTPFlow, sandbox: SandboxEntry, host: str, port: int) -> None:
+        websocket = flow.request.headers.get("Upgrade", "").lower() == "websocket"
+        self.in_flight.setdefault(flow.client_conn.id, {})[flow.id] = InFlight(
+            sandbox,
+            flow.client_conn.peername[0],
+            host,
+            port,
+            flow.request.method,
+            flow.request.path,
+            websocket,
+        )
+
+    def _ended(self, flow: http.HTTPFlow) -> None:
+        self.in_flight.get(flow.client_conn.id, {}).pop(flow.id, None)
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        if flow.websocket is None:  # a WebSocket runs on after its handshake's response
+            self._ended(flow)
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        self._ended(flow)
+
+    def websocket_end(self, flow: http.HTTPFlow) -> None:
+        self._ended(flow)
+
+    def _current(self, sandbox: SandboxEntry, peer: str) -> SandboxEntry | None:
+        """The sandbox's entry in the table as it is now, if it still names this connection."""
+        entry = self.table.sandboxes.get(sandbox.key)
+        if entry is None or entry.token != sandbox.token or peer not in entry.addresses:
+            return None
+        return entry
+
+    def _disallowed(self) -> Iterator[tuple[str, str, str]]:
+        """(client connection id, sandbox, why) of every open connection the table no longer allows: a tunnel
+        to a host no rule allows any more, a tunnel passed through whose rules now need to see its requests,
+        a response still running for a request the rules now refuse, any connection of a sandbox gone."""
+        for client_id, tunnel in self.tunnels.items():
+            entry = self._current(tunnel.sandbox, tunnel.peer)
+            if entry is None:
+                yield client_id, tunnel.sandbox.key, "the sandbox is no longer under this policy"
+                continue
+            decision = egress.decide_connection(entry.rules, entry.key, tunnel.host, tunnel.port)
+            if not decision.allowed:
+                yield client_id, entry.key, decision.reason
+            elif not tunnel.intercept and egress.needs_requests(entry.rules, tunnel.host, tunnel.port):
+                yield client_id, entry.key, f"the rules for {tunnel.host} now check each request"
+        for client_id, flows in self.in_flight.items():
+            for request in flows.values():
+                entry = self._current(request.sandbox, request.peer)
+                if entry is None:
+                    yield client_id, request.sandbox.key, "the sandbox is no longer under this policy"
+                    break
+                decision = egress.decide_request(
+                    entry.rules,
+                    entry.key,
+                    request.host,
+                    request.port,
+                    request.method,
+                    request.path,
+                    websocket=request.websocket,
+                )
+                if not decision.allowed:
+                    yield client_id, entry.key, decision.reason
+                    break
+
+    def policy_changed(self) -> None:
+        """A new table: close what it no longer allows, now rather than when the connection ends by itself
+        (a tunnel passed through is never looked into again, and a response may stream for hours)."""
+        closing = dict((client_id, (key, why)) for client_id, key, why in self._disallowed())
+        for client_id, (key, why) in closing.items():
+            log.info("closing a connection of sandbox %s after a policy change: %s", key, why)
+            try:
+                self.close(client_id)
+            except Exception:  # one connection that would not close must not keep the others open
+                log.exception("closing a connection of sandbox %s", key)
+
     def client_disconnected(self, client: connection.Client) -> None:
         self.tunnels.pop(client.id, None)
         self.plain.pop(client.id, None)
+        self.in_flight.pop(client.id, None)
 
 
 class NamespaceTls(TlsConfig):  # type: ignore[misc]  # mitmproxy is not installed where mypy runs

@@ -34,6 +34,8 @@ from shadow_operator.egress.table import PolicyTable, SandboxEntry
 
 log = logging.getLogger(__name__)
 CREDENTIAL_LABEL = f"{c.OPERATOR_PREFIX}/egress-credential"
+CA_SECRET_PREFIX = "shadow-egress-ca-"
+CA_NAMESPACE_LABEL = f"{c.OPERATOR_PREFIX}/egress-ca-for"
 # Coalesces a burst of watch events into one rebuild.
 REBUILD_DELAY_SECONDS = 0.05
 WATCH_TIMEOUT_SECONDS = 300
@@ -170,11 +172,13 @@ class KubeSource:
         secrets = {
             key: Secret.model_validate(body).values() for key, body in self.objects.get("secrets", {}).items()
         }
+        # Each namespace's CA first (read or made through the API server, here in this thread), so that the
+        # proxy finds it loaded when the namespace's first sandbox connects.
+        for namespace in sorted({entry.namespace for entry in entries}):
+            self.publish_ca(namespace)
         self.table.replace(entries, secrets)
         self.on_rebuild()
         log.info("egress table: %d sandboxes, %d credential secrets", len(entries), len(secrets))
-        for namespace in sorted({entry.namespace for entry in entries}):
-            self.publish_ca(namespace)
 
     async def runtime_token(self, entry: SandboxEntry) -> str | None:
         """The sandbox's runtime token (its Secret, read by name when asked): what opens its decision log."""
@@ -197,7 +201,11 @@ class KubeSource:
     def publish_ca(self, namespace: str) -> None:
         """The namespace's CA certificate (never its key) as the ConfigMap its workspaces mount: `ca.crt` alone
         and `bundle.crt`, the public roots with it, for tools that read one bundle (SSL_CERT_FILE)."""
-        pem = self.ca_pem(namespace)
+        try:
+            pem = self.ca_pem(namespace)
+        except Exception as error:  # one namespace's CA must not hold back every other policy change
+            log.warning("egress CA of namespace %s not loaded: %s", namespace, error)
+            return
         if self.published.get(namespace) == pem:
             return
         body = {
@@ -219,28 +227,73 @@ class KubeSource:
         self.published[namespace] = pem
 
 
-def ensure_key(api: client.ApiClient, namespace: str, name: str) -> bytes:
-    """The proxy credentials' key from its Secret, made (random) by the first gateway that finds none; the
-    operator mounts the same Secret. Kept in the cluster, not in the chart, so that a render is the same every
-    time (GitOps tools compare renders) and the key survives upgrades."""
+def create_or_read_secret(
+    api: client.ApiClient, namespace: str, name: str, make: Callable[[], dict[str, Any]]
+) -> dict[str, str]:
+    """The values of a Secret the gateway keeps in its own namespace, made from make() (a body's other fields
+    than its name and namespace) when there is none. Gateways racing to make it (replicas, a restart) end with
+    one: the API server creates it once and the others read what it holds."""
     core = client.CoreV1Api(api)
-    body = {
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": {c.LABEL_MANAGED_BY: c.MANAGED_BY_VALUE},
-        },
-        "stringData": {"key": secrets.token_urlsafe(48)},
+
+    def read() -> dict[str, str]:
+        body = core.read_namespaced_secret(name, namespace)
+        return Secret.model_validate(api.sanitize_for_serialization(body)).values()
+
+    try:
+        return read()
+    except ApiException as error:
+        if error.status != 404:
+            raise
+    body = make()
+    body["metadata"] = {
+        **body.get("metadata", {}),
+        "name": name,
+        "namespace": namespace,
+        "labels": {c.LABEL_MANAGED_BY: c.MANAGED_BY_VALUE, **body.get("metadata", {}).get("labels", {})},
     }
     try:
         core.create_namespaced_secret(namespace, body)
     except ApiException as error:
         if error.status != 409:
             raise
-    existing = Secret.model_validate(
-        api.sanitize_for_serialization(core.read_namespaced_secret(name, namespace))
+    return read()
+
+
+def ensure_key(api: client.ApiClient, namespace: str, name: str) -> bytes:
+    """The proxy credentials' key from its Secret, made (random) by the first gateway that finds none; the
+    operator mounts the same Secret. Kept in the cluster, not in the chart, so that a render is the same every
+    time (GitOps tools compare renders) and the key survives upgrades."""
+    values = create_or_read_secret(
+        api, namespace, name, lambda: {"stringData": {"key": secrets.token_urlsafe(48)}}
     )
-    return existing.values()["key"].encode()
+    return values["key"].encode()
+
+
+def ca_secret_name(namespace: str) -> str:
+    """The Secret, in the gateway's own namespace, with the CA key of sandbox namespace `namespace`."""
+    return f"{CA_SECRET_PREFIX}{namespace}"
+
+
+def ca_keeper(
+    api: client.ApiClient, home: str
+) -> Callable[[str, Callable[[], tuple[bytes, bytes]]], tuple[bytes, bytes]]:
+    """Each namespace's CA (key and certificate) in a Secret in `home`, the gateway's own namespace, never in
+    the tenant's: what a tenant creates in its namespace can neither become the CA nor read it. The Secret is
+    looked up by a name derived from the namespace, in `home` only."""
+
+    def keep(namespace: str, make: Callable[[], tuple[bytes, bytes]]) -> tuple[bytes, bytes]:
+        def body() -> dict[str, Any]:
+            key, cert = make()
+            return {
+                "metadata": {"labels": {CA_NAMESPACE_LABEL: namespace}},
+                "type": "kubernetes.io/tls",
+                "stringData": {"tls.key": key.decode(), "tls.crt": cert.decode()},
+            }
+
+        values = create_or_read_secret(api, home, ca_secret_name(namespace), body)
+        return values["tls.key"].encode(), values["tls.crt"].encode()
+
+    return keep
 
 
 def _key(obj: dict[str, Any]) -> Key:

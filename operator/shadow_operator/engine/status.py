@@ -73,6 +73,13 @@ class Conditions:
         for type_ in types:
             self._by_type.pop(type_, None)
 
+    def set_or_remove(self, type_: str, verdict: tuple[bool, str, str] | None) -> None:
+        """Set the condition from (status, reason, message), or remove it when there is nothing to say."""
+        if verdict is None:
+            self.remove(type_)
+        else:
+            self.set(type_, *verdict)
+
     def find(self, type_: str) -> Condition | None:
         return self._by_type.get(type_)
 

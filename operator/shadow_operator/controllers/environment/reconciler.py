@@ -71,6 +71,7 @@ from shadow_operator.engine.status import dump
 from shadow_operator.resources import conditions as conds
 from shadow_operator.resources import environment as res
 from shadow_operator.resources import indexes as ix
+from shadow_operator.resources.egress_narrowing import egress_narrowed
 
 
 def _envs_in_namespace(template: Body, cache: Cache) -> Iterable[Key]:
@@ -314,6 +315,7 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
                 "spec.template",
                 retry=None,  # the template's creation wakes us
             )
+        state.conditions.set_or_remove(c.COND_EGRESS_NARROWED, egress_narrowed(template, env.spec.egress))
         storage_class = env.spec.workspace.storage_class_name
         # Checked with a live read until the workspace's volume claim exists; after that the class is moot.
         claim = self.cache.store(PVC).get(env.namespace, naming.pvc_name(c.WORKSPACE_VOLUME, state.instance))
