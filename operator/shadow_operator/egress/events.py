@@ -105,7 +105,13 @@ class EventLog:
         burst: float = 50.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.table, self.writer, self.every, self.per_sandbox, self.idle = table, writer, every, per_sandbox, idle
+        self.table, self.writer, self.every, self.per_sandbox, self.idle = (
+            table,
+            writer,
+            every,
+            per_sandbox,
+            idle,
+        )
         self.instance = egress.printable(instance, 128) or "egress-gateway"
         self.bucket = Bucket(rate, burst)
         self.clock = clock
@@ -189,7 +195,9 @@ class EventLog:
             f"counted here until some go quiet for {self.idle:.0f} s; the first of them: {first.note}"
         )
         detail = {**first.detail, "overflow": True}
-        return Tally(first.name, first.namespace, first.sandbox, egress.REASON_OVERFLOW, note, detail, now, now)
+        return Tally(
+            first.name, first.namespace, first.sandbox, egress.REASON_OVERFLOW, note, detail, now, now
+        )
 
     # ------------------------------------------------------------------------------------- the writer
     def due(self, now: float) -> list[Tally]:
@@ -198,11 +206,12 @@ class EventLog:
         with self.lock:
             for tallies in self.tallies.values():
                 for tally in tallies.values():
-                    if tally.count > tally.written and (not tally.written or now - tally.flushed >= self.every):
+                    if tally.count > tally.written and (
+                        not tally.written or now - tally.flushed >= self.every
+                    ):
                         by_namespace.setdefault(tally.namespace, []).append(tally)
         queues = [
-            sorted(items, key=lambda t: (t.written > 0, t.first))
-            for _, items in sorted(by_namespace.items())
+            sorted(items, key=lambda t: (t.written > 0, t.first)) for _, items in sorted(by_namespace.items())
         ]
         if queues:
             self.turn = (self.turn + 1) % len(queues)
@@ -237,7 +246,9 @@ class EventLog:
             for sandbox in set(self.tallies) - set(self.table.sandboxes):
                 del self.tallies[sandbox]
             for tallies in self.tallies.values():
-                for key in [k for k, t in tallies.items() if t.written == t.count and now - t.last > self.idle]:
+                for key in [
+                    k for k, t in tallies.items() if t.written == t.count and now - t.last > self.idle
+                ]:
                     del tallies[key]
 
     def _body(self, tally: Tally, count: int, last: float) -> dict[str, Any]:
