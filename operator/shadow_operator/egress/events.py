@@ -139,6 +139,8 @@ class EventLog:
             tallies = self.tallies.setdefault(sandbox, {})
             tally = tallies.get(wanted)
             if tally is None:
+                if len(tallies) - (None in tallies) >= self.per_sandbox:
+                    self._drop_quiet(tallies, now)  # at most per_sandbox + 1 to look at
                 if len(tallies) - (None in tallies) < self.per_sandbox:
                     tallies[wanted] = self._tally(sandbox, decision, rule, host, port, method, path, now)
                     return
@@ -246,10 +248,11 @@ class EventLog:
             for sandbox in set(self.tallies) - set(self.table.sandboxes):
                 del self.tallies[sandbox]
             for tallies in self.tallies.values():
-                for key in [
-                    k for k, t in tallies.items() if t.written == t.count and now - t.last > self.idle
-                ]:
-                    del tallies[key]
+                self._drop_quiet(tallies, now)
+
+    def _drop_quiet(self, tallies: dict[Key, Tally], now: float) -> None:
+        for key in [k for k, t in tallies.items() if t.written == t.count and now - t.last > self.idle]:
+            del tallies[key]
 
     def _body(self, tally: Tally, count: int, last: float) -> dict[str, Any]:
         namespace, name = tally.sandbox.split("/", 1)
