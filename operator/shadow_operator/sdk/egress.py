@@ -39,9 +39,11 @@ class EgressDecision:
 
     @property
     def refused(self) -> bool:
+        """A refusal (or the overflow Event, which counts refusals and allowances alike)."""
         return self.decision != "allowed"
 
     def to_dict(self) -> dict[str, object]:
+        """As JSON-ready data (`shadowctl egress log -o json`)."""
         return asdict(self)
 
 
