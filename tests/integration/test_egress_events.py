@@ -106,8 +106,18 @@ def serve_sandbox(api: client.ApiClient, namespace: str, address: str, port: int
     )
 
 
-def served(gateway: Gateway, namespace: str) -> bool:
-    return httpx.get(f"{gateway.admin}/v1/ca/{namespace}").status_code == 200
+def serve_both(api: client.ApiClient, namespaces: tuple[str, str], gateway: Gateway, port: int) -> bytes:
+    """Sandbox `sb` in each namespace (at 127.0.0.1, then 127.0.0.2), once the gateway serves both: the
+    proxy credentials' key."""
+    for namespace, address in zip(namespaces, ("127.0.0.1", "127.0.0.2"), strict=True):
+        serve_sandbox(api, namespace, address, port)
+    wait_for(
+        lambda: all(httpx.get(f"{gateway.admin}/v1/ca/{ns}").status_code == 200 for ns in namespaces),
+        timeout=10,
+        what="the gateway to serve both sandboxes",
+    )
+    secret = client.CoreV1Api(api).read_namespaced_secret("egress-key", namespaces[0])
+    return base64.b64decode(secret.data["key"])
 
 
 def gateway_events(api: client.ApiClient, namespace: str) -> list[Any]:
@@ -158,11 +168,7 @@ def test_a_flood_of_hosts_is_bounded_and_another_tenants_refusal_still_gets_its_
 ) -> None:
     hostile, victim = namespaces
     ca, pypi = upstream
-    serve_sandbox(k8s_api, hostile, "127.0.0.1", pypi.port)
-    serve_sandbox(k8s_api, victim, "127.0.0.2", pypi.port)
-    core = client.CoreV1Api(k8s_api)
-    wait_for(lambda: all(served(gateway, ns) for ns in namespaces), timeout=10, what="both sandboxes served")
-    key = base64.b64decode(core.read_namespaced_secret("egress-key", hostile).data["key"])
+    key = serve_both(k8s_api, namespaces, gateway, pypi.port)
 
     answers = asyncio.run(flood(gateway, proxy_token(key, hostile, "sb"), FLOOD))
     assert set(answers) == {b"HTTP/1.1 403 Forbidden"}
@@ -227,11 +233,7 @@ def logged(
     GET to another path. Returns the namespaces and the upstream's port once all three Events are written."""
     first, second = namespaces
     ca, pypi = upstream
-    serve_sandbox(k8s_api, first, "127.0.0.1", pypi.port)
-    serve_sandbox(k8s_api, second, "127.0.0.2", pypi.port)
-    core = client.CoreV1Api(k8s_api)
-    wait_for(lambda: all(served(gateway, ns) for ns in namespaces), timeout=10, what="both sandboxes served")
-    key = base64.b64decode(core.read_namespaced_secret("egress-key", first).data["key"])
+    key = serve_both(k8s_api, namespaces, gateway, pypi.port)
     base = f"https://pypi.test:{pypi.port}"
     for ns, address, paths in ((first, "127.0.0.1", ("/private/a", "/private/b", "/simple/x/")),
                                (second, "127.0.0.2", ("/secret-of-b/",))):  # fmt: skip

@@ -67,6 +67,19 @@ class Bucket:
         return True
 
 
+@dataclass(frozen=True)
+class Seen:
+    """One decision as the gateway made it (every string as the sandbox sent it)."""
+
+    sandbox: str
+    decision: egress.Decision
+    rule: egress.Rule | None
+    host: str
+    port: int
+    method: str
+    path: str
+
+
 @dataclass
 class Tally:
     """One Event: what it says (fixed at creation: events.k8s.io lets only its series change) and its count."""
@@ -134,6 +147,7 @@ class EventLog:
     ) -> None:
         """Count one decision (memory only, O(1)): the writer thread turns it into an Event."""
         now = self.clock()
+        seen = Seen(sandbox, decision, rule, host, port, method, path)
         wanted: Key = (decision.allowed, method[:METHOD_CHARS], host[:HOST_CHARS], decision.rule)
         with self.lock:
             tallies = self.tallies.setdefault(sandbox, {})
@@ -142,12 +156,11 @@ class EventLog:
                 if len(tallies) - (None in tallies) >= self.per_sandbox:
                     self._drop_quiet(tallies, now)  # at most per_sandbox + 1 to look at
                 if len(tallies) - (None in tallies) < self.per_sandbox:
-                    tallies[wanted] = self._tally(sandbox, decision, rule, host, port, method, path, now)
+                    tallies[wanted] = self._tally(seen, now)
                     return
                 tally = tallies.get(None)
                 if tally is None:
-                    first = self._tally(sandbox, decision, rule, host, port, method, path, now)
-                    tallies[None] = self._overflow(first, now)
+                    tallies[None] = self._overflow(self._tally(seen, now), now)
                     return
             tally.count += 1
             tally.last = now
@@ -156,20 +169,11 @@ class EventLog:
         self.serial += 1
         return f"{sandbox.split('/', 1)[1]}.egress-{self.prefix}{self.serial:x}"
 
-    def _tally(
-        self,
-        sandbox: str,
-        decision: egress.Decision,
-        rule: egress.Rule | None,
-        host: str,
-        port: int,
-        method: str,
-        path: str,
-        now: float,
-    ) -> Tally:
-        host = egress.printable(host, HOST_CHARS)
-        method = egress.printable(method, METHOD_CHARS)
-        path = egress.printable(path.split("?", 1)[0], PATH_CHARS) if method != "CONNECT" else ""
+    def _tally(self, seen: Seen, now: float) -> Tally:
+        sandbox, decision, rule, port = seen.sandbox, seen.decision, seen.rule, seen.port
+        host = egress.printable(seen.host, HOST_CHARS)
+        method = egress.printable(seen.method, METHOD_CHARS)
+        path = egress.printable(seen.path.split("?", 1)[0], PATH_CHARS) if method != "CONNECT" else ""
         where = f"{host}{'' if port in egress.DEFAULT_PORTS else f':{port}'}{path}"
         hint = egress.printable(decision.hint, HOST_CHARS + PATH_CHARS + 32) if decision.hint else ""
         described = egress.printable(rule.describe(), 512) if rule is not None else ""
