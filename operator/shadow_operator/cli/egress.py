@@ -8,9 +8,25 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from shadow_operator.cli.common import NameArg, NamespaceOpt, OutputOpt, connect, emit, err, out
+from shadow_operator.cli.common import (
+    NamespaceOpt,
+    OutputOpt,
+    complete_names,
+    connect,
+    emit,
+    err,
+    out,
+)
 from shadow_operator.sdk import egress, kube
 
+TargetArg = Annotated[
+    str,
+    typer.Argument(
+        help="Name of the environment (with --sandbox: of the SandboxClaim, or of a Sandbox).",
+        show_default=False,
+        autocompletion=complete_names("ShadowEnvironment"),
+    ),
+]
 app = typer.Typer(help="Egress through the gateway: its decisions for a workspace.", no_args_is_help=True)
 
 
@@ -20,7 +36,7 @@ def register(root: typer.Typer) -> None:
 
 @app.command("log")
 def log(
-    name: NameArg,
+    name: TargetArg,
     namespace: NamespaceOpt = "",
     sandbox: Annotated[
         bool, typer.Option("--sandbox", help="NAME is a SandboxClaim (or a Sandbox), not an environment.")
