@@ -21,8 +21,13 @@ class Recorder:
     def __init__(self) -> None:
         self.created: list[dict[str, Any]] = []
         self.patched: list[tuple[str, dict[str, Any]]] = []
+        self.refused = 0  # creations refused while `forbidden`
+        self.forbidden = False
 
     def create(self, namespace: str, body: dict[str, Any]) -> None:
+        if self.forbidden:
+            self.refused += 1
+            raise RuntimeError("(403) events.events.k8s.io is forbidden")
         self.created.append(body)
 
     def patch(self, namespace: str, name: str, body: dict[str, Any]) -> bool:
@@ -98,3 +103,14 @@ def test_the_event_says_what_was_refused_and_what_to_add_escaped() -> None:
     assert body["type"] == "Warning" and body["reportingController"] == egress.EVENT_CONTROLLER
     assert body["metadata"]["labels"] == {egress.EVENT_LABEL_SANDBOX: "sb"}
     assert "series" not in body  # one occurrence: a series counts two or more
+
+
+def test_a_refused_write_is_tried_again_after_a_while_not_at_every_tick() -> None:
+    log, writer, clock = world()
+    writer.forbidden = True
+    refuse(log, "quiet", "a.example")
+    assert log.flush() == 1 and log.flush() == 0
+    clock.now += log.every
+    writer.forbidden = False
+    assert log.flush() == 1
+    assert writer.refused == 1 and len(writer.created) == 1

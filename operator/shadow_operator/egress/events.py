@@ -133,6 +133,7 @@ class EventLog:
         self.serial = 0
         self.prefix = secrets.token_hex(3)  # a restarted gateway never takes over an earlier one's Events
         self.turn = 0
+        self.failures, self.warned = 0, 0.0
 
     # ------------------------------------------------------------------------------- on the request path
     def record(
@@ -213,7 +214,7 @@ class EventLog:
             for tallies in self.tallies.values():
                 for tally in tallies.values():
                     if tally.count > tally.written and (
-                        not tally.written or now - tally.flushed >= self.every
+                        not tally.flushed or now - tally.flushed >= self.every
                     ):
                         by_namespace.setdefault(tally.namespace, []).append(tally)
         queues = [
@@ -239,12 +240,23 @@ class EventLog:
                 else:
                     self.writer.create(tally.namespace, self._body(tally, count, last))
             except Exception as error:  # an API error must not stop the log of every other sandbox
-                log.warning("egress event %s/%s not written: %s", tally.namespace, tally.name, error)
+                self._failed(tally, error, now)
             else:
                 tally.written = count
             tally.flushed = now
             writes += 1
         return writes
+
+    def _failed(self, tally: Tally, error: Exception, now: float) -> None:
+        """Logged at most once a minute (an API server that refuses every write must not flood the log);
+        the Event is tried again after `every` seconds."""
+        self.failures += 1
+        if now - self.warned >= 60:
+            log.warning(
+                "egress events not written (%d since the last warning), e.g. %s/%s: %s",
+                self.failures, tally.namespace, tally.name, error,
+            )  # fmt: skip
+            self.failures, self.warned = 0, now
 
     def _forget(self, now: float) -> None:
         """Sandboxes gone, and destinations quiet for `idle` seconds whose counts are written."""
