@@ -114,3 +114,18 @@ def test_a_refused_write_is_tried_again_after_a_while_not_at_every_tick() -> Non
     writer.forbidden = False
     assert log.flush() == 1
     assert writer.refused == 1 and len(writer.created) == 1
+
+
+def test_namespaces_take_turns_whenever_the_bucket_allows_a_write() -> None:
+    """The writer ticks more often than the bucket refills: the turn passes with each write, not each tick."""
+    log, writer, _ = world(rate=0.0, burst=1.0)
+    for i in range(10):
+        refuse(log, "flood", f"h{i}.example")
+    refuse(log, "quiet", "a.example")
+    refuse(log, "quiet", "b.example")
+    for _ in range(4):
+        log.bucket.tokens = 0.0
+        assert log.flush() == 0  # a tick with an empty bucket
+        log.bucket.tokens = 1.0
+        assert log.flush() == 1
+    assert [b["metadata"]["namespace"] for b in writer.created] == ["flood", "quiet", "flood", "quiet"]

@@ -132,7 +132,7 @@ class EventLog:
         self.lock = threading.Lock()
         self.serial = 0
         self.prefix = secrets.token_hex(3)  # a restarted gateway never takes over an earlier one's Events
-        self.turn = 0
+        self.last_namespace = ""  # written last: the next round starts after it
         self.failures, self.warned = 0, 0.0
 
     # ------------------------------------------------------------------------------- on the request path
@@ -217,12 +217,14 @@ class EventLog:
                         not tally.flushed or now - tally.flushed >= self.every
                     ):
                         by_namespace.setdefault(tally.namespace, []).append(tally)
+        # Starting after the namespace written last: the turn passes with each write, however many rounds the
+        # bucket left empty in between.
+        names = sorted(by_namespace)
+        start = next((i for i, name in enumerate(names) if name > self.last_namespace), 0)
         queues = [
-            sorted(items, key=lambda t: (t.written > 0, t.first)) for _, items in sorted(by_namespace.items())
+            sorted(by_namespace[name], key=lambda t: (t.written > 0, t.first))
+            for name in names[start:] + names[:start]
         ]
-        if queues:
-            self.turn = (self.turn + 1) % len(queues)
-            queues = queues[self.turn :] + queues[: self.turn]
         return [tally for row in zip_longest(*queues) for tally in row if tally is not None]
 
     def flush(self) -> int:
@@ -243,7 +245,7 @@ class EventLog:
                 self._failed(tally, error, now)
             else:
                 tally.written = count
-            tally.flushed = now
+            tally.flushed, self.last_namespace = now, tally.namespace
             writes += 1
         return writes
 
