@@ -106,6 +106,8 @@ def _time(seconds: float) -> str:
 
 
 class EventLog:
+    """The decision Events of every sandbox the gateway serves: counted by `record`, written by `flush`."""
+
     def __init__(
         self,
         table: PolicyTable,
@@ -118,16 +120,10 @@ class EventLog:
         burst: float = 50.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.table, self.writer, self.every, self.per_sandbox, self.idle = (
-            table,
-            writer,
-            every,
-            per_sandbox,
-            idle,
-        )
+        self.table, self.writer, self.clock = table, writer, clock
+        self.every, self.per_sandbox, self.idle = every, per_sandbox, idle
         self.instance = egress.printable(instance, 128) or "egress-gateway"
         self.bucket = Bucket(rate, burst)
-        self.clock = clock
         self.tallies: dict[str, dict[Key, Tally]] = {}  # sandbox key -> its Events
         self.lock = threading.Lock()
         self.serial = 0
