@@ -16,6 +16,7 @@ from shadow_operator.sdk import Sandbox, SandboxClient
 
 from tests.e2e.cluster import Cluster, eventually
 from tests.support.pki import CertificateAuthority
+from tests.support.shadowctl import run
 
 pytestmark = pytest.mark.e2e
 
@@ -159,7 +160,7 @@ def sh(sandbox: Sandbox, command: str) -> str:
 
 
 def test_allowed_traffic_passes_and_the_credential_arrives_unseen(
-    sandbox: Sandbox, upstreams: dict[str, str]
+    cluster: Cluster, sandbox: Sandbox, upstreams: dict[str, str]
 ) -> None:
     index, model = upstreams["index"], upstreams["model"]
     # In-cluster names are in NO_PROXY (the NetworkPolicy decides): these stand-ins are reached through the proxy.
@@ -176,6 +177,18 @@ def test_allowed_traffic_passes_and_the_credential_arrives_unseen(
     )
     other = sh(sandbox, "curl -sS --noproxy '' -o /dev/null -w '%{http_connect}' https://pypi.org/ || true")
     assert other == "403", other
+    # The tenant reads the refusal, and the rule that would allow it, from the gateway's Events on the Sandbox.
+
+    def logged() -> dict[str, Any] | None:
+        shown = run(
+            cluster.kubeconfig, "egress", "log", sandbox.claim_name, "--sandbox", "-n", sandbox.namespace,
+            "--refused", "-o", "json",
+        )  # fmt: skip
+        assert shown.returncode == 0, shown.stderr
+        return next((d for d in json.loads(shown.stdout) if (d["method"], d["host"]) == ("GET", model)), None)
+
+    decision = eventually(logged, "the refusal in shadowctl egress log", 30)
+    assert decision["path"] == "/v1/chat" and decision["hint"] == f"GET {model}:80/v1/", decision
     # Nothing the workspace can read holds the key.
     seen = sh(
         sandbox,

@@ -280,6 +280,12 @@ def test_an_agent_creates_changes_verifies_and_promotes_over_stdio(
             assert data(await mcp.call_tool("sandbox_write_file", written))["bytes"] == 2
             ran = data(await mcp.call_tool("sandbox_exec", {**box, "command": "cat box/hi.txt"}))
             assert (ran["stdout"], ran["exit_code"]) == ("hi", 0)
+            # The egress gateway's decision Events on the sandbox (one written here as the gateway would).
+            objs.core.create_namespaced_event(ns, egress_event(ns, "mcp-box"))
+            logged = data(await mcp.call_tool("sandbox_egress_log", {**box, "refused_only": True}))
+            assert [(d["decision"], d["host"], d["hint"]) for d in logged["decisions"]] == [
+                ("refused", "pypi.org", "GET pypi.org/simple/")
+            ]
             assert data(await mcp.call_tool("sandbox_delete", box)) == {"deleted": "mcp-box", "namespace": ns}
 
     with contextlib.ExitStack() as stack:
@@ -290,3 +296,28 @@ def test_an_agent_creates_changes_verifies_and_promotes_over_stdio(
         token_secret(objs, "seed")
         token_secret(objs, "mcp-box")
         asyncio.run(agent(stack))
+
+
+def egress_event(namespace: str, sandbox: str) -> dict[str, Any]:
+    detail = {"decision": "refused", "method": "GET", "host": "pypi.org", "port": 443, "path": "/simple/x",
+              "rule": "", "hint": "GET pypi.org/simple/"}  # fmt: skip
+    return {
+        "metadata": {
+            "name": f"{sandbox}.egress-test",
+            "labels": {"shadow.dev/egress-sandbox": sandbox},
+            "annotations": {"shadow.dev/egress-decision": json.dumps(detail)},
+        },
+        "involvedObject": {
+            "apiVersion": "agents.x-k8s.io/v1beta1",
+            "kind": "Sandbox",
+            "name": sandbox,
+            "namespace": namespace,
+        },
+        "reason": "EgressRefused",
+        "message": "refused GET pypi.org/simple/x: not allowed (add: --allow 'GET pypi.org/simple/')",
+        "type": "Warning",
+        "reportingComponent": "shadow.dev/egress-gateway",
+        "reportingInstance": "test",
+        "firstTimestamp": "2026-01-01T00:00:00Z",
+        "lastTimestamp": "2026-01-01T00:00:00Z",
+    }

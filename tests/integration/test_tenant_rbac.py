@@ -50,6 +50,8 @@ TENANT_CALLS = [
       for v in ("create", "get", "list", "watch", "patch", "delete")],
     # doctor: is Pod Security enforced where sandboxes run
     ("get", "", "namespaces", ""),
+    # egress log: the gateway's decision Events on the workspace's Sandbox (core events: built-in view and edit)
+    ("list", "", "events", ""),
     # cleanup: what deleted environments left
     *[(v, "", r, "") for v in ("list", "delete") for r in ("persistentvolumeclaims", "secrets")],
 ]  # fmt: skip

@@ -128,6 +128,7 @@ def start_gateway(
     resolve: dict[str, str],
     policy: dict[str, Any] | None,
     key_secret: str | None = None,
+    extra: tuple[str, ...] = (),
 ) -> Iterator[Gateway]:
     """The gateway with a policy file (`policy`) or following the cluster of $KUBECONFIG (`key_secret`:
     NAMESPACE/NAME of the Secret with the proxy credentials' key)."""
@@ -147,6 +148,7 @@ def start_gateway(
         "--ca-dir", str(directory / "ca"),
         *(["--policy-file", str(policy_path)] if policy is not None else ["--key-secret", str(key_secret)]),
         "--own-address", "127.0.0.1", "--allow-private", "127.0.0.0/8", "--upstream-ca", str(upstream_ca),
+        *extra,
     ]  # fmt: skip
     for host, address in resolve.items():
         args += ["--resolve", f"{host}={address}"]

@@ -1048,6 +1048,13 @@ def test_the_egress_gateway_is_what_sandboxes_network_policy_admits(helm: str) -
         env["SHADOW_EGRESS_PROXY"]
         == f"shadow-shadow-operator-egress.shadow-system.svc.cluster.local:{c.EGRESS_PROXY_PORT}"
     )
+    # Its decision log is Events on the tenants' Sandboxes: it may write them (create, then count in their
+    # series), never read or delete them.
+    role = next(
+        d for d in by_kind(docs, "ClusterRole") if d["metadata"]["name"] == "shadow-shadow-operator-egress"
+    )
+    events = [r for r in role["rules"] if "events" in r["resources"]]
+    assert events == [{"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}]
     # The key is the gateway's to make: no render carries it.
     assert not [d for d in by_kind(docs, "Secret") if "egress" in d["metadata"]["name"]]
     # Off by default: nothing of it is rendered, and the operator is not told of a gateway.

@@ -58,7 +58,16 @@ def test_the_tools_and_their_bounds() -> None:
         *(f"env_{v}" for v in ("diff", "promote", "fork", "race", "verify", "manifest", "destroy")),
         *(
             f"sandbox_{v}"
-            for v in ("list", "claim", "exec", "read_file", "write_file", "list_files", "delete")
+            for v in (
+                "list",
+                "claim",
+                "exec",
+                "read_file",
+                "write_file",
+                "list_files",
+                "egress_log",
+                "delete",
+            )
         ),
     }
     for name in ("env_promote", "env_destroy", "sandbox_delete"):

@@ -214,3 +214,30 @@ def test_the_sdk_puts_allow_flags_in_the_claim() -> None:
     assert build_claim("c", "ns", template="t", warmpool=None, allow=[])["spec"]["egress"] == {"rules": []}
     with pytest.raises(ShadowError, match="--allow 'https://x'"):
         build_claim("c", "ns", template="t", warmpool=None, allow=["https://x"])
+
+
+def test_a_refusal_names_the_rule_that_would_allow_it() -> None:
+    rules = egress.effective(TEMPLATE, None).rules or ()
+    by_path = egress.decide_request(rules, SANDBOX, "pypi.org", 443, "get", "/packages/x/y.whl?sig=1")
+    assert by_path.hint == "GET pypi.org/packages/x/"
+    by_host = egress.decide_connection(rules, SANDBOX, "evil.example", 8443)
+    assert by_host.hint == "evil.example:8443"
+    assert egress.decide_request(rules, SANDBOX, "pypi.org", 443, "GET", "/simple/a/").hint is None
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("pypi.org", "pypi.org"),
+        ("a\x1b[2Jb", "a\\x1b[2Jb"),
+        ("x\ny\r\tz", "x\\ny\\r\\tz"),
+        ("\u202eexe.gnp", "\\u202eexe.gnp"),
+        ("back\\slash", "back\\\\slash"),
+        ("\x7f\x00", "\\x7f\\x00"),
+        ("é" * 100, ("\\xe9" * 100)[:37] + "..."),
+    ],
+)
+def test_hostile_text_is_escaped_to_one_bounded_line(text: str, shown: str) -> None:
+    out = egress.printable(text, 40)
+    assert out == shown
+    assert len(out) <= 40 and all(" " <= ch <= "~" for ch in out)

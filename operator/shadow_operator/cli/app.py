@@ -122,9 +122,12 @@ VERB_MODULES = {
     "sandbox": ("previews", "sandboxes"),
     "doctor": ("maintenance",),
     "mcp": ("mcp",),
+    "egress": ("egress",),
     "cleanup": ("maintenance",),
 }  # fmt: skip
-ALL_MODULES = ("environments", "forks", "race", "manifest", "previews", "maintenance", "mcp", "sandboxes")
+ALL_MODULES = (
+    "environments", "forks", "race", "manifest", "previews", "maintenance", "mcp", "sandboxes", "egress",
+)  # fmt: skip
 
 
 def register(verb: str | None) -> None:

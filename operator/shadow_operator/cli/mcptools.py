@@ -3,7 +3,7 @@
 Environments: env_list, env_status, env_create, env_exec, env_read_file, env_write_file, env_list_files,
 env_diff, env_promote, env_fork, env_race, env_verify, env_manifest, env_destroy. Plain sandboxes:
 sandbox_list, sandbox_claim, sandbox_exec, sandbox_read_file, sandbox_write_file, sandbox_list_files,
-sandbox_delete.
+sandbox_egress_log, sandbox_delete.
 
 What an agent sends is the input of a stranger: names are DNS labels, workspace paths pass the SDK's
 `confine.check` (relative, no `..`, no `.git` in any spelling), local directories must lie inside the roots
@@ -695,6 +695,14 @@ def sandbox_tools(server: MCPServer[Any], s: Session) -> None:
     ) -> dict[str, Any]:
         """List a directory of the sandbox, `depth` levels down."""
         return await s.listing(endpoint(claim), path, depth)
+
+    @tool(READ_ONLY)
+    async def sandbox_egress_log(claim: ClaimName, refused_only: bool = False) -> dict[str, Any]:
+        """The egress gateway's decisions for the sandbox, the most recent last; a refusal's `hint` is the
+        egress rule that would allow it (the platform's template decides whether it may be added)."""
+        decisions = await (await s.sandboxes().get_sandbox(claim)).egress_log()
+        shown = [d.to_dict() for d in decisions if d.refused or not refused_only]
+        return {"decisions": shown[-MAX_ENTRIES:], "truncated": len(shown) > MAX_ENTRIES}
 
     @tool(DESTRUCTIVE)
     async def sandbox_delete(claim: ClaimName) -> dict[str, Any]:

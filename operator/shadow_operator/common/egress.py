@@ -167,6 +167,8 @@ class Decision:
     allowed: bool
     rule: int | None  # index into the effective rules of the rule that allowed it
     reason: str  # for the log and the 403 body
+    # For a refusal no rule covered: the rule that would allow it, as `--allow` takes it.
+    hint: str | None = None
 
     @property
     def rule_label(self) -> str:
@@ -187,6 +189,7 @@ def decide_connection(rules: Sequence[Rule], sandbox: str, host: str, port: int)
         None,
         f"egress to {host}:{port} is not allowed {_where(sandbox)}: add host {host}"
         f"{'' if port in DEFAULT_PORTS else f' with port {port}'} to the template or claim's egress rules",
+        allow_hint(host, port),
     )
 
 
@@ -239,7 +242,17 @@ def decide_request(
         f"egress to {what} is not allowed {_where(sandbox)}: the rules for this host allow only {allowed}; "
         f"add {' and '.join(missing) or f'a rule with method {method.upper()} and a path prefix covering {bare}'}"
         " to the template or claim's egress rules",
+        allow_hint(host, port, method.upper(), bare),
     )
+
+
+def allow_hint(host: str, port: int, method: str = "", path: str = "") -> str:
+    """The narrowest `--allow` rule that covers a request: its method and its path's directory (GET
+    pypi.org/simple/foo/ -> 'GET pypi.org/simple/foo/'; GET pypi.org/simple/foo -> 'GET pypi.org/simple/')."""
+    target = host if port in DEFAULT_PORTS else f"{host}:{port}"
+    if not method or not path:
+        return target
+    return f"{method} {target}{path.rsplit('/', 1)[0]}/"
 
 
 def proxy_token(key: bytes, namespace: str, name: str) -> str:
@@ -267,3 +280,25 @@ def parse_allow(text: str) -> dict[str, object]:
     if slash:
         rule["paths"] = ["/" + path]
     return rule
+
+
+# ------------------------------------------------------------------ the decision log as Kubernetes Events
+# The gateway records its decisions as Events (events.k8s.io/v1) on the Sandbox they concern, in its namespace;
+# `shadowctl egress log` and the SDK read them back. Everything in them came from a sandbox: readers escape it.
+EVENT_CONTROLLER = "shadow.dev/egress-gateway"
+EVENT_LABEL_SANDBOX = "shadow.dev/egress-sandbox"
+# JSON: decision, method, host, port, path, rule, hint (the structured form of the Event's note).
+EVENT_ANNOTATION = "shadow.dev/egress-decision"
+REASON_ALLOWED = "EgressAllowed"
+REASON_REFUSED = "EgressRefused"
+# More distinct destinations than the gateway records one by one for a sandbox: one Event counts the rest.
+REASON_OVERFLOW = "EgressTooManyDestinations"
+EVENT_REASONS = (REASON_ALLOWED, REASON_REFUSED, REASON_OVERFLOW)
+
+
+def printable(text: str, limit: int) -> str:
+    """Hostile text as one line of printable ASCII: control characters, backslashes and everything outside
+    ASCII escaped (\\x1b, \\u202e), at most `limit` characters (cut with `...`)."""
+    safe = text.encode("unicode_escape").decode("ascii")
+    safe = "".join(ch if " " <= ch <= "~" else f"\\x{ord(ch):02x}" for ch in safe)
+    return safe if len(safe) <= limit else safe[: max(limit - 3, 0)] + "..."

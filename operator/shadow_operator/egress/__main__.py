@@ -7,8 +7,10 @@ import asyncio
 import hmac
 import logging
 import os
+import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 from mitmproxy import options
@@ -19,6 +21,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from shadow_operator.egress.addon import CertAuthorities, Gate, NamespaceTls
 from shadow_operator.egress.audit import Audit
+from shadow_operator.egress.events import EventLog
 from shadow_operator.egress.table import PolicyTable, SandboxEntry, load_file
 
 log = logging.getLogger("shadow_operator.egress")
@@ -93,6 +96,21 @@ async def watch_file(table: PolicyTable, audit: Audit, gate: Gate, path: Path) -
         await asyncio.sleep(FILE_POLL_SECONDS)
 
 
+def decision_events(api: Any, table: PolicyTable, args: argparse.Namespace) -> EventLog:
+    """The decision log its tenants read: Events on their Sandboxes, written by a thread of their own."""
+    from shadow_operator.egress.kube import EventWriter
+
+    return EventLog(
+        table,
+        EventWriter(api),
+        os.environ.get("POD_NAME") or socket.gethostname(),
+        every=args.events_every,
+        per_sandbox=args.events_per_sandbox,
+        rate=args.events_per_second,
+        burst=args.events_burst,
+    )
+
+
 async def serve(args: argparse.Namespace) -> None:
     table, audit = PolicyTable(), Audit()
     authorities = CertAuthorities(Path(args.ca_dir))
@@ -156,6 +174,8 @@ async def serve(args: argparse.Namespace) -> None:
         )
         source.start()
         log_token = source.runtime_token
+        audit.events = decision_events(api, table, args)
+        audit.events.start()
     runner = web.AppRunner(admin_app(table, audit, authorities, log_token), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, args.listen, args.admin_port).start()
@@ -184,6 +204,17 @@ def main() -> None:
         help="NAMESPACE/NAME of the Secret with the proxy credentials' key (made when missing): follow the "
         "cluster (in-cluster config or KUBECONFIG)",
     )
+    parser.add_argument(
+        "--events-every", type=float, default=5.0, help="seconds between two writes of one decision Event"
+    )
+    parser.add_argument(
+        "--events-per-sandbox",
+        type=int,
+        default=32,
+        help="destinations per sandbox recorded one by one at a time (the rest: one overflow Event)",
+    )
+    parser.add_argument("--events-per-second", type=float, default=10.0, help="Event writes, all sandboxes")
+    parser.add_argument("--events-burst", type=float, default=50.0, help="Event writes at once")
     parser.add_argument("--own-address", action="append", default=[], help="the gateway's own addresses")
     parser.add_argument(
         "--allow-private", action="append", default=[], help="a private range sandboxes may reach"

@@ -1,7 +1,9 @@
 """Every decision of the gateway, counted and kept for the sandbox's users to read.
 
 Counters carry only bounded labels (the sandbox, the matching rule's host pattern, a known method): a refused
-host is attacker-chosen, so it goes to the log, never into a label. The log is a ring buffer per sandbox.
+host is attacker-chosen, so it goes to the log, never into a label. The log is a ring buffer per sandbox (on the
+admin port), and, when the gateway follows a cluster, Events on the Sandbox that its users can read
+(egress.events).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import asdict, dataclass
 from prometheus_client import CollectorRegistry, Counter
 
 from shadow_operator.common import egress
+from shadow_operator.egress.events import EventLog
 
 LOG_ENTRIES_PER_SANDBOX = 256
 KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT"})
@@ -32,8 +35,9 @@ class Entry:
 
 
 class Audit:
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, events: EventLog | None = None) -> None:
         self.registry = registry or CollectorRegistry()
+        self.events = events
         self.decisions = Counter(
             "shadow_egress_decisions",
             "Egress gateway decisions, by sandbox, the rule's host pattern (- when none matched), method and "
@@ -62,7 +66,8 @@ class Audit:
         path: str = "",
     ) -> None:
         namespace, name = sandbox.split("/", 1)
-        rule_host = rules[decision.rule].host if decision.rule is not None else UNKNOWN
+        rule = rules[decision.rule] if decision.rule is not None else None
+        rule_host = rule.host if rule is not None else UNKNOWN
         labels = (
             namespace,
             name,
@@ -85,6 +90,8 @@ class Audit:
                 decision.reason,
             )
         )
+        if self.events is not None:
+            self.events.record(sandbox, decision, rule, host, port, method, path)
 
     def read(self, sandbox: str) -> list[dict[str, object]]:
         return [asdict(entry) for entry in self.logs.get(sandbox, ())]

@@ -167,6 +167,7 @@ class KubeSource:
                     addresses=frozenset(addresses),
                     rules=result.rules or (),
                     dropped=result.dropped,
+                    uid=sandbox_uid(pod),
                 )
             )
         secrets = {
@@ -294,6 +295,31 @@ def ca_keeper(
         return values["tls.key"].encode(), values["tls.crt"].encode()
 
     return keep
+
+
+def sandbox_uid(pod: dict[str, Any]) -> str:
+    """The uid of the Sandbox that owns the Pod ("" when none does)."""
+    owners = pod["metadata"].get("ownerReferences") or ()
+    return next((str(o.get("uid") or "") for o in owners if o.get("kind") == kinds.SANDBOX.kind), "")
+
+
+class EventWriter:
+    """The Kubernetes side of the decision log (egress.events): create and patch Events, nothing else."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.events = client.EventsV1Api(api)
+
+    def create(self, namespace: str, body: dict[str, Any]) -> None:
+        self.events.create_namespaced_event(namespace, body)
+
+    def patch(self, namespace: str, name: str, body: dict[str, Any]) -> bool:
+        try:
+            self.events.patch_namespaced_event(name, namespace, body)
+        except ApiException as error:
+            if error.status == 404:  # expired (the API server's event TTL): write it anew
+                return False
+            raise
+        return True
 
 
 def _key(obj: dict[str, Any]) -> Key:

@@ -29,6 +29,8 @@ class SandboxEntry:
     # Bearer token that may read this sandbox's decision log (the sandbox's runtime token: whoever may use the
     # sandbox may read its log).
     log_token: str | None = None
+    # The Sandbox's uid (its decisions are Events about it; `kubectl describe` matches them by uid).
+    uid: str = ""
 
     @property
     def key(self) -> str:
@@ -76,12 +78,13 @@ def entry_from_dict(item: Mapping[str, Any]) -> SandboxEntry:
         rules=result.rules or (),
         dropped=result.dropped,
         log_token=item.get("logToken"),
+        uid=item.get("uid") or "",
     )
 
 
 def load_file(table: PolicyTable, path: Path) -> None:
     """The file source (development, tests, a cluster without the watch): JSON with `sandboxes` (namespace,
-    name, token, addresses, template: an EgressPolicy, narrowing, logToken) and `secrets` ("ns/name": {key:
+    name, token, addresses, template: an EgressPolicy, narrowing, logToken, uid) and `secrets` ("ns/name": {key:
     value})."""
     data = json.loads(path.read_text())
     secrets = {tuple(ref.split("/", 1)): dict(values) for ref, values in (data.get("secrets") or {}).items()}

@@ -11,6 +11,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from shadow_operator.sdk.egress import EgressDecision
     from shadow_operator.sdk.environment import EnvironmentSpec, GitSource, LocalSource, upload_source
     from shadow_operator.sdk.errors import (
         ApiNotInstalled,
@@ -72,6 +73,7 @@ _WHERE = {
     "GitSource": "shadow_operator.sdk.environment",
     "HandoffManifest": "shadow_operator.sdk.manifest",
     "JournalEntry": "shadow_operator.sdk.runtime",
+    "EgressDecision": "shadow_operator.sdk.egress",
     "KubeError": "shadow_operator.sdk.errors",
     "LocalSource": "shadow_operator.sdk.environment",
     "NoCredentials": "shadow_operator.sdk.errors",
@@ -126,6 +128,7 @@ __all__ = [
     "AsyncShadowGateway",
     "ClusterUnreachable",
     "Diff",
+    "EgressDecision",
     "EnvironmentFailed",
     "EnvironmentNotFound",
     "EnvironmentSpec",

@@ -27,6 +27,8 @@ from shadow_operator.api import naming
 from shadow_operator.api.kinds import SANDBOX, SANDBOX_CLAIM
 from shadow_operator.common import egress
 from shadow_operator.sdk import errors, kube, runtime, wake
+from shadow_operator.sdk.egress import EgressDecision
+from shadow_operator.sdk.egress import log as egress_log
 from shadow_operator.sdk.errors import NotFound, ShadowError, WaitTimeout
 from shadow_operator.sdk.kube import Body, Call, Op
 from shadow_operator.sdk.runtime import ExecOptions, ExecutionResult, RuntimeEndpoint
@@ -314,6 +316,11 @@ class Sandbox(SandboxHandle[httpx.Client]):
         """Run a command in the sandbox (a string under `sh -c`, a list without a shell)."""
         return self.commands.run(command, timeout)
 
+    def egress_log(self) -> list[EgressDecision]:
+        """The egress gateway's decisions for this sandbox, the most recent last: each kind (allowed or
+        refused, method, host) once, counted; a refusal names the rule that would allow it."""
+        return kube.run(self._http, egress_log(self.namespace, self.sandbox_name))
+
     def terminate(self) -> None:
         """Delete the claim (and with it the sandbox)."""
         kube.run(self._http, delete(self.claim_name, self.namespace))
@@ -477,6 +484,10 @@ class AsyncSandbox(SandboxHandle[httpx.AsyncClient]):
 
     async def run(self, command: str | list[str], timeout: float = 60.0) -> ExecutionResult:
         return await self.commands.run(command, timeout)
+
+    async def egress_log(self) -> list[EgressDecision]:
+        """As `Sandbox.egress_log`."""
+        return await kube.arun(self._http, egress_log(self.namespace, self.sandbox_name))
 
     async def terminate(self) -> None:
         await kube.arun(self._http, delete(self.claim_name, self.namespace))
