@@ -401,3 +401,24 @@ def test_an_environment_cannot_widen_its_templates_policy(objs: Objects) -> None
     with pytest.raises(ApiException) as refused:
         objs.create(ENVIRONMENT, {"metadata": {"name": "both"}, "spec": both}, version="v1alpha1")
     assert refused.value.status == 422 and "not both" in refused.value.body
+
+
+def test_a_new_resume_value_on_the_claim_resumes_its_sandbox_once(objs: Objects) -> None:
+    """A tenant may annotate its claim, not the Sandbox (the chart's role): the operator passes each new value
+    of the claim's shadow.dev/resume-requested to the Sandbox, once."""
+    objs.create(TEMPLATE, template_body("napper", autoSuspendPolicy=policy()))
+    objs.create(CLAIM, {"metadata": {"name": "napper"}, "spec": {"sandboxTemplateRef": {"name": "napper"}}})
+    name = objs.wait_condition(CLAIM, "napper", timeout=60)["status"]["sandbox"]["name"]
+    wait_idle_suspended(objs, name, timeout=THRESHOLD + 30)
+
+    objs.annotate(CLAIM, "napper", {c.ANNOTATION_RESUME_REQUEST: "from-the-claim"})
+    back = objs.wait_condition(SANDBOX, name, timeout=60)
+    assert back["status"]["idle"]["resumeRequest"] == "from-the-claim"
+    assert back["metadata"]["annotations"][c.ANNOTATION_CLAIM_RESUME_REQUEST] == "from-the-claim"
+
+    # A value the router writes on the Sandbox since is not overwritten by the claim's older one.
+    objs.annotate(SANDBOX, name, {c.ANNOTATION_RESUME_REQUEST: "from-the-router"})
+    objs.annotate(CLAIM, "napper", {"unrelated": "change"})
+    wait_idle_suspended(objs, name, timeout=THRESHOLD + 30)
+    box = objs.get(SANDBOX, name) or {}
+    assert box["metadata"]["annotations"][c.ANNOTATION_RESUME_REQUEST] == "from-the-router"

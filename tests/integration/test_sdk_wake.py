@@ -30,6 +30,7 @@ from shadow_operator.sdk.wake import is_ready
 from tests.runtime.conftest import Server, free_port, start_server
 from tests.support.controlplane import wait_for
 from tests.support.proxied_workspace import proxied_environment
+from tests.support.rbac import rendered, token_kubeconfig
 from tests.support.router import outside_address, sandbox_pod, token_secret
 from tests.support.sandbox_operator import install_crds
 from tests.support.shadowctl import run
@@ -237,6 +238,77 @@ def test_a_sandbox_found_asleep_runs_the_call_as_soon_as_its_new_runtime_answers
     assert not is_ready(box)  # it ran before anyone said Ready
     first = next(call for call in sent if call[0] != "GET")
     assert first == ("PATCH", f"/apis/{GROUP}/{VERSION}/namespaces/{s.namespace}/sandboxes/{s.sandbox}"), sent
+
+
+@pytest.fixture
+def tenant_kubeconfig(
+    k8s_api: client.ApiClient,
+    namespace: str,
+    kubeconfig: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[str]:
+    """KUBECONFIG of a ServiceAccount bound to the built-in `edit` in `namespace`, with the chart's tenant
+    ClusterRoles aggregated into it: a tenant, who may annotate claims but has no verb on Sandboxes but read."""
+    release = f"wake-{secrets.token_hex(3)}"
+    docs = [  # the ClusterRoles aggregated into edit and view
+        doc
+        for doc in rendered(release, namespace, [], "templates/tenant-rbac.yaml")
+        if doc["metadata"]["name"].endswith(("-tenant-edit", "-tenant-view"))
+    ]
+    rbac, core = client.RbacAuthorizationV1Api(k8s_api), client.CoreV1Api(k8s_api)
+    for doc in docs:
+        rbac.create_cluster_role(doc)
+    try:
+        core.create_namespaced_service_account(namespace, {"metadata": {"name": "agent"}})
+        rbac.create_namespaced_role_binding(
+            namespace,
+            {
+                "metadata": {"name": "agent-edit"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+                "subjects": [{"kind": "ServiceAccount", "name": "agent", "namespace": namespace}],
+            },
+        )
+
+        def aggregated() -> bool:
+            rules = rbac.read_cluster_role("edit").rules or []
+            return any("sandboxclaims" in (rule.resources or []) for rule in rules)
+
+        wait_for(aggregated, timeout=30, what="the tenant roles aggregated into edit")
+        token = core.create_namespaced_service_account_token(
+            "agent", namespace, {"spec": {"expirationSeconds": 3600}}
+        ).status.token
+        path = token_kubeconfig(kubeconfig, token, tmp_path / "tenant.kubeconfig")
+        monkeypatch.setenv("KUBECONFIG", path)
+        yield path
+    finally:
+        for doc in docs:
+            rbac.delete_cluster_role(doc["metadata"]["name"])
+
+
+def test_a_tenant_wakes_its_sandbox_through_its_claim(sleeper: Sleeper, tenant_kubeconfig: str) -> None:
+    """A tenant (the chart's role: no `patch` on Sandboxes) asks for the resume on its claim; the operator
+    passes the claim's value to the Sandbox (tests/integration/test_sandbox_idle.py). The stand-in here plays
+    both: it resumes the sandbox once the claim asks. Before, the SDK's PATCH of the Sandbox was refused (403)."""
+
+    def claim_asked() -> str | None:
+        body = sleeper.custom.get_namespaced_custom_object(
+            EXT, VERSION, sleeper.namespace, "sandboxclaims", sleeper.claim
+        )
+        return (body["metadata"].get("annotations") or {}).get(c.ANNOTATION_RESUME_REQUEST)
+
+    def resume() -> None:
+        wait_for(claim_asked, timeout=30, what="a resume request on the claim")
+        sandbox_pod(sleeper.core, sleeper.namespace, sleeper.sandbox, outside_address(), None, {})
+        _status(sleeper, ready=True)
+
+    waker = threading.Thread(target=resume, daemon=True)
+    waker.start()
+    with SandboxClient(namespace=sleeper.namespace, wake_timeout=30) as sdk:
+        result = sdk.get_sandbox(sleeper.claim).commands.run("echo tenant")
+    waker.join(10)
+    assert result.exit_code == 0 and result.stdout == "tenant\n"
+    assert sleeper.annotation() is None  # the Sandbox itself was never written by the tenant
 
 
 def test_a_sandbox_that_does_not_wake_is_a_one_line_error(sleeper: Sleeper, use_kubeconfig: None) -> None:

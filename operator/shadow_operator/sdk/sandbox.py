@@ -229,6 +229,7 @@ def _woken(sandbox: Sandbox | AsyncSandbox, make: Callable[[], Op[T]]) -> Op[T]:
         timeout=sandbox.wake_timeout,
         progress=sandbox.on_wake,
         asleep=asleep,
+        claim=ref.claim_name,
     )
 
 

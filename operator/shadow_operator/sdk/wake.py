@@ -19,9 +19,9 @@ from typing import TypeVar
 
 from shadow_operator.api import constants as c
 from shadow_operator.api.environment import ShadowEnvironment
-from shadow_operator.api.kinds import SANDBOX, SHADOW_ENVIRONMENT, ResourceKind
+from shadow_operator.api.kinds import SANDBOX, SANDBOX_CLAIM, SHADOW_ENVIRONMENT, ResourceKind
 from shadow_operator.sdk import errors, kube
-from shadow_operator.sdk.errors import RuntimeUnreachable, WaitTimeout
+from shadow_operator.sdk.errors import Forbidden, RuntimeUnreachable, WaitTimeout
 from shadow_operator.sdk.kube import Body, Call, Op, Pause
 
 T = TypeVar("T")
@@ -94,18 +94,16 @@ def _sandbox(namespace: str, name: str) -> _Sleeper:
     )
 
 
+def _ask(path: str, what: str, metadata: Body) -> Op[Body]:
+    """Set a new resume-requested value on the object at `path`."""
+    patch = {"metadata": {**metadata, "annotations": {c.ANNOTATION_RESUME_REQUEST: resume_value()}}}
+    return (yield from kube.send(Call("PATCH", path, what, body=patch, content_type=kube.MERGE_PATCH)))
+
+
 def _resume(target: _Sleeper, metadata: Body, awake: Callable[[Body], bool], timeout: float) -> Op[Body]:
     """Set a new resume-requested value on the object, then follow it (watching) until `awake`."""
-    patch = {"metadata": {**metadata, "annotations": {c.ANNOTATION_RESUME_REQUEST: resume_value()}}}
-    body = yield from kube.send(
-        Call(
-            "PATCH",
-            target.kind.path(target.namespace, target.name),
-            f"resume {target.what}",
-            body=patch,
-            content_type=kube.MERGE_PATCH,
-        )
-    )
+    path = target.kind.path(target.namespace, target.name)
+    body = yield from _ask(path, f"resume {target.what}", metadata)
     return (yield from _follow(target, body, awake, time.monotonic() + timeout, timeout))
 
 
@@ -128,23 +126,43 @@ def _follow(
 
 
 def wake_sandbox(
-    namespace: str, name: str, *, timeout: float = WAKE_TIMEOUT, progress: Progress | None = None
+    namespace: str,
+    name: str,
+    *,
+    timeout: float = WAKE_TIMEOUT,
+    progress: Progress | None = None,
+    claim: str | None = None,
 ) -> Op[Body]:
-    """The Sandbox once Ready: woken first when it sleeps (or its Pod is gone and it is not Ready). A Sandbox
-    suspended by its spec is returned as it is (the caller's next call says it is not reachable)."""
+    """The Sandbox once Ready: woken first when it sleeps (or its Pod is gone and it is not Ready), through its
+    `claim` for a caller who may not patch Sandboxes. A Sandbox suspended by its spec is returned as it is
+    (the caller's next call says it is not reachable)."""
     body = yield from kube.get(SANDBOX.path(namespace, name), f"sandbox {namespace}/{name}")
     if is_ready(body) or spec_suspended(body):
         return body
-    return (yield from _wake(body, is_ready, timeout, progress))
+    return (yield from _wake(body, is_ready, timeout, progress, claim))
 
 
-def _wake(body: Body, awake: Callable[[Body], bool], timeout: float, progress: Progress | None) -> Op[Body]:
-    """Ask for the resume of the Sandbox `body` (as last read), then follow it until `awake`."""
-    target = _sandbox(body["metadata"]["namespace"], body["metadata"]["name"])
+def _wake(
+    body: Body, awake: Callable[[Body], bool], timeout: float, progress: Progress | None, claim: str | None
+) -> Op[Body]:
+    """Ask for the resume of the Sandbox `body` (as last read), then follow it until `awake`. A caller who
+    may not patch Sandboxes (a tenant: the chart's role has no verb on them) asks through its `claim`, whose
+    annotation the operator passes on."""
+    namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+    target = _sandbox(namespace, name)
     if progress is not None:
         progress(f"waking {target.what}…")
-    # The uid as a precondition: a sandbox created again under this name is not the one asked about.
-    return (yield from _resume(target, {"uid": body["metadata"]["uid"]}, awake, timeout))
+    deadline = time.monotonic() + timeout
+    try:
+        # The uid as a precondition: a sandbox created again under this name is not the one asked about.
+        body = yield from _ask(
+            target.kind.path(namespace, name), f"resume {target.what}", {"uid": body["metadata"]["uid"]}
+        )
+    except Forbidden:
+        if claim is None:
+            raise
+        yield from _ask(SANDBOX_CLAIM.path(namespace, claim), f"resume {target.what} through its claim", {})
+    return (yield from _follow(target, body, awake, deadline, timeout))
 
 
 def _started(asleep: Body) -> Callable[[Body], bool]:
@@ -167,10 +185,12 @@ def on_sandbox(
     timeout: float = WAKE_TIMEOUT,
     progress: Progress | None = None,
     asleep: Body | None = None,
+    claim: str | None = None,
 ) -> Op[T]:
     """A runtime operation on a sandbox. When the pod proxy says its Pod is gone and the sandbox sleeps (or is
     going down), or the caller has just read it asleep (`asleep`, the Sandbox as read: no call that would
-    fail), the sandbox is woken and the operation runs on the new Pod (it never reached the runtime).
+    fail), the sandbox is woken (through its `claim` for a caller who may not patch Sandboxes) and the
+    operation runs on the new Pod (it never reached the runtime).
 
     The operation is tried as soon as the new Pod has an address, not once Ready: Ready waits for the
     kubelet's readiness probe (once a second at most) and then for the operator's status. While the runtime
@@ -186,7 +206,7 @@ def on_sandbox(
             if is_ready(asleep) or spec_suspended(asleep):
                 raise
     deadline = time.monotonic() + timeout
-    body = yield from _wake(asleep, _started(asleep), timeout, progress)
+    body = yield from _wake(asleep, _started(asleep), timeout, progress, claim)
     pauses = iter(EARLY_PAUSES)
     while not is_ready(body):
         try:
