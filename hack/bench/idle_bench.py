@@ -112,7 +112,10 @@ def main() -> None:
     used_cpu, used_memory, used_pods = requested(core, node)
     free_pods = int(allocatable["pods"]) - used_pods
     if free_pods < args.count:
-        raise SystemExit(f"the node has room for {free_pods} more Pods, not {args.count} (max-pods)")
+        print(
+            f"the node has room for {free_pods} more Pods (max-pods): {free_pods} sandboxes, not {args.count}"
+        )
+        args.count = free_pods
     # Small requests that fit: never more than a tenth of what is free shared out, so none waits for room.
     cpu = min(
         float(parse_quantity(args.cpu)),

@@ -156,17 +156,22 @@ def test_fifty_resume_requests_create_one_pod(objs: Objects) -> None:
     )
     assert resumed["spec"]["operatingMode"] == "Running"
 
-    created = set()
-    for event in watch.Watch().stream(
-        objs.core.list_namespaced_pod,
-        objs.namespace,
-        label_selector=f"{c.LABEL_SANDBOX_NAME_HASH}={naming.name_hash('crowd')}",
-        resource_version=since,
-        timeout_seconds=2,
-    ):
-        if event["type"] == "ADDED":
-            created.add(event["object"].metadata.uid)
+    hash_label = f"{c.LABEL_SANDBOX_NAME_HASH}={naming.name_hash('crowd')}"
+    created = {
+        pod.metadata.uid
+        for kind, pod in pod_events(objs, since, label_selector=hash_label)
+        if kind == "ADDED"
+    }
     assert len(created) == 1, created
+
+
+def pod_events(objs: Objects, since: str, **selector: str) -> Iterator[tuple[str, Any]]:
+    """(type, Pod) of the namespace's Pod events since the resourceVersion `since`, as a watch sees them."""
+    stream = watch.Watch().stream(
+        objs.core.list_namespaced_pod, objs.namespace, resource_version=since, timeout_seconds=2, **selector
+    )
+    for event in stream:
+        yield event["type"], event["object"]
 
 
 def test_resume_request_while_the_pod_goes_down_brings_it_back(objs: Objects) -> None:
@@ -203,14 +208,8 @@ def test_resume_request_while_the_pod_goes_down_brings_it_back(objs: Objects) ->
 def deletion_grace(objs: Objects, name: str, since: str) -> int | None:
     """The grace period the Pod of `name` was deleted with (deletionGracePeriodSeconds as the API server set
     it), from a watch since `since`: kwok then removes the Pod at once, so only the watch sees it."""
-    for event in watch.Watch().stream(
-        objs.core.list_namespaced_pod,
-        objs.namespace,
-        field_selector=f"metadata.name={name}",
-        resource_version=since,
-        timeout_seconds=2,
-    ):
-        meta = event["object"].metadata
+    for _, pod in pod_events(objs, since, field_selector=f"metadata.name={name}"):
+        meta = pod.metadata
         if meta.deletion_timestamp is not None:
             grace: int | None = meta.deletion_grace_period_seconds
             return grace
