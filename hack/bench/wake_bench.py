@@ -12,9 +12,13 @@ its Pod gone), then times one request:
   exec      `sandbox.commands.run("true")` through the SDK (pod proxy) until it returns: the SDK finds the
             sandbox asleep, asks for the resume, waits (watching) for Ready, runs
 
+Each exec run also prints when, after the call started, watches saw the new Pod created, its address, the Pod
+Ready (kubelet's readiness probe) and the Sandbox Ready (the operator's status), to show where the time goes.
+`--sdk DIR` takes the SDK from another checkout's operator/ directory (the same runs with an older SDK).
 Percentiles are nearest-rank. The claim and the template are deleted at the end.
 
     .venv/bin/python hack/bench/wake_bench.py --runs 10
+    .venv/bin/python hack/bench/wake_bench.py --runs 10 --only exec --sdk /tmp/before/operator
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -34,12 +39,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from kubernetes import client, config
+from kubernetes import client, config, watch
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "operator"))
-
-from shadow_operator.sdk import SandboxClient  # noqa: E402
 
 GROUP, EXT, VERSION = "agents.x-k8s.io", "extensions.agents.x-k8s.io", "v1beta1"
 NAMESPACE = os.environ.get("SHADOW_RELEASE_NAMESPACE", "sandbox-platform")
@@ -86,6 +89,54 @@ def port_forward(target: str, port: int) -> Iterator[str]:
         proc.wait(10)
 
 
+class Timeline:
+    """When watches saw the sandbox's Pod created, with an address, Ready, and the Sandbox Ready (monotonic
+    seconds, in the order seen)."""
+
+    def __init__(self, core: client.CoreV1Api, custom: client.CustomObjectsApi, sandbox: str) -> None:
+        self.seen: list[tuple[float, str]] = []
+        self.lock = threading.Lock()
+        selector = f"metadata.name={sandbox}"
+        pods = (core.list_namespaced_pod, self._pod)
+        boxes = (
+            lambda ns, **kw: custom.list_namespaced_custom_object(GROUP, VERSION, ns, "sandboxes", **kw),
+            self._sandbox,
+        )
+        for lister, note in (pods, boxes):
+            threading.Thread(target=self._follow, args=(lister, note, selector), daemon=True).start()
+
+    def _follow(self, lister: Callable[..., Any], note: Callable[[Any], list[str]], selector: str) -> None:
+        while True:
+            try:
+                for event in watch.Watch().stream(
+                    lister, NAMESPACE, field_selector=selector, timeout_seconds=300
+                ):
+                    now = time.monotonic()
+                    if event["type"] in ("ADDED", "MODIFIED"):
+                        with self.lock:
+                            self.seen += [(now, what) for what in note(event["object"])]
+            except client.ApiException:
+                continue  # a watch too old (410): list and watch again
+
+    def _pod(self, pod: Any) -> list[str]:
+        found = ["pod created"] + (["pod address"] if pod.status.pod_ip else [])
+        if any(x.type == "Ready" and x.status == "True" for x in pod.status.conditions or ()):
+            found.append("pod ready")
+        return found
+
+    def _sandbox(self, body: dict[str, Any]) -> list[str]:
+        return ["sandbox ready"] if conditions(body).get("Ready", {}).get("status") == "True" else []
+
+    def phases(self, since: float) -> dict[str, float]:
+        """Seconds after `since` (the old Pod gone by then) until each phase was first seen."""
+        found: dict[str, float] = {}
+        with self.lock:
+            for at, phase in self.seen:
+                if at >= since and phase not in found:
+                    found[phase] = at - since
+        return found
+
+
 def table(rows: dict[str, list[float]]) -> None:
     print("\n| request on a sleeping sandbox | runs | p50 | p90 | p99 | min | max |")
     print("|---|---:|---:|---:|---:|---:|---:|")
@@ -104,7 +155,14 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--runs", type=int, default=10, help="runs of each kind")
+    parser.add_argument("--only", choices=("preview", "exec"), help="one kind of request only")
+    parser.add_argument("--sdk", help="the operator/ directory whose SDK runs the exec requests")
     args = parser.parse_args()
+    if args.sdk:
+        sys.path.insert(0, args.sdk)
+    from shadow_operator.sdk import SandboxClient
+
+    print(f"SDK: {sys.modules['shadow_operator'].__file__}", flush=True)
     os.environ["KUBECONFIG"] = KIND_KUBECONFIG
     api = config.new_client_from_config(config_file=KIND_KUBECONFIG)
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
@@ -156,9 +214,11 @@ def main() -> None:
                 return False
             return not core.list_namespaced_pod(NAMESPACE, field_selector=f"metadata.name={sandbox}").items
 
+        timeline = Timeline(core, custom, sandbox)
+        phases: dict[str, list[float]] = {}
         with port_forward(f"svc/{ROUTER}", 80) as router, SandboxClient(namespace=NAMESPACE) as sdk:
             host = {"Host": f"{sandbox}.{DOMAIN}"}
-            for run in range(args.runs):
+            for run in range(args.runs if args.only != "exec" else 0):
                 wait(asleep, "the sandbox to be suspended")
                 started = time.perf_counter()
                 with httpx.stream("GET", f"{router}/", headers=host, timeout=60) as response:
@@ -168,17 +228,28 @@ def main() -> None:
                     raise SystemExit(f"preview run {run}: {response.status_code}")
                 rows["preview, to the first byte"].append(took)
                 print(f"preview {run}: {took * 1000:.0f} ms", flush=True)
-            for run in range(args.runs):
+            for run in range(args.runs if args.only != "preview" else 0):
                 wait(asleep, "the sandbox to be suspended")
-                started = time.perf_counter()
+                started = time.monotonic()
                 result = sdk.get_sandbox(name).commands.run("true")
-                took = time.perf_counter() - started
+                took = time.monotonic() - started
                 if result.exit_code != 0:
                     raise SystemExit(f"exec run {run}: {result}")
                 rows["exec through the SDK"].append(took)
-                print(f"exec {run}: {took * 1000:.0f} ms", flush=True)
+                seen = timeline.phases(started)
+                for phase, at in seen.items():
+                    phases.setdefault(phase, []).append(at)
+                steps = ", ".join(
+                    f"{phase} {at * 1000:.0f}" for phase, at in sorted(seen.items(), key=lambda x: x[1])
+                )
+                print(f"exec {run}: {took * 1000:.0f} ms ({steps})", flush=True)
     finally:
         table(rows)
+        if phases:
+            print(
+                "\nexec runs, medians after the call started: "
+                + ", ".join(f"{phase} {percentile(at, 0.5) * 1000:.0f} ms" for phase, at in phases.items())
+            )
         custom.delete_namespaced_custom_object(EXT, VERSION, NAMESPACE, "sandboxclaims", name)
         custom.delete_namespaced_custom_object(EXT, VERSION, NAMESPACE, "sandboxtemplates", name)
 

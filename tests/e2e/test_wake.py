@@ -13,6 +13,7 @@ Needs, besides `make e2e`'s cluster, `chromium` on PATH (apt-get install chromiu
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import json
 import os
@@ -41,6 +42,7 @@ from tests.e2e.cluster import (
     eventually,
 )
 from tests.e2e.devserver import WS_SERVER
+from tests.support.controlplane import wait_for
 from tests.support.shadowctl import run
 
 pytestmark = pytest.mark.e2e
@@ -49,6 +51,8 @@ PREVIEW_DOMAIN = "preview.localhost"  # Chromium resolves every *.localhost to l
 ROUTER_SERVICE = f"{FULLNAME}-preview-router"
 SDK_SERVICE = "sandbox-router-svc"
 IDLE_SECONDS = 10  # the shortest threshold the API allows
+HOLD_SECONDS = 15  # previewRouter.holdSeconds, the chart's default
+IDLE_GRACE_SECONDS = 3  # operator.idleSuspend.gracePeriodSeconds, the chart's default
 SLEEP_TIMEOUT = 120.0
 
 
@@ -76,9 +80,18 @@ def wait_asleep(cluster: Cluster, sandbox: str) -> None:
 @pytest.fixture(scope="module")
 def app(cluster: Cluster) -> Iterator[tuple[str, str, str]]:
     """(claim, sandbox, marker): a sandbox with the dev server in its Pod, suspended after 10 idle seconds."""
+    marker = f"app {uuid.uuid4().hex}"
+    with sleepy_app(cluster, ["python3", "-c", WS_SERVER, marker, "page"]) as (claim, sandbox):
+        yield claim, sandbox, marker
+
+
+@contextlib.contextmanager
+def sleepy_app(cluster: Cluster, command: list[str]) -> Iterator[tuple[str, str]]:
+    """(claim, sandbox) of a copy of the default template with `command` as a dev server on port 3000 beside
+    the runtime, claimed with a 10 s idle threshold; deleted afterwards."""
     template = cluster.get(OPERATOR_NAMESPACE, "sandboxtemplates", DEFAULT_TEMPLATE)
     assert template is not None
-    name, marker = unique("wake"), f"app {uuid.uuid4().hex}"
+    name = unique("wake")
     spec = copy.deepcopy(template["spec"])
     pod = spec["podTemplate"]["spec"]
     runtime = pod["containers"][0]
@@ -87,7 +100,7 @@ def app(cluster: Cluster) -> Iterator[tuple[str, str, str]]:
             "name": "dev",
             "image": runtime["image"],
             "imagePullPolicy": runtime.get("imagePullPolicy", "IfNotPresent"),
-            "command": ["python3", "-c", WS_SERVER, marker, "page"],
+            "command": command,
             "ports": [{"name": "preview", "containerPort": 3000, "protocol": "TCP"}],
             **({"securityContext": runtime["securityContext"]} if runtime.get("securityContext") else {}),
             "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
@@ -105,7 +118,7 @@ def app(cluster: Cluster) -> Iterator[tuple[str, str, str]]:
     try:
         cluster.claim(OPERATOR_NAMESPACE, name, claim_spec)
         sandbox = cluster.sandbox_of(cluster.wait_claim_ready(OPERATOR_NAMESPACE, name))
-        yield name, sandbox, marker
+        yield name, sandbox
     finally:
         cluster.delete(OPERATOR_NAMESPACE, "sandboxclaims", name)
         cluster.delete(OPERATOR_NAMESPACE, "sandboxtemplates", name)
@@ -290,3 +303,30 @@ def test_requests_while_it_goes_to_sleep_are_all_served(
     held = max(took for _, took, _, _ in answers)
     assert held > 0.5, "no request was held: the sandbox never slept under them"
     print(f"race: {len(answers)} requests, all served; the longest (held while it woke) took {held:.2f}s")
+
+
+def test_a_request_while_an_app_that_ignores_sigterm_goes_down_is_served_within_the_hold(
+    cluster: Cluster, router: str
+) -> None:
+    """A dev server as PID 1 of its container, with no handler for SIGTERM, ignores it: its Pod lives until
+    its grace period ends. An idle suspension deletes it with a short one (the chart's 3 s, not the Pod's
+    30 s), so a request that meets the Pod going down is served after the resume, within the router's hold:
+    with the Pod's own 30 s it waited the whole hold and got a 504."""
+    with sleepy_app(cluster, ["python3", "-m", "http.server", "3000", "--directory", "/tmp"]) as (_, sandbox):
+        wait_for(
+            lambda: asleep(cluster, sandbox),
+            timeout=SLEEP_TIMEOUT,
+            what=f"{sandbox} to be suspended for idleness",
+            interval=0.1,
+            max_interval=0.2,
+        )
+        pods = cluster.core.list_namespaced_pod(OPERATOR_NAMESPACE, field_selector=f"metadata.name={sandbox}")
+        sent = time.monotonic()
+        response = httpx.get(router, headers={"Host": f"{sandbox}.{PREVIEW_DOMAIN}"}, timeout=60)
+        took = time.monotonic() - sent
+    going = [pod.metadata for pod in pods.items if pod.metadata.deletion_timestamp]
+    assert going, "the request did not meet the Pod going down"
+    assert going[0].deletion_grace_period_seconds == IDLE_GRACE_SECONDS
+    assert response.status_code == 200 and "Directory listing" in response.text, (response.status_code, took)
+    assert took < HOLD_SECONDS, took
+    print(f"stubborn app: the request that met its Pod going down was served after {took:.2f}s")

@@ -41,12 +41,15 @@ from tests.support.volumes import bind_volumes, wait_bound
 pytestmark = pytest.mark.integration
 
 THRESHOLD = 10  # the smallest the API takes
+IDLE_GRACE = 4  # the grace period of an idle suspension's Pod deletion (the chart's default is 3)
 
 
 @pytest.fixture(scope="module")
 def operator(k8s_api: client.ApiClient, runtime: Server) -> Iterator[Any]:
     install_crds(k8s_api)
-    with in_process_operator(SHADOW_RUNTIME_API_URL=runtime.url) as runner:
+    with in_process_operator(
+        SHADOW_RUNTIME_API_URL=runtime.url, SHADOW_IDLE_SUSPEND_GRACE_SECONDS=str(IDLE_GRACE)
+    ) as runner:
         yield runner
 
 
@@ -153,17 +156,22 @@ def test_fifty_resume_requests_create_one_pod(objs: Objects) -> None:
     )
     assert resumed["spec"]["operatingMode"] == "Running"
 
-    created = set()
-    for event in watch.Watch().stream(
-        objs.core.list_namespaced_pod,
-        objs.namespace,
-        label_selector=f"{c.LABEL_SANDBOX_NAME_HASH}={naming.name_hash('crowd')}",
-        resource_version=since,
-        timeout_seconds=2,
-    ):
-        if event["type"] == "ADDED":
-            created.add(event["object"].metadata.uid)
+    hash_label = f"{c.LABEL_SANDBOX_NAME_HASH}={naming.name_hash('crowd')}"
+    created = {
+        pod.metadata.uid
+        for kind, pod in pod_events(objs, since, label_selector=hash_label)
+        if kind == "ADDED"
+    }
     assert len(created) == 1, created
+
+
+def pod_events(objs: Objects, since: str, **selector: str) -> Iterator[tuple[str, Any]]:
+    """(type, Pod) of the namespace's Pod events since the resourceVersion `since`, as a watch sees them."""
+    stream = watch.Watch().stream(
+        objs.core.list_namespaced_pod, objs.namespace, resource_version=since, timeout_seconds=2, **selector
+    )
+    for event in stream:
+        yield event["type"], event["object"]
 
 
 def test_resume_request_while_the_pod_goes_down_brings_it_back(objs: Objects) -> None:
@@ -195,6 +203,51 @@ def test_resume_request_while_the_pod_goes_down_brings_it_back(objs: Objects) ->
     assert "suspendedAt" not in back["status"]["idle"]
     new_pod = pod_of(objs, "race")
     assert new_pod is not None and new_pod.metadata.uid != pod.metadata.uid
+
+
+def deletion_grace(objs: Objects, name: str, since: str) -> int | None:
+    """The grace period the Pod of `name` was deleted with (deletionGracePeriodSeconds as the API server set
+    it), from a watch since `since`: kwok then removes the Pod at once, so only the watch sees it."""
+    for _, pod in pod_events(objs, since, field_selector=f"metadata.name={name}"):
+        meta = pod.metadata
+        if meta.deletion_timestamp is not None:
+            grace: int | None = meta.deletion_grace_period_seconds
+            return grace
+    return None
+
+
+def test_idle_suspension_deletes_the_pod_with_a_short_grace_period(objs: Objects) -> None:
+    """A process that ignores SIGTERM (a dev server as PID 1) would hold the Pod, and a wake meanwhile, for
+    the Pod's whole grace period (30 s): an idle suspension asks for the operator's setting instead. A
+    suspension by the spec keeps the Pod's own."""
+    objs.create(SANDBOX, sandbox_body("drowsy", autoSuspendPolicy=policy()))
+    objs.wait_condition(SANDBOX, "drowsy", timeout=60)
+    pod = pod_of(objs, "drowsy")
+    assert pod is not None and pod.spec.termination_grace_period_seconds == 30
+    wait_idle_suspended(objs, "drowsy", timeout=THRESHOLD + 30)
+    wait_for(lambda: pod_of(objs, "drowsy") is None, timeout=30, what="the idle sandbox's Pod to go")
+    assert deletion_grace(objs, "drowsy", pod.metadata.resource_version) == IDLE_GRACE
+
+    objs.annotate(SANDBOX, "drowsy", {c.ANNOTATION_RESUME_REQUEST: "back"})
+    objs.wait_condition(SANDBOX, "drowsy", timeout=60)
+    pod = pod_of(objs, "drowsy")
+    assert pod is not None
+    objs.patch(SANDBOX, "drowsy", {"spec": {"operatingMode": "Suspended"}})
+    objs.wait_condition(SANDBOX, "drowsy", "False", c.REASON_SANDBOX_SUSPENDED)
+    wait_for(lambda: pod_of(objs, "drowsy") is None, timeout=30, what="the scaled-down sandbox's Pod to go")
+    assert deletion_grace(objs, "drowsy", pod.metadata.resource_version) == 30
+
+
+def test_a_pods_own_shorter_grace_period_is_kept_on_idle_suspension(objs: Objects) -> None:
+    body = sandbox_body("brief", autoSuspendPolicy=policy())
+    body["spec"]["podTemplate"]["spec"]["terminationGracePeriodSeconds"] = 2
+    objs.create(SANDBOX, body)
+    objs.wait_condition(SANDBOX, "brief", timeout=60)
+    pod = pod_of(objs, "brief")
+    assert pod is not None
+    wait_idle_suspended(objs, "brief", timeout=THRESHOLD + 30)
+    wait_for(lambda: pod_of(objs, "brief") is None, timeout=30, what="the idle sandbox's Pod to go")
+    assert deletion_grace(objs, "brief", pod.metadata.resource_version) == 2
 
 
 def test_explicit_scaling_still_suspends_and_resumes_an_idle_sandbox(objs: Objects) -> None:
@@ -347,3 +400,24 @@ def test_an_environment_cannot_widen_its_templates_policy(objs: Objects) -> None
     with pytest.raises(ApiException) as refused:
         objs.create(ENVIRONMENT, {"metadata": {"name": "both"}, "spec": both}, version="v1alpha1")
     assert refused.value.status == 422 and "not both" in refused.value.body
+
+
+def test_a_new_resume_value_on_the_claim_resumes_its_sandbox_once(objs: Objects) -> None:
+    """A tenant may annotate its claim, not the Sandbox (the chart's role): the operator passes each new value
+    of the claim's shadow.dev/resume-requested to the Sandbox, once."""
+    objs.create(TEMPLATE, template_body("napper", autoSuspendPolicy=policy()))
+    objs.create(CLAIM, {"metadata": {"name": "napper"}, "spec": {"sandboxTemplateRef": {"name": "napper"}}})
+    name = objs.wait_condition(CLAIM, "napper", timeout=60)["status"]["sandbox"]["name"]
+    wait_idle_suspended(objs, name, timeout=THRESHOLD + 30)
+
+    objs.annotate(CLAIM, "napper", {c.ANNOTATION_RESUME_REQUEST: "from-the-claim"})
+    back = objs.wait_condition(SANDBOX, name, timeout=60)
+    assert back["status"]["idle"]["resumeRequest"] == "from-the-claim"
+    assert back["metadata"]["annotations"][c.ANNOTATION_CLAIM_RESUME_REQUEST] == "from-the-claim"
+
+    # A value the router writes on the Sandbox since is not overwritten by the claim's older one.
+    objs.annotate(SANDBOX, name, {c.ANNOTATION_RESUME_REQUEST: "from-the-router"})
+    objs.annotate(CLAIM, "napper", {"unrelated": "change"})
+    wait_idle_suspended(objs, name, timeout=THRESHOLD + 30)
+    box = objs.get(SANDBOX, name) or {}
+    assert box["metadata"]["annotations"][c.ANNOTATION_RESUME_REQUEST] == "from-the-router"

@@ -93,8 +93,9 @@ def start_server(
     prefix: tuple[str, ...] = (),
     python: str = sys.executable,
     host: str = "127.0.0.1",
+    port: int | None = None,
 ) -> Server:
-    port = free_port()
+    port = port or free_port()
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("SANDBOX_RUNTIME_")}
     if python != sys.executable:  # another interpreter runs the runtime with this venv's packages
         full_env["PYTHONPATH"] = os.pathsep.join([str(RUNTIME_SRC), *site.getsitepackages()])

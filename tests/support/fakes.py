@@ -487,6 +487,7 @@ class FakeApiServer:
         propagation: str | None = None,
         uid: str | None = None,
         resource_version: str | None = None,
+        grace_seconds: int | None = None,
     ) -> bool:
         self._write("delete", path)
         current = self.objects.get(path)

@@ -3,10 +3,12 @@ API answers, and choosing a kubeconfig context."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import os
 import tarfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -261,3 +263,27 @@ def test_verify_and_push_return_the_status_that_answers_them() -> None:
     with pytest.raises(StopIteration) as done:
         op.send(answered_with({"lastPush": {"id": "p1", "commit": "abc"}}))
     assert (done.value.value.id, done.value.value.commit) == ("p1", "abc")
+
+
+def test_both_drivers_pause_where_an_operation_asks_and_carry_on() -> None:
+    """kube.Pause: the woken sandbox's runtime is tried again after a pause (sdk/wake.py); both drivers wait
+    that long and send None back into the operation."""
+
+    def op() -> kube.Op[list[Any]]:
+        seen = [(yield kube.Pause(0.05)), (yield kube.Pause(0.05))]
+        return seen
+
+    for driver in ("sync", "async"):
+        started = time.monotonic()
+        if driver == "sync":
+            with httpx.Client() as http:
+                seen = kube.run(http, op())
+        else:
+
+            async def drive() -> list[Any]:
+                async with httpx.AsyncClient() as http:
+                    return await kube.arun(http, op())
+
+            seen = asyncio.run(drive())
+        assert seen == [None, None], driver
+        assert time.monotonic() - started >= 0.1, driver

@@ -122,6 +122,9 @@ BASELINE_EXCLUDE: Final = (".git/", ".sandbox-runtime/", "__pycache__/")
 ANNOTATION_VERIFY_REQUEST: Final = f"{OPERATOR_PREFIX}/verify-requested"
 # Changing its value resumes a Sandbox (or a ShadowEnvironment's workspace) suspended for idleness.
 ANNOTATION_RESUME_REQUEST: Final = f"{OPERATOR_PREFIX}/resume-requested"
+# On a Sandbox: the claim's last resume-requested value the operator passed to it (tenants may annotate their
+# claims, not Sandboxes), so that each new value of the claim's is passed once.
+ANNOTATION_CLAIM_RESUME_REQUEST: Final = f"{OPERATOR_PREFIX}/claim-resume-requested"
 # The newest request a client made of a Sandbox outside its runtime (RFC 3339, UTC): the preview router writes
 # it on preview and SDK-path requests; the idle clock (spec.autoSuspendPolicy) counts it as activity.
 ANNOTATION_LAST_ACTIVITY: Final = f"{OPERATOR_PREFIX}/last-activity"

@@ -133,7 +133,7 @@ def exec_(
 def claim_endpoint(name: str, namespace: str) -> kube.Op[RuntimeEndpoint]:
     """The runtime of a claimed sandbox, woken first when it sleeps."""
     ref = yield from ops.get(name, namespace)
-    yield from wake.wake_sandbox(ref.namespace, ref.sandbox_name, progress=waking)
+    yield from wake.wake_sandbox(ref.namespace, ref.sandbox_name, progress=waking, claim=ref.claim_name)
     return (yield from ops.endpoint(ref))
 
 

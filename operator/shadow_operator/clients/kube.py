@@ -204,11 +204,15 @@ class Kube:
         propagation: str | None = None,
         uid: str | None = None,
         resource_version: str | None = None,
+        grace_seconds: int | None = None,
     ) -> bool:
-        """Delete; False when it was already gone. `uid`/`resource_version` are preconditions."""
+        """Delete; False when it was already gone. `uid`/`resource_version` are preconditions; `grace_seconds`
+        replaces the object's own grace period (a Pod's terminationGracePeriodSeconds)."""
         options: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1"}
         if propagation:
             options["propagationPolicy"] = propagation
+        if grace_seconds is not None:
+            options["gracePeriodSeconds"] = grace_seconds
         preconditions = {k: v for k, v in (("uid", uid), ("resourceVersion", resource_version)) if v}
         if preconditions:
             options["preconditions"] = preconditions

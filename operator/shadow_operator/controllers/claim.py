@@ -121,6 +121,7 @@ class ClaimReconciler(Reconciler[SandboxClaim]):
         if launch == c.LAUNCH_WARM:
             # Before the status: a client that sees the claim Ready finds its sandbox named (as upstream).
             await self._annotate(claim, bound.name)
+        await self._forward_resume(claim, bound)
         state = self._status(claim, bound, _mirror_ready(claim, bound))
         if await state.write(self.client, SANDBOX_CLAIM) and state.became_true(c.COND_READY):
             self._observe_startup(claim, launch)
@@ -300,6 +301,23 @@ class ClaimReconciler(Reconciler[SandboxClaim]):
                 claim.namespace,
                 claim.name,
                 {"metadata": {"annotations": {c.ANNOTATION_ASSIGNED_SANDBOX: name}}},
+            )
+        except ApiError as exc:
+            if not exc.not_found:
+                raise
+
+    async def _forward_resume(self, claim: SandboxClaim, sandbox: Sandbox) -> None:
+        """A new value of the claim's shadow.dev/resume-requested goes to its Sandbox, once: a tenant may
+        annotate its claim but not the Sandbox, which resumes on a new value of its own annotation. The value
+        passed is kept on the Sandbox beside it, so one the router wrote since is never overwritten by an
+        older one of the claim's."""
+        value = claim.metadata.annotations.get(c.ANNOTATION_RESUME_REQUEST)
+        if not value or sandbox.metadata.annotations.get(c.ANNOTATION_CLAIM_RESUME_REQUEST) == value:
+            return
+        annotations = {c.ANNOTATION_RESUME_REQUEST: value, c.ANNOTATION_CLAIM_RESUME_REQUEST: value}
+        try:
+            await self.client.patch(
+                SANDBOX, sandbox.namespace, sandbox.name, {"metadata": {"annotations": annotations}}
             )
         except ApiError as exc:
             if not exc.not_found:

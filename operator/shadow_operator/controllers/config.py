@@ -216,6 +216,10 @@ class Config(BaseModel):
     warm_pool_refill_max_delay: float = Field(
         10.0, ge=0, validation_alias="SHADOW_WARM_POOL_REFILL_MAX_DELAY"
     )
+    # A sandbox suspended for idleness loses its Pod with this grace period (the Pod's own when shorter): a
+    # process that ignores SIGTERM would otherwise hold the Pod, and a wake meanwhile, for 30 s. At least 1:
+    # 0 would remove the Pod while its containers still run, and a new Pod of the same name could start.
+    idle_suspend_grace_seconds: int = Field(3, ge=1, validation_alias="SHADOW_IDLE_SUSPEND_GRACE_SECONDS")
 
     @model_validator(mode="after")
     def _pod_security_holds(self) -> Config:

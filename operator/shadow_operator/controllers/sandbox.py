@@ -22,6 +22,7 @@ from shadow_operator.resources import indexes, metadata, podsecurity, runtime_au
 from shadow_operator.resources import sandbox as res
 
 RESYNC_SECONDS = 300.0
+DEFAULT_GRACE_SECONDS = 30  # a Pod's terminationGracePeriodSeconds when it sets none
 # A foreign object holding a child's name may be removed by someone else; look again now and then.
 CONFLICT_RECHECK_SECONDS = 10.0
 # The caches watch only labelled objects: Pods and claims carry the name hash; the Services and Secrets of
@@ -66,7 +67,11 @@ class SandboxReconciler(Reconciler[Sandbox]):
         idle_recheck = await self.idle.decide(sandbox, state, now)
         idle = sandbox_idle.is_suspended(state)
         seen = await self._reconcile_children(
-            sandbox, suspended=idle or res.is_suspended(sandbox.body["spec"])
+            sandbox,
+            suspended=idle or res.is_suspended(sandbox.body["spec"]),
+            # Only an idle suspension shortens the grace period: a person who suspends by the spec gets the
+            # Pod's own, and no request waits on that Pod.
+            grace_seconds=self.config.idle_suspend_grace_seconds if idle else None,
         )
         if idle:
             policy = sandbox.spec.auto_suspend_policy
@@ -87,7 +92,9 @@ class SandboxReconciler(Reconciler[Sandbox]):
         return min(delays) if delays else None
 
     # ------------------------------------------------------------------------------------------ children
-    async def _reconcile_children(self, sandbox: Sandbox, *, suspended: bool) -> res.Observed:
+    async def _reconcile_children(
+        self, sandbox: Sandbox, *, suspended: bool, grace_seconds: int | None = None
+    ) -> res.Observed:
         body = sandbox.body
         namespace, name, uid = sandbox.namespace, sandbox.name, sandbox.metadata.uid
         owned = self.cache.store(POD).by_index(indexes.BY_CONTROLLER, uid)
@@ -101,7 +108,9 @@ class SandboxReconciler(Reconciler[Sandbox]):
 
         # The token Secret and the PVCs are needed by the Pod, but not before it is scheduled: create all
         # of them at once so that a cold start costs one round trip, not four.
-        pod_task = asyncio.ensure_future(self._reconcile_pod(sandbox, suspended=suspended))
+        pod_task = asyncio.ensure_future(
+            self._reconcile_pod(sandbox, suspended=suspended, grace_seconds=grace_seconds)
+        )
         others = [self._ensure_token_secret(sandbox)]
         others += [self._ensure_pvc(pvc, body) for pvc in res.build_pvcs(body)]
         service_task = asyncio.ensure_future(self._reconcile_service(sandbox))
@@ -129,7 +138,9 @@ class SandboxReconciler(Reconciler[Sandbox]):
         except NotOwned:
             return
 
-    async def _reconcile_pod(self, sandbox: Sandbox, *, suspended: bool) -> res.Observed:
+    async def _reconcile_pod(
+        self, sandbox: Sandbox, *, suspended: bool, grace_seconds: int | None = None
+    ) -> res.Observed:
         body = sandbox.body
         namespace, name = sandbox.namespace, sandbox.name
         pod = self.cache.store(POD).get(namespace, name)
@@ -152,7 +163,9 @@ class SandboxReconciler(Reconciler[Sandbox]):
 
         if suspended:
             if pod is not None and not Resource.model_validate(pod).deleting:
-                await self.client.delete(POD, namespace, name, uid=pod["metadata"]["uid"])
+                await self.client.delete(
+                    POD, namespace, name, uid=pod["metadata"]["uid"], grace_seconds=_grace(pod, grace_seconds)
+                )
                 self.recorder.info(
                     body, reason="PodDeleted", message="Sandbox suspended: Pod deleted, volumes kept"
                 )
@@ -369,6 +382,15 @@ class SandboxReconciler(Reconciler[Sandbox]):
         )
         status.runtime_token_secret = naming.token_secret_name(sandbox.name)
         return state
+
+
+def _grace(pod: Body, wanted: int | None) -> int | None:
+    """The grace period of a suspension's Pod deletion: `wanted`, never longer than the Pod's own (None: the
+    Pod's own, as a Pod asking for 0 gets)."""
+    own = (pod.get("spec") or {}).get("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS)
+    if wanted is None or own is None or own <= 0:
+        return None
+    return min(wanted, int(own))
 
 
 def _pool_member(sandbox: Sandbox) -> bool:

@@ -115,10 +115,15 @@ class Client:
         uid: str | None = None,
         resource_version: str | None = None,
         propagation: str | None = None,
+        grace_seconds: int | None = None,
     ) -> bool:
         metrics.API_WRITES.labels(kind.kind, "delete").inc()
         return await self.kube.delete(
-            kind.path(namespace, name), uid=uid, resource_version=resource_version, propagation=propagation
+            kind.path(namespace, name),
+            uid=uid,
+            resource_version=resource_version,
+            propagation=propagation,
+            grace_seconds=grace_seconds,
         )
 
     async def delete_as_seen(self, kind: ResourceKind, obj: Mapping[str, Any]) -> bool:

@@ -12,12 +12,14 @@ only then: it loads the generated API client, most of a second of CPU.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
 import logging
 import os
 import ssl
+import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -333,13 +335,20 @@ class Watch:
 
 
 @dataclass(frozen=True)
+class Pause:
+    """A short wait inside an operation (a runtime that is starting, tried again); the driver sends None."""
+
+    seconds: float
+
+
+@dataclass(frozen=True)
 class Finished:
     """An operation that returned while a watch was streaming (a coroutine may not let StopIteration out)."""
 
     value: Any
 
 
-Step = Call | Watch
+Step = Call | Watch | Pause
 Op = Generator[Step, Any, T]
 
 
@@ -359,7 +368,13 @@ def run(client: httpx.Client, op: Op[T]) -> T:
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
     while not isinstance(step, Finished):
-        step = _watch(client, op, step) if isinstance(step, Watch) else _resume(op, _send(client, step))
+        if isinstance(step, Watch):
+            step = _watch(client, op, step)
+        elif isinstance(step, Pause):
+            time.sleep(step.seconds)
+            step = _resume(op, None)
+        else:
+            step = _resume(op, _send(client, step))
     return step.value  # type: ignore[no-any-return]
 
 
@@ -372,6 +387,9 @@ async def arun(client: httpx.AsyncClient, op: Op[T]) -> T:
     while not isinstance(step, Finished):
         if isinstance(step, Watch):
             step = await _awatch(client, op, step)
+        elif isinstance(step, Pause):
+            await asyncio.sleep(step.seconds)
+            step = _resume(op, None)
         else:
             step = _resume(op, await _asend(client, step))
     return step.value  # type: ignore[no-any-return]

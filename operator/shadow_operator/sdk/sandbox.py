@@ -17,7 +17,7 @@ import contextlib
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypedDict, TypeVar, Unpack
 
 import httpx
@@ -51,6 +51,8 @@ class SandboxRef:
     claim_name: str
     sandbox_name: str
     namespace: str
+    # The Sandbox as read when it was found asleep: the first call wakes it without failing once first.
+    asleep: Body | None = field(default=None, compare=False, repr=False)
 
 
 # ------------------------------------------------------------------------------- operations (shared)
@@ -181,7 +183,7 @@ def sleeping(claim: Body) -> Op[SandboxRef | None]:
         )
     except NotFound:
         return None
-    return SandboxRef(meta["name"], name, meta["namespace"]) if wake.asleep(body) else None
+    return SandboxRef(meta["name"], name, meta["namespace"], body) if wake.asleep(body) else None
 
 
 def list_claims(namespace: str | None) -> Op[list[Body]]:
@@ -201,9 +203,11 @@ def delete(claim_name: str, namespace: str) -> Op[None]:
 
 def endpoint(ref: SandboxRef) -> Op[RuntimeEndpoint]:
     """The sandbox's runtime through the pod proxy (the Pod is named like the Sandbox)."""
-    body = yield from kube.get(
-        SANDBOX.path(ref.namespace, ref.sandbox_name), f"Sandbox {ref.namespace}/{ref.sandbox_name}"
-    )
+    body = ref.asleep
+    if not (body and (body.get("status") or {}).get("runtimeURL")):
+        body = yield from kube.get(
+            SANDBOX.path(ref.namespace, ref.sandbox_name), f"Sandbox {ref.namespace}/{ref.sandbox_name}"
+        )
     status = body.get("status") or {}
     secret = status.get("runtimeTokenSecret") or naming.token_secret_name(ref.sandbox_name)
     url = status.get("runtimeURL") or ""
@@ -218,9 +222,16 @@ def claim_name_for(prefix: str = "sandbox") -> str:
 
 def _woken(sandbox: Sandbox | AsyncSandbox, make: Callable[[], Op[T]]) -> Op[T]:
     """A runtime operation that wakes the sandbox first if it finds it asleep (both twins)."""
-    ref = sandbox.ref
+    ref, asleep = sandbox.ref, sandbox.asleep
+    sandbox.asleep = None  # read once: later calls find out for themselves
     return wake.on_sandbox(
-        ref.namespace, ref.sandbox_name, make, timeout=sandbox.wake_timeout, progress=sandbox.on_wake
+        ref.namespace,
+        ref.sandbox_name,
+        make,
+        timeout=sandbox.wake_timeout,
+        progress=sandbox.on_wake,
+        asleep=asleep,
+        claim=ref.claim_name,
     )
 
 
@@ -279,6 +290,7 @@ class SandboxHandle(Generic[kube.C]):
         self._http = http
         self.ref = ref
         self._ep: RuntimeEndpoint | None = None
+        self.asleep = ref.asleep  # the Sandbox as found asleep, until the first call wakes it
         self.on_wake = on_wake  # told "waking sandbox …" when a call wakes it up
         self.wake_timeout = wake_timeout
         self._attach()
