@@ -40,8 +40,9 @@ ensure_daemon() {
     return
   fi
   step "starting dockerd (log: ${LOG_DIR}/dockerd.log)"
-  # setsid: dockerd outlives this script and the make invocation that started it.
-  as_root setsid nohup dockerd >>"${LOG_DIR}/dockerd.log" 2>&1 </dev/null &
+  # setsid: dockerd outlives this script and the make invocation that started it (detached: and holds none of
+  # their files, such as a lock).
+  detached as_root setsid nohup dockerd >>"${LOG_DIR}/dockerd.log" 2>&1 </dev/null &
   wait_for 60 dockerd docker info || die "dockerd did not start within 60s; see ${LOG_DIR}/dockerd.log"
   info "dockerd: started"
 }
@@ -114,11 +115,11 @@ ensure_registry() {
   echo "$config" >"${REGISTRY_DIR}/config.yml"
   step "starting docker-registry on ${gw}:${REGISTRY_PORT}, forwarded from 127.0.0.1 (log: ${LOG_DIR}/registry.log)"
   # setsid: both outlive this script and the make invocation that started it.
-  setsid nohup docker-registry serve "${REGISTRY_DIR}/config.yml" >>"${LOG_DIR}/registry.log" 2>&1 </dev/null &
+  detached setsid nohup docker-registry serve "${REGISTRY_DIR}/config.yml" >>"${LOG_DIR}/registry.log" 2>&1 </dev/null &
   echo $! >"${REGISTRY_DIR}/pid"
   wait_for 20 registry url_up "http://${gw}:${REGISTRY_PORT}" \
     || die "docker-registry did not start on ${gw}:${REGISTRY_PORT}; see ${LOG_DIR}/registry.log"
-  setsid nohup socat "TCP-LISTEN:${REGISTRY_PORT},bind=127.0.0.1,reuseaddr,fork,backlog=128" "TCP:${gw}:${REGISTRY_PORT}" \
+  detached setsid nohup socat "TCP-LISTEN:${REGISTRY_PORT},bind=127.0.0.1,reuseaddr,fork,backlog=128" "TCP:${gw}:${REGISTRY_PORT}" \
     >>"${LOG_DIR}/registry-forward.log" 2>&1 </dev/null &
   echo $! >"${REGISTRY_DIR}/forward.pid"
   wait_for 20 forward url_up "http://127.0.0.1:${REGISTRY_PORT}" \

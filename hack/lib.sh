@@ -19,6 +19,21 @@ info() { printf '    %s\n' "$*" >&2; }
 die() { printf '\033[1;31merror:\033[0m %s\n' "$*" >&2; exit 1; }
 
 as_root() { if ((EUID == 0)); then "$@"; else sudo "$@"; fi; }
+# detached [as_root] COMMAND...: become COMMAND (run in the background: `detached … &`, so $! is its pid) with no
+# file descriptor of the caller's but 0-2. A daemon otherwise keeps what it inherits open for its whole life: a
+# dockerd started under `flock LOCK make e2e` held LOCK until it stopped.
+detached() {
+  local fd
+  for fd in /proc/"$BASHPID"/fd/*; do
+    fd=${fd##*/}
+    if ((fd > 2)); then eval "exec ${fd}>&-"; fi
+  done 2>/dev/null
+  if [[ $1 == as_root ]]; then
+    shift
+    if ((EUID != 0)); then set -- sudo "$@"; fi
+  fi
+  exec "$@"
+}
 
 # apt_install PACKAGE...: install Debian packages, refreshing the package lists once if the install fails
 # (a clean machine may have none). Output goes to the cache's logs/apt.log.
