@@ -7,9 +7,12 @@ TCP/UDP, unset proxy variables) needs a cluster and is in tests/e2e.
 from __future__ import annotations
 
 import base64
+import contextlib
 import socket
+import socketserver
 import ssl
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -38,7 +41,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     }
     ups["plain.test"] = start_upstream(None, "plain.test")
     resolve = {name: "127.0.0.1" for name in ups} | {"rebind.test": "10.1.2.3", "gw.test": "127.0.0.1"}
-    gen = start_gateway(directory, ca.pair.cert, resolve, {"sandboxes": []})
+    # svc.test stands for the gateway's Service: another address that leads to it (see the forward below).
+    resolve |= {"svc.test": SERVICE_ADDRESS, "internal.test": SERVICE_ADDRESS}
+    gen = start_gateway(directory, ca.pair.cert, resolve, {"sandboxes": []}, extra=("--own-name", "svc.test"))
     gateway = next(gen)
     world = {"gateway": gateway, "ups": ups, "ca": ca, "dir": directory}
     gateway.write_policy(policy(world))
@@ -93,6 +98,8 @@ def policy(
         {"host": "rebind.test", "ports": [443]},
         model_api("plain.test"),
         {"host": "gw.test", "ports": [gateway.admin_port, gateway.port]},
+        {"host": "internal.test", "ports": [gateway.admin_port, gateway.port]},
+        {"host": "svc.test", "ports": [gateway.admin_port, gateway.port]},
     ]
     rules = [rule for rule in rules if rule["host"] not in without]
     return {
@@ -239,6 +246,57 @@ def test_ip_addresses_private_answers_and_the_gateway_itself_are_refused(
     sock, answer = tunnel(world, host, port or world["gateway"].admin_port)
     sock.close()
     assert answer.startswith("HTTP/1.1 403") and message in answer
+
+
+SERVICE_ADDRESS = "127.0.0.5"
+
+
+@contextlib.contextmanager
+def service(address: str, port: int, target: tuple[str, int]) -> Iterator[None]:
+    """What kube-proxy does for a Service: connections to address:port are carried to `target`."""
+
+    class Pipe(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            with socket.create_connection(target, timeout=10) as upstream:
+
+                def pump(src: socket.socket, dst: socket.socket) -> None:
+                    with contextlib.suppress(OSError):
+                        while data := src.recv(65536):
+                            dst.sendall(data)
+                    with contextlib.suppress(OSError):
+                        dst.shutdown(socket.SHUT_WR)
+
+                back = threading.Thread(target=pump, args=(upstream, self.request), daemon=True)
+                back.start()
+                pump(self.request, upstream)
+                back.join(10)
+
+    server = socketserver.ThreadingTCPServer((address, port), Pipe)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("host", ["svc.test", "internal.test"])
+def test_the_gateways_service_is_the_gateway_itself(world: dict[str, Any], host: str) -> None:
+    """A sandbox allowed a private range that holds the gateway's Service address (an internal mirror's range),
+    or a name that resolves there, must not reach the gateway's own ports through the Service: its admin port
+    serves the metrics, which name every tenant's sandboxes and hosts. Before, only the Pod's own address was
+    refused, and the tunnel opened onto the metrics."""
+    gateway: Gateway = world["gateway"]
+    with service(SERVICE_ADDRESS, gateway.admin_port, ("127.0.0.1", gateway.admin_port)):
+        # The stand-in Service does lead to the admin port.
+        assert httpx.get(f"http://{SERVICE_ADDRESS}:{gateway.admin_port}/healthz").status_code == 200
+        sock, answer = tunnel(world, host, gateway.admin_port)
+        with sock:
+            if answer.startswith("HTTP/1.1 200"):
+                sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                answer += sock.recv(4096).decode(errors="replace")
+    assert answer.startswith("HTTP/1.1 403") and "that is the gateway itself" in answer, answer[:300]
 
 
 def curl(

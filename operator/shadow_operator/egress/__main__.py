@@ -119,6 +119,8 @@ async def serve(args: argparse.Namespace) -> None:
         table,
         audit,
         own=own,
+        own_names=args.own_name,
+        own_ports=(args.port, args.admin_port),
         allowed_private=args.allow_private,
         resolve=dict(item.split("=", 1) for item in args.resolve),
     )
@@ -216,6 +218,12 @@ def main() -> None:
     parser.add_argument("--events-per-second", type=float, default=10.0, help="Event writes, all sandboxes")
     parser.add_argument("--events-burst", type=float, default=50.0, help="Event writes at once")
     parser.add_argument("--own-address", action="append", default=[], help="the gateway's own addresses")
+    parser.add_argument(
+        "--own-name",
+        action="append",
+        default=[],
+        help="a name that leads to the gateway (its Service): what it resolves to is refused as a destination",
+    )
     parser.add_argument(
         "--allow-private", action="append", default=[], help="a private range sandboxes may reach"
     )

@@ -13,10 +13,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import ipaddress
 import logging
+import math
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +40,8 @@ log = logging.getLogger(__name__)
 CA_BASENAME = "shadow-egress"
 CA_KEY_SIZE = 2048
 STREAM_ABOVE_BYTES = 1 << 20
+# How long what the gateway's own names (its Service) resolve to is trusted before it is asked again.
+OWN_NAMES_SECONDS = 30.0
 
 
 # keeper(namespace, make): the namespace's CA as PEM (key, certificate), made with make() by whoever finds
@@ -150,12 +155,20 @@ class Gate:
         allowed_private: Iterable[str] = (),
         resolve: dict[str, str] | None = None,
         close: Callable[[str], None] = lambda client_id: None,
+        own_names: Iterable[str] = (),
+        own_ports: Iterable[int] = (),
     ) -> None:
         self.table = table
         # Closes a client connection by its id (the proxy server's, wired in by the process).
         self.close = close
         self.audit = audit
         self.own = set(own)
+        # Names that lead to the gateway too (its Service): what they resolve to, on its ports, is the gateway
+        # itself. Resolved again at most every OWN_NAMES_SECONDS; an answer that fails keeps the last one.
+        self.own_names = tuple(own_names)
+        self.own_ports = tuple(own_ports)
+        self._own_by_name: set[tuple[str, int]] = set()
+        self._own_resolved_at = -math.inf
         self.allowed_private = [ipaddress.ip_network(cidr) for cidr in allowed_private]
         self.overrides = dict(resolve or {})
         self.tunnels: dict[str, Tunnel] = {}
@@ -181,6 +194,23 @@ class Gate:
             )
         return entry
 
+    async def _own(self) -> set[tuple[str, int]]:
+        """The (address, port) pairs that are the gateway: its own addresses and what its names resolve to."""
+        now = time.monotonic()
+        if self.own_names and now - self._own_resolved_at >= OWN_NAMES_SECONDS:
+            self._own_resolved_at = now
+            found: set[str] = set()
+            for name in self.own_names:
+                if name in self.overrides:
+                    found.add(self.overrides[name])
+                    continue
+                with contextlib.suppress(OSError):
+                    infos = await asyncio.get_running_loop().getaddrinfo(name, None, type=socket.SOCK_STREAM)
+                    found.update(str(info[4][0]) for info in infos)
+            if found:
+                self._own_by_name = {(address, port) for address in found for port in self.own_ports}
+        return self.own | self._own_by_name
+
     async def _resolve(self, sandbox: SandboxEntry, host: str, port: int) -> tuple[str | None, str]:
         """(address to connect to, or None and why not)."""
         if host in self.overrides:
@@ -194,10 +224,11 @@ class Gate:
                     f"egress to {host} failed for sandbox {sandbox.key}: the name does not resolve ({error})",
                 )
             candidates = list(dict.fromkeys(str(info[4][0]) for info in infos))
+        own = await self._own()
         for candidate in candidates:
             address = ipaddress.ip_address(candidate)
-            if (candidate, port) in self.own or any(address in net for net in self.allowed_private):
-                if (candidate, port) in self.own:
+            if (candidate, port) in own or any(address in net for net in self.allowed_private):
+                if (candidate, port) in own:
                     return (
                         None,
                         f"egress to {host}:{port} is refused for sandbox {sandbox.key}: that is the gateway itself",
