@@ -89,6 +89,24 @@ def upstreams(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Ite
             metadata=client.V1ObjectMeta(name=name),
             spec=client.V1ServiceSpec(selector=labels, ports=[client.V1ServicePort(port=port, target_port=target)]),
         ))  # fmt: skip
+    # DNS rebinding's stand-in: an allowed name whose answer is the node's own address (the kubelet's), a private
+    # address outside the ranges the gateway may reach (a headless Service with a hand-made EndpointSlice).
+    node_ip = next(
+        a.address
+        for n in cluster.core.list_node().items
+        for a in n.status.addresses
+        if a.type == "InternalIP"
+    )
+    cluster.core.create_namespaced_service(ns, client.V1Service(
+        metadata=client.V1ObjectMeta(name="rebind"),
+        spec=client.V1ServiceSpec(cluster_ip="None", ports=[client.V1ServicePort(port=443)]),
+    ))  # fmt: skip
+    client.DiscoveryV1Api(cluster.api).create_namespaced_endpoint_slice(ns, client.V1EndpointSlice(
+        metadata=client.V1ObjectMeta(name="rebind", labels={"kubernetes.io/service-name": "rebind"}),
+        address_type="IPv4",
+        endpoints=[client.V1Endpoint(addresses=[node_ip])],
+        ports=[client.DiscoveryV1EndpointPort(port=443)],
+    ))  # fmt: skip
 
     def running() -> bool | None:
         pod = cluster.core.read_namespaced_pod("upstream", ns)
@@ -96,7 +114,13 @@ def upstreams(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Ite
 
     eventually(running, "the upstream servers", 180)
     try:
-        yield {"index": index, "model": model, "ca": ca.pair.cert.read_text()}
+        yield {
+            "index": index,
+            "model": model,
+            "rebind": f"rebind.{ns}.svc.cluster.local",
+            "node": node_ip,
+            "ca": ca.pair.cert.read_text(),
+        }
     finally:
         cluster.core.delete_namespace(ns)
 
@@ -110,6 +134,9 @@ def sandbox(cluster: Cluster, e2e_namespace: str, upstreams: dict[str, str]) -> 
     spec["egress"] = {
         "rules": [
             {"host": upstreams["index"]},
+            {"host": upstreams["rebind"]},
+            # As a platform might allow its in-cluster services: it also covers the gateway's own Service.
+            {"host": "*.svc.cluster.local", "ports": [3128, 9091]},
             {
                 "host": upstreams["model"],
                 "ports": [80],
@@ -216,3 +243,83 @@ def test_what_ignores_or_abuses_the_proxy_is_refused(sandbox: Sandbox, upstreams
     assert "upstream" not in unset and not unset.startswith("GET"), unset
     ip = sh(sandbox, "curl -sS --noproxy '' -o /dev/null -w '%{http_connect}' https://1.1.1.1/ || true")
     assert ip == "403", ip
+
+
+# A hostile workspace talks to the gateway itself (its address from HTTPS_PROXY, with its own proxy credential):
+# prints one line per try, the gateway's answer (status line and reason) or why the connection ended.
+HOSTILE = """
+import base64, os, socket, ssl, sys, urllib.parse
+index, model, rebind = sys.argv[1:4]
+proxy = urllib.parse.urlsplit(os.environ["HTTPS_PROXY"])
+auth = base64.b64encode(f"{proxy.username}:{proxy.password}".encode()).decode()
+def connect(host, port):
+    sock = socket.create_connection((proxy.hostname, proxy.port), timeout=10)
+    sock.sendall(f"CONNECT {host}:{port} HTTP/1.1\\r\\nHost: {host}:{port}\\r\\nProxy-Authorization: Basic {auth}\\r\\n\\r\\n".encode())
+    return sock
+def answer(sock):
+    data = b""
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+    except OSError as exc:
+        data += f" ({type(exc).__name__})".encode()
+    return data.decode(errors="replace")
+def plain(headers):
+    sock = socket.create_connection((proxy.hostname, proxy.port), timeout=10)
+    sock.sendall((f"POST http://{model}/v1/chat HTTP/1.1\\r\\nProxy-Authorization: Basic {auth}\\r\\n"
+                  f"Content-Length: 0\\r\\nConnection: close\\r\\n{headers}\\r\\n").encode())
+    return answer(sock)
+def line(name, text):
+    text = " ".join(text.split())
+    print(f"{name}: {text[:400]}")
+# SNI that is not the CONNECT host (domain fronting through a tunnel).
+host, _, port = index.partition(":")
+sock = connect(host, int(port or 443))
+head = b""
+while b"\\r\\n\\r\\n" not in head and (byte := sock.recv(1)):
+    head += byte
+if not head.startswith(b"HTTP/1.1 200"):
+    line("sni", "CONNECT refused: " + head.decode(errors="replace") + answer(sock))
+else:
+    try:
+        context = ssl.create_default_context(cafile=os.environ["SSL_CERT_FILE"])
+        tls = context.wrap_socket(sock, server_hostname="evil.example")
+        tls.sendall(f"GET / HTTP/1.1\\r\\nHost: {host}\\r\\nConnection: close\\r\\n\\r\\n".encode())
+        line("sni", answer(tls))
+    except (OSError, ssl.SSLError) as exc:
+        line("sni", f"{type(exc).__name__}: {exc}")
+# A Host header that is not the URL's (fronting in clear HTTP), and protocol upgrades.
+line("host", plain("Host: evil.example\\r\\n"))
+line("h2c", plain(f"Host: {model}\\r\\nUpgrade: h2c\\r\\nConnection: Upgrade, HTTP2-Settings\\r\\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\\r\\n"))
+line("websocket", plain(f"Host: {model}\\r\\nUpgrade: websocket\\r\\nConnection: Upgrade\\r\\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\\r\\nSec-WebSocket-Version: 13\\r\\n"))
+# The gateway's own admin port, by the name of its Service (which a rule covers), and an allowed name whose DNS
+# answer is a private address.
+line("admin", answer(connect(proxy.hostname, 9091)))
+line("rebind", answer(connect(rebind, 443)))
+"""
+
+
+def test_what_a_hostile_workspace_tries_at_the_gateway_is_refused(
+    sandbox: Sandbox, upstreams: dict[str, str]
+) -> None:
+    """Issue 29's attacks on kind, each answered by the gateway with a 403 that says why: domain fronting by TLS
+    server name and by Host header, h2c and WebSocket upgrades, the gateway's own admin port reached by its
+    Service's name, and an allowed name that resolves to a private address (the node's)."""
+    out = sh(
+        sandbox,
+        "python3 -c "
+        + json.dumps(HOSTILE)
+        + f" {upstreams['index']} {upstreams['model']} {upstreams['rebind']}",
+    )
+    lines = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
+    expected = {
+        "sni": "the TLS server name (evil.example) differs from the CONNECT host",
+        "host": "the request's Host (evil.example) differs from its URL's",
+        "h2c": "protocol upgrades (h2c) are not allowed",
+        "websocket": "as a WebSocket is not allowed",
+        "admin": "that is the gateway itself",
+        "rebind": f"it resolves to {upstreams['node']}, which is not a public address",
+    }
+    for cell, reason in expected.items():
+        got = lines.get(cell, "")
+        assert got.startswith("HTTP/1.1 403") and reason in got, f"{cell}: {got or out}"
