@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import socket
 import socketserver
 import ssl
@@ -21,7 +22,7 @@ import httpx
 import pytest
 
 from tests.support.controlplane import wait_for
-from tests.support.egress import Gateway, Upstream, start_gateway, start_upstream
+from tests.support.egress import EGRESS_PYTHON, ROOT, Gateway, Upstream, start_gateway, start_upstream
 from tests.support.pki import CertificateAuthority
 
 pytestmark = pytest.mark.unit
@@ -246,6 +247,31 @@ def test_ip_addresses_private_answers_and_the_gateway_itself_are_refused(
     sock, answer = tunnel(world, host, port or world["gateway"].admin_port)
     sock.close()
     assert answer.startswith("HTTP/1.1 403") and message in answer
+
+
+def test_a_namespace_with_the_longest_name_gets_its_ca() -> None:
+    """A namespace's name may have 63 characters; the CA's common name holds it, and X.509 caps that at 64.
+    Before, a gateway following a cluster made no CA for such a namespace (its admin port answered 500), and so
+    no egress through TLS-terminating rules. Run by the gateway's own interpreter (mitmproxy is there)."""
+    script = (
+        "import json, sys; from cryptography import x509; from shadow_operator.egress.addon import make_ca\n"
+        "names = []\n"
+        "for ns in sys.argv[1:]:\n"
+        "    cert = x509.load_pem_x509_certificate(make_ca(ns)[1])\n"
+        "    names.append(cert.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)[0].value)\n"
+        "print(json.dumps(names))\n"
+    )
+    out = subprocess.run(
+        [str(EGRESS_PYTHON), "-c", script, "n" * 63, "n" * 62 + "m", "team-a"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    long_one, other_long_one, short = json.loads(out.stdout)
+    assert len(long_one) <= 64 and len(other_long_one) <= 64 and long_one != other_long_one
+    assert long_one.startswith("shadow-egress nnnn") and short == "shadow-egress team-a"
 
 
 SERVICE_ADDRESS = "127.0.0.5"

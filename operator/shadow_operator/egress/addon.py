@@ -14,6 +14,7 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import hashlib
 import ipaddress
 import logging
 import math
@@ -39,6 +40,7 @@ from shadow_operator.egress.table import PolicyTable, SandboxEntry
 log = logging.getLogger(__name__)
 CA_BASENAME = "shadow-egress"
 CA_KEY_SIZE = 2048
+CN_CHARS = 64
 STREAM_ABOVE_BYTES = 1 << 20
 # How long what the gateway's own names (its Service) resolve to is trusted before it is asked again.
 OWN_NAMES_SECONDS = 30.0
@@ -49,8 +51,17 @@ OWN_NAMES_SECONDS = 30.0
 Keeper = Callable[[str, Callable[[], tuple[bytes, bytes]]], tuple[bytes, bytes]]
 
 
+def ca_common_name(namespace: str) -> str:
+    """The CA's common name, which X.509 caps at 64 characters (a namespace's name may have 63): a long one is
+    cut and ends with a digest of the whole name, so that two namespaces never share a name."""
+    name = f"{CA_BASENAME} {namespace}"
+    if len(name) <= CN_CHARS:
+        return name
+    return f"{name[: CN_CHARS - 9]}-{hashlib.sha256(namespace.encode()).hexdigest()[:8]}"
+
+
 def make_ca(namespace: str) -> tuple[bytes, bytes]:
-    key, cert = certs.create_ca(CA_BASENAME, f"{CA_BASENAME} {namespace}", CA_KEY_SIZE)
+    key, cert = certs.create_ca(CA_BASENAME, ca_common_name(namespace), CA_KEY_SIZE)
     encoding = serialization.Encoding.PEM
     return (
         key.private_bytes(
