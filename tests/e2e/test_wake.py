@@ -313,19 +313,24 @@ def test_a_request_while_an_app_that_ignores_sigterm_goes_down_is_served_within_
     30 s), so a request that meets the Pod going down is served after the resume, within the router's hold:
     with the Pod's own 30 s it waited the whole hold and got a 504."""
     with sleepy_app(cluster, ["python3", "-m", "http.server", "3000", "--directory", "/tmp"]) as (_, sandbox):
-        wait_for(
-            lambda: asleep(cluster, sandbox),
+        # The request goes the moment the Pod starts going down (waiting for Suspended came too late: with the
+        # short grace period the Pod was gone by then).
+        def going_down() -> list[Any] | None:
+            pods = cluster.core.list_namespaced_pod(
+                OPERATOR_NAMESPACE, field_selector=f"metadata.name={sandbox}"
+            )
+            return [p.metadata for p in pods.items if p.metadata.deletion_timestamp] or None
+
+        going = wait_for(
+            going_down,
             timeout=SLEEP_TIMEOUT,
-            what=f"{sandbox} to be suspended for idleness",
+            what=f"{sandbox}'s Pod to go down for idleness",
             interval=0.1,
             max_interval=0.2,
         )
-        pods = cluster.core.list_namespaced_pod(OPERATOR_NAMESPACE, field_selector=f"metadata.name={sandbox}")
         sent = time.monotonic()
         response = httpx.get(router, headers={"Host": f"{sandbox}.{PREVIEW_DOMAIN}"}, timeout=60)
         took = time.monotonic() - sent
-    going = [pod.metadata for pod in pods.items if pod.metadata.deletion_timestamp]
-    assert going, "the request did not meet the Pod going down"
     assert going[0].deletion_grace_period_seconds == IDLE_GRACE_SECONDS
     assert response.status_code == 200 and "Directory listing" in response.text, (response.status_code, took)
     assert took < HOLD_SECONDS, took
