@@ -83,7 +83,7 @@ kind-up: images ## create (or reuse) the kind cluster `shadow` from hack/kind/co
 kind-down: ## delete the kind cluster
 	hack/kind/cluster.sh down
 
-e2e: dev ## dockerd, images, kind cluster, helm install, then the e2e tests on real pods
+e2e: dev ## dockerd, images, kind cluster, helm install, then the e2e tests on real pods (E2E_WORKERS=2 processes; 0: one)
 	hack/e2e.sh
 
 e2e-argocd: dev ## a real ArgoCD (built offline) installs the chart and a team's environments from git on the kind cluster, then its tests; not part of make e2e

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import uuid
 from collections.abc import Iterator
@@ -91,9 +92,17 @@ def _cleanup(cluster: Cluster, namespace: str) -> None:
 
 @pytest.fixture(scope="session")
 def timings() -> Iterator[dict[str, float]]:
-    """Durations measured by the tests, written to ~/.cache/shadow-operator/e2e-timings.json."""
+    """Durations measured by the tests, merged into ~/.cache/shadow-operator/e2e-timings.json (make e2e runs
+    the tests in several processes: each merges its own under a lock)."""
     measured: dict[str, float] = {}
     yield measured
     if measured:
         TIMINGS.parent.mkdir(parents=True, exist_ok=True)
-        TIMINGS.write_text(json.dumps(measured, indent=2, sort_keys=True) + "\n")
+        with open(TIMINGS.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                merged = json.loads(TIMINGS.read_text())
+            except (OSError, ValueError):
+                merged = {}
+            merged.update(measured)
+            TIMINGS.write_text(json.dumps(merged, indent=2, sort_keys=True) + "\n")

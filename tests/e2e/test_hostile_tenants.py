@@ -45,7 +45,8 @@ from tests.e2e.test_cli_sdk import REQUESTS, TIMEOUT, ctl, ok
 from tests.e2e.test_environment import python_package
 from tests.support.hostile_repo import git
 
-pytestmark = pytest.mark.e2e
+# Alone: it asserts the operator's peak memory and a /healthz p99 under a flood.
+pytestmark = [pytest.mark.e2e, pytest.mark.e2e_alone]
 
 ORDINARY = 5
 OPERATOR_METRICS_PORT = 9090

@@ -170,6 +170,7 @@ def snapshot(cluster: Cluster, namespace: str, sandbox: str) -> dict[str, Any]:
     }
 
 
+@pytest.mark.e2e_alone  # it kills the operator's leader: every other test would wait out the Lease
 def test_operator_restart_changes_nothing(cluster: Cluster, e2e_namespace: str) -> None:
     steady = unique("steady")
     cluster.claim(e2e_namespace, steady, {"sandboxTemplateRef": {"name": DEFAULT_TEMPLATE}})

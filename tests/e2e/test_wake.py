@@ -45,7 +45,8 @@ from tests.e2e.devserver import WS_SERVER
 from tests.support.controlplane import wait_for
 from tests.support.shadowctl import run
 
-pytestmark = pytest.mark.e2e
+# Alone: a held request must be served within the router's hold, a time another test's load would stretch.
+pytestmark = [pytest.mark.e2e, pytest.mark.e2e_alone]
 
 PREVIEW_DOMAIN = "preview.localhost"  # Chromium resolves every *.localhost to loopback: the port-forward
 ROUTER_SERVICE = f"{FULLNAME}-preview-router"

@@ -115,14 +115,12 @@ def complete_names(kind_name: str) -> Callable[[typer.Context, str], list[str]]:
     return complete
 
 
-NameArg = Annotated[
-    str,
-    typer.Argument(
-        help="Name of the environment.",
-        show_default=False,
-        autocompletion=complete_names("ShadowEnvironment"),
-    ),
-]
+def name_argument(kind: str, help: str) -> Any:
+    """A command's NAME argument (`Annotated[str, name_argument(...)]`), completed from the names of `kind`."""
+    return typer.Argument(help=help, show_default=False, autocompletion=complete_names(kind))
+
+
+NameArg = Annotated[str, name_argument("ShadowEnvironment", "Name of the environment.")]
 
 
 def connect() -> httpx.Client:

@@ -11,20 +11,18 @@ from rich.text import Text
 from shadow_operator.cli.common import (
     NamespaceOpt,
     OutputOpt,
-    complete_names,
     connect,
     emit,
     err,
+    name_argument,
     out,
 )
 from shadow_operator.sdk import egress, kube
 
 TargetArg = Annotated[
     str,
-    typer.Argument(
-        help="Name of the environment (with --sandbox: of the SandboxClaim, or of a Sandbox).",
-        show_default=False,
-        autocompletion=complete_names("ShadowEnvironment"),
+    name_argument(
+        "ShadowEnvironment", "Name of the environment (with --sandbox: of the SandboxClaim, or of a Sandbox)."
     ),
 ]
 app = typer.Typer(help="Egress through the gateway: its decisions for a workspace.", no_args_is_help=True)

@@ -16,12 +16,12 @@ from shadow_operator.cli.common import (
     AllowOpt,
     NamespaceOpt,
     OutputOpt,
-    complete_names,
     connect,
     emit,
     err,
     fail,
     kube_list,
+    name_argument,
     out,
     waking,
 )
@@ -34,12 +34,7 @@ from shadow_operator.sdk.runtime import RuntimeEndpoint
 from shadow_operator.sdk.sandbox import ClaimOptions, SandboxClient
 
 app = typer.Typer(help="Plain sandboxes: claim, exec, cp, preview, snapshot, delete.", no_args_is_help=True)
-ClaimArg = Annotated[
-    str,
-    typer.Argument(
-        help="Name of the SandboxClaim.", show_default=False, autocompletion=complete_names("SandboxClaim")
-    ),
-]
+ClaimArg = Annotated[str, name_argument("SandboxClaim", "Name of the SandboxClaim.")]
 
 
 @app.command()
