@@ -92,16 +92,24 @@ def create(objs: Objects, runtime: Server, name: str, command: str) -> None:
     objs.annotate(ENVIRONMENT, name, {c.ANNOTATION_UPLOAD_PREFIX + name: "sha256:test"}, V)
 
 
-def verdict(objs: Objects, name: str, timeout: float) -> dict[str, Any]:
+def status_with(
+    objs: Objects, name: str, field: str, timeout: float, check: Callable[[Any], bool] = bool
+) -> dict[str, Any]:
+    """Wait until the environment's status.<field> passes `check`; its status."""
     env = objs.wait(
         ENVIRONMENT,
         name,
-        lambda o: bool((o.get("status") or {}).get("verdict")),
+        lambda o: check((o.get("status") or {}).get(field)),
         timeout=timeout,
-        what=f"{name}'s verdict",
+        what=f"{name}'s status.{field}",
         version=V,
     )
-    result: dict[str, Any] = env["status"]["verdict"]
+    status: dict[str, Any] = env["status"]
+    return status
+
+
+def verdict(objs: Objects, name: str, timeout: float) -> dict[str, Any]:
+    result: dict[str, Any] = status_with(objs, name, "verdict", timeout)["verdict"]
     return result
 
 
@@ -404,18 +412,6 @@ def create_with_gitea(objs: Objects, name: str) -> None:
     )
 
 
-def gitea_failure(objs: Objects, name: str, timeout: float) -> dict[str, Any]:
-    env = objs.wait(
-        ENVIRONMENT,
-        name,
-        lambda o: bool((o.get("status") or {}).get("failure")),
-        timeout=timeout,
-        what=f"{name}'s failure",
-        version=V,
-    )
-    return env["status"]
-
-
 def stalled_gitea_operator(runtime: Server, stall: StallingServer, setup_timeout: int) -> Any:
     """The operator in-process, every environment's Gitea API at the stalling server (the Gitea StatefulSets'
     Pods are kwok's and serve nothing)."""
@@ -455,7 +451,7 @@ def test_a_stalled_gitea_holds_no_worker_and_fails_as_stalled(
                 assert run["kind"] == "GiteaSetup" and run["deadline"] > run["startedAt"], run
             # Each ends at its deadline in total with a code that says so, and holds nothing after.
             for tenant, name in hostile:
-                status = gitea_failure(tenant, name, timeout=120)
+                status = status_with(tenant, name, "failure", timeout=120)
                 assert status["failure"]["code"] == "GiteaStalled", status["failure"]
                 assert "did not finish within 60s in total" in status["failure"]["message"]
                 assert "giteaOperation" not in status
@@ -470,24 +466,12 @@ def test_an_operator_that_takes_over_mid_setup_carries_it_on(
     with StallingServer(period=10) as stall, contextlib.ExitStack() as stack:
         stack.enter_context(stalled_gitea_operator(runtime, stall, setup_timeout=20))
         create_with_gitea(objs, name)
-        first = objs.wait(
-            ENVIRONMENT,
-            name,
-            lambda o: bool((o.get("status") or {}).get("giteaOperation")),
-            timeout=90,
-            what=f"{name}'s Gitea setup to start",
-            version=V,
-        )["status"]["giteaOperation"]
+        first = status_with(objs, name, "giteaOperation", timeout=90)["giteaOperation"]
         stack.pop_all().close()  # stopped mid-setup
         stack.enter_context(stalled_gitea_operator(runtime, stall, setup_timeout=20))
-        taken = objs.wait(
-            ENVIRONMENT,
-            name,
-            lambda o: ((o.get("status") or {}).get("giteaOperation") or {}).get("takenOver") == 1,
-            timeout=60,
-            what=f"{name}'s Gitea setup to be taken over",
-            version=V,
-        )["status"]["giteaOperation"]
+        taken = status_with(
+            objs, name, "giteaOperation", timeout=60, check=lambda run: (run or {}).get("takenOver") == 1
+        )["giteaOperation"]
         assert [taken[k] for k in ("id", "startedAt")] == [first[k] for k in ("id", "startedAt")]
-        status = gitea_failure(objs, name, timeout=60)
+        status = status_with(objs, name, "failure", timeout=60)
         assert status["failure"]["code"] == "GiteaStalled", status["failure"]
