@@ -14,7 +14,7 @@ from shadow_operator.controllers.environment.gitea import BOOTSTRAP_ATTEMPTS, Gi
 from shadow_operator.controllers.environment.state import RETRY_SECONDS, StepFailed
 from shadow_operator.resources import environment as res
 
-from tests.support.fakes import NAMESPACE, World, environment, new_pass, settle
+from tests.support.fakes import NAMESPACE, World, environment, new_pass, settle, to_patch
 
 pytestmark = pytest.mark.unit
 
@@ -259,9 +259,14 @@ async def test_a_stalled_gitea_holds_no_pass_and_fails_with_giteastalled_at_its_
     assert failed.value.code == "GiteaStalled" and failed.value.retry == RETRY_SECONDS
     assert "did not finish within 0.2s in total" in failed.value.message
     assert state.status.gitea_operation is None
-    # Gitea answers again: the next try sets it up.
+    # Tried again in a later pass: the failure stands meanwhile, and goes once Gitea answers again.
+    state.fail(failed.value)
+    retry = new_pass(environment(spec=SPEC, status=to_patch(state.finish())))
+    with pytest.raises(StepFailed) as again:
+        await step.ready(retry, ready(sts), creds)
+    assert again.value.code == "GiteaStalled" and retry.status.gitea_operation is not None
     world.gitea.stalled = False
-    assert await settle(world, state, lambda: step.ready(state, ready(sts), creds)) is True
+    assert await settle(world, retry, lambda: step.ready(retry, ready(sts), creds)) is True
 
 
 async def test_a_call_gitea_does_not_answer_in_time_is_a_stall_at_once() -> None:

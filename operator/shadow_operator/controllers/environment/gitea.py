@@ -42,6 +42,7 @@ from shadow_operator.resources.metadata import controller_uid
 
 GITEA_SETUP: Final = "GiteaSetup"
 BOOTSTRAP_ATTEMPTS = 20  # consecutive failures of a ready Gitea before GiteaBootstrapFailed
+STICKY = ("GiteaStalled", "GiteaBootstrapFailed")  # failures that stand while the setup is tried again
 
 
 @dataclass(frozen=True)
@@ -130,9 +131,13 @@ class GiteaStep:
         raise self._setting_up(state)
 
     def _setting_up(self, state: Pass) -> StepFailed:
-        """The setup is under way (its end wakes the pass): not a failure, and the workspace side goes on."""
+        """The setup is under way (its end wakes the pass): not a failure, and the workspace side goes on; but
+        a setup that failed stays failed while it is tried again (a code that comes and goes helps no one)."""
         message = "setting up Gitea: the operator's token, organizations and repositories"
         state.set(c.COND_GITEA_READY, False, "GiteaSettingUp", message)
+        failed = state.old.failure
+        if failed is not None and failed.code in STICKY:
+            return StepFailed(failed.code, failed.code, failed.message)
         return StepFailed(None, "GiteaSettingUp", message)
 
     def _start(
@@ -185,8 +190,8 @@ class GiteaStep:
             raise StepFailed(
                 "GiteaStalled",
                 "GiteaStalled",
-                f"the setup of Gitea {why}: its Pod is Ready but its API stalls; tried again in "
-                f"{RETRY_SECONDS:g}s",
+                f"the setup of Gitea {why}: its Pod is Ready but its API stalls; the operator tries again "
+                f"every {RETRY_SECONDS:g}s",
                 retry=RETRY_SECONDS,
             ) from None
         except GiteaError as exc:
