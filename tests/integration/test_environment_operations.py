@@ -17,6 +17,11 @@ workspace (SHADOW_RUNTIME_API_URL), as test_environment_hostile_output.py does.
   namespaces each below their share). And an operator that starts again while a clone runs waits for that clone
   (the snapshot's runtime process, from status) instead of cloning a second time: one clone, one copy-in. The
   same both ways as above.
+- The setup of an environment's Gitea is an operation too (status.giteaOperation), with a deadline in total: the
+  Giteas of tenant A stall (a real TCP server that accepts and answers a byte every 10 s), and an environment of
+  another namespace still gets its verdict promptly (before: A's four setups held all four workers, each call
+  for up to 120 s); A's environments end with the failure code GiteaStalled. An operator that starts again in
+  the middle of a setup carries it on under the same id.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from tests.support.sandbox_operator import (
     install_crds,
     template_body,
 )
+from tests.support.stalling import StallingServer
 from tests.support.volumes import bind_volumes
 
 pytestmark = pytest.mark.integration
@@ -86,16 +92,24 @@ def create(objs: Objects, runtime: Server, name: str, command: str) -> None:
     objs.annotate(ENVIRONMENT, name, {c.ANNOTATION_UPLOAD_PREFIX + name: "sha256:test"}, V)
 
 
-def verdict(objs: Objects, name: str, timeout: float) -> dict[str, Any]:
+def status_with(
+    objs: Objects, name: str, field: str, timeout: float, check: Callable[[Any], bool] = bool
+) -> dict[str, Any]:
+    """Wait until the environment's status.<field> passes `check`; its status."""
     env = objs.wait(
         ENVIRONMENT,
         name,
-        lambda o: bool((o.get("status") or {}).get("verdict")),
+        lambda o: check((o.get("status") or {}).get(field)),
         timeout=timeout,
-        what=f"{name}'s verdict",
+        what=f"{name}'s status.{field}",
         version=V,
     )
-    result: dict[str, Any] = env["status"]["verdict"]
+    status: dict[str, Any] = env["status"]
+    return status
+
+
+def verdict(objs: Objects, name: str, timeout: float) -> dict[str, Any]:
+    result: dict[str, Any] = status_with(objs, name, "verdict", timeout)["verdict"]
     return result
 
 
@@ -377,3 +391,86 @@ def test_an_operator_that_takes_over_mid_clone_waits_for_that_clone(
         objs.namespace, field_selector=f"involvedObject.name={name}"
     ).items
     assert sum(e.count or 1 for e in events if e.reason == "SourceCopied") == 1
+
+
+# --- Gitea's setup as an operation ------------------------------------------------------------------------
+
+
+def create_with_gitea(objs: Objects, name: str) -> None:
+    """An environment with its Gitea (the operator's setup of it is what stalls), its upload not sent yet."""
+    objs.create(
+        ENVIRONMENT,
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "workspace": {"size": "1Gi"},
+                "sources": [{"name": name, "repo": f"hostile/{name}", "upload": {}}],
+                "verify": {"enabled": False},
+            },
+        },
+        version=V,
+    )
+
+
+def stalled_gitea_operator(runtime: Server, stall: StallingServer, setup_timeout: int) -> Any:
+    """The operator in-process, every environment's Gitea API at the stalling server (the Gitea StatefulSets'
+    Pods are kwok's and serve nothing)."""
+    return in_process_operator(
+        SHADOW_RUNTIME_API_URL=runtime.url,
+        SHADOW_GITEA_API_URL=stall.url,
+        SHADOW_GITEA_IMAGE="gitea:test",
+        SHADOW_GITEA_SETUP_TIMEOUT=str(setup_timeout),
+    )
+
+
+def test_a_stalled_gitea_holds_no_worker_and_fails_as_stalled(
+    objs: Objects, runtime: Server, tmp_path: Path
+) -> None:
+    objs.create(TEMPLATE, template_body("workspace"))
+    bind_volumes(objs, ["workspace-victim"], tmp_path)
+    # A byte every 10 s: below httpx's 30 s read timeout, so only a deadline in total ends a call (the client's
+    # own per call is 120 s).
+    with StallingServer(period=10) as stall, other_namespaces(objs, 2) as (a1, a2):
+        hostile = [(a1, "g1-0"), (a1, "g1-1"), (a1, "g1-2"), (a2, "g2-0")]
+        for tenant, name in hostile:
+            bind_volumes(tenant, [f"workspace-{name}"], tmp_path, prefix=f"t-{uuid.uuid4().hex[:12]}")
+        with stalled_gitea_operator(runtime, stall, setup_timeout=60):
+            for tenant, name in hostile:
+                create_with_gitea(tenant, name)
+            wait_for(lambda: stall.connections >= 4, timeout=90, what="tenant A's four Gitea setups to start")
+            # Before: each setup was awaited in a worker, every call for up to 120 s, and these four held all
+            # four workers (three of g1's namespace, its share, and g2's one): the victim, in a third
+            # namespace, waited minutes for each of its passes.
+            create(objs, runtime, "victim", "echo verified")
+            result = verdict(objs, "victim", timeout=45)
+            assert result["result"] == "PASS", result
+            for tenant, name in hostile:
+                env = tenant.get(ENVIRONMENT, name, V)
+                assert env is not None and "failure" not in env["status"], env["status"]
+                run = env["status"]["giteaOperation"]
+                assert run["kind"] == "GiteaSetup" and run["deadline"] > run["startedAt"], run
+            # Each ends at its deadline in total with a code that says so.
+            for tenant, name in hostile:
+                status = status_with(tenant, name, "failure", timeout=120)
+                assert status["failure"]["code"] == "GiteaStalled", status["failure"]
+                assert "did not finish within 60s in total" in status["failure"]["message"]
+
+
+def test_an_operator_that_takes_over_mid_setup_carries_it_on(
+    objs: Objects, runtime: Server, tmp_path: Path
+) -> None:
+    objs.create(TEMPLATE, template_body("workspace"))
+    name = "gitea-restart"
+    bind_volumes(objs, [f"workspace-{name}"], tmp_path)
+    with StallingServer(period=10) as stall, contextlib.ExitStack() as stack:
+        stack.enter_context(stalled_gitea_operator(runtime, stall, setup_timeout=20))
+        create_with_gitea(objs, name)
+        first = status_with(objs, name, "giteaOperation", timeout=90)["giteaOperation"]
+        stack.pop_all().close()  # stopped mid-setup
+        stack.enter_context(stalled_gitea_operator(runtime, stall, setup_timeout=20))
+        taken = status_with(
+            objs, name, "giteaOperation", timeout=60, check=lambda run: (run or {}).get("takenOver") == 1
+        )["giteaOperation"]
+        assert [taken[k] for k in ("id", "startedAt")] == [first[k] for k in ("id", "startedAt")]
+        status = status_with(objs, name, "failure", timeout=60)
+        assert status["failure"]["code"] == "GiteaStalled", status["failure"]

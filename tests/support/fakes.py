@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import itertools
 import re
@@ -238,6 +239,7 @@ class FakeGitea:
         self.branches: dict[str, str] = {}  # "org/repo@branch" -> commit
         self.tokens: list[str] = []
         self.fail_with: GiteaError | None = None
+        self.stalled = False  # every call waits for ever (a real one: tests/integration, StallingServer)
         self.opened: list[dict[str, Any]] = []
 
     def open(
@@ -257,39 +259,41 @@ class _GiteaClient:
     async def __aexit__(self, *_: object) -> None:
         return None
 
-    def _check(self) -> None:
+    async def _check(self) -> None:
+        if self.server.stalled:
+            await asyncio.Event().wait()
         if self.server.fail_with is not None:
             raise self.server.fail_with
 
     async def whoami(self) -> dict[str, Any]:
-        self._check()
+        await self._check()
         if self.token not in self.server.tokens:
             raise GiteaError("whoami", 401, "unauthorized")
         return {"login": "shadow-admin"}
 
     async def create_token(self) -> str:
-        self._check()
+        await self._check()
         token = f"token-{len(self.server.tokens) + 1}"
         self.server.tokens.append(token)
         return token
 
     async def ensure_org(self, org: str) -> bool:
-        self._check()
+        await self._check()
         new = org not in self.server.orgs
         self.server.orgs.add(org)
         return new
 
     async def ensure_repo(self, org: str, repo: str) -> tuple[dict[str, Any], bool]:
-        self._check()
+        await self._check()
         new = f"{org}/{repo}" not in self.server.repos
         self.server.repos.add(f"{org}/{repo}")
         return {}, new
 
     async def set_default_branch(self, org: str, repo: str, branch: str) -> None:
-        self._check()
+        await self._check()
 
     async def branch_commit(self, org: str, repo: str, branch: str) -> str | None:
-        self._check()
+        await self._check()
         return self.server.branches.get(f"{org}/{repo}@{branch}")
 
 
@@ -349,18 +353,22 @@ def new_pass(env: ShadowEnvironment, now: datetime = FIXED_NOW) -> Pass:
 
 
 async def settle(world: World, state: Pass, step: Callable[[], Awaitable[T]]) -> T:
-    """Run `step` on `state`, and again each time it left an operation under way in status.operation, once the
-    operation ended (what the pass its end wakes does); its last answer."""
+    """Run `step` on `state`, and again each time it left an operation under way in status.operation (or
+    status.giteaOperation), once the operation ended (what the pass its end wakes does); its last answer."""
     while True:
         try:
             answer = await step()
         except StepFailed:
-            if state.status.operation is None:
+            if not _under_way(state):
                 raise
         else:
-            if state.status.operation is None:
+            if not _under_way(state):
                 return answer
         await world.deps.operations.settled()
+
+
+def _under_way(state: Pass) -> bool:
+    return state.status.operation is not None or state.status.gitea_operation is not None
 
 
 # ---------------------------------------------------------------------------------------- the API server

@@ -70,3 +70,26 @@ async def test_an_operation_past_its_deadline_ends_with_a_timeout_and_stop_cance
     ops.start(("a", "other"), "CloneCopy", lambda: asyncio.sleep(60), timeout=120)
     await asyncio.wait_for(ops.stop(), 5)
     assert ops.under_way() == 0
+
+
+async def test_an_operation_without_a_slot_runs_while_every_slot_is_held() -> None:
+    """Gitea's setup takes no slot (its deadline bounds it): a namespace whose slots are all held, by its own
+    stalled work, still gets it run, and it ends at its deadline."""
+    ops = Operations(lambda key, delay: None, total=1, per_namespace=1)
+    release = asyncio.Event()
+    ops.start(("a", "busy"), "CopyIn", release.wait, timeout=10)
+    ran: list[str] = []
+
+    async def setup() -> None:
+        ran.append("setup")
+        await asyncio.Event().wait()  # a peer that never answers
+
+    op = ops.start(("a", "env"), "GiteaSetup", setup, timeout=0.05, slot=False)
+    assert not ops.waiting(("a", "env"), "GiteaSetup")
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert ran == ["setup"]
+    release.set()
+    await ops.settled()
+    seen = ops.look(("a", "env"), "GiteaSetup", op)
+    assert isinstance(seen, Outcome) and isinstance(seen.error, TimeoutError)

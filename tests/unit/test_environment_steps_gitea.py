@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+from datetime import UTC, datetime
+
 import pytest
 from shadow_operator.api import constants as c
 from shadow_operator.api.kinds import NETWORK_POLICY, POD, SECRET, SERVICE, STATEFUL_SET
-from shadow_operator.clients.gitea import GiteaError
+from shadow_operator.clients.gitea import GiteaError, GiteaTimedOut
+from shadow_operator.controllers.config import Config
 from shadow_operator.controllers.environment.gitea import BOOTSTRAP_ATTEMPTS, GiteaStep
-from shadow_operator.controllers.environment.state import StepFailed
+from shadow_operator.controllers.environment.state import RETRY_SECONDS, StepFailed
 from shadow_operator.resources import environment as res
 
-from tests.support.fakes import NAMESPACE, World, environment, new_pass
+from tests.support.fakes import NAMESPACE, World, environment, new_pass, settle, to_patch
 
 pytestmark = pytest.mark.unit
 
@@ -96,7 +100,16 @@ async def test_starting_then_bootstrapped_with_a_token_orgs_and_repos() -> None:
     assert state.conditions.items()[0].reason == "GiteaStarting"
     assert state.status.timings is None
 
+    # The setup is an operation: the pass that starts it goes on without Gitea (the workspace side)...
+    with pytest.raises(StepFailed) as pending:
+        await step.ready(state, ready(sts), creds)
+    assert pending.value.code is None and pending.value.reason == "GiteaSettingUp"
+    run = state.status.gitea_operation
+    assert run is not None and run.kind == "GiteaSetup" and run.deadline > run.started_at
+    # ... and the pass its end wakes reads how it ended.
+    await world.deps.operations.settled()
     assert await step.ready(state, ready(sts), creds) is True
+    assert state.status.gitea_operation is None
     assert state.is_true(c.COND_GITEA_READY)
     assert world.gitea.orgs == {"acme", "x"} and world.gitea.repos == {"acme/app"}
     assert creds[c.GITEA_SECRET_TOKEN] == "token-1"  # stored into the Secret by a patch
@@ -114,7 +127,8 @@ async def test_a_token_gitea_no_longer_knows_is_replaced() -> None:
     step = GiteaStep(world.deps)
     sts, creds = await step.children(new_pass(env))
     creds[c.GITEA_SECRET_TOKEN] = "from-a-lost-volume"
-    assert await step.ready(new_pass(env), ready(sts), creds) is True
+    state = new_pass(env)
+    assert await settle(world, state, lambda: step.ready(state, ready(sts), creds)) is True
     assert creds[c.GITEA_SECRET_TOKEN] == "token-1"
 
 
@@ -123,17 +137,18 @@ async def test_bootstrap_failures_retry_then_fail_with_the_password_redacted() -
     step = GiteaStep(world.deps)
     sts, creds = await step.children(new_pass(env))
     world.gitea.fail_with = GiteaError("create token", 500, f"boom {creds[c.GITEA_SECRET_PASSWORD]}")
+    state = new_pass(env)
     for _ in range(BOOTSTRAP_ATTEMPTS - 1):
         with pytest.raises(StepFailed) as failed:
-            await step.ready(new_pass(env), ready(sts), creds)
+            await settle(world, state, lambda: step.ready(state, ready(sts), creds))
         assert failed.value.code is None and failed.value.reason == "GiteaBootstrapRetrying"
     with pytest.raises(StepFailed) as failed:
-        await step.ready(new_pass(env), ready(sts), creds)
+        await settle(world, state, lambda: step.ready(state, ready(sts), creds))
     assert failed.value.code == "GiteaBootstrapFailed"
     assert creds[c.GITEA_SECRET_PASSWORD] not in failed.value.message
     # A success resets the count; forgetting the environment does too.
     world.gitea.fail_with = None
-    assert await step.ready(new_pass(env), ready(sts), creds) is True
+    assert await settle(world, state, lambda: step.ready(state, ready(sts), creds)) is True
     step.forget((NAMESPACE, "demo"))
 
 
@@ -187,7 +202,7 @@ async def test_a_new_gitea_pod_that_lost_the_data_gets_the_sources_pushed_again(
     world.gitea.branches["acme/app@main"] = "c" * 40  # the copy-in pushed it
     world.cache.store(POD).upsert(running_pod(sts, "pod-1"))
     state = new_pass(env)
-    assert await step.ready(state, ready(sts), creds) is True
+    assert await settle(world, state, lambda: step.ready(state, ready(sts), creds)) is True
     assert state.status.gitea_pod_uid == "pod-1" and state.status.sources
     # The same Pod: nothing to check. The data is there: nothing lost either.
     opened = len(world.gitea.opened)
@@ -197,7 +212,7 @@ async def test_a_new_gitea_pod_that_lost_the_data_gets_the_sources_pushed_again(
     # The Pod is replaced (rescheduled) and its emptyDir with it: a Gitea that knows nothing.
     world.gitea.tokens, world.gitea.orgs, world.gitea.repos, world.gitea.branches = [], set(), set(), {}
     world.cache.store(POD).upsert(running_pod(sts, "pod-2"))
-    assert await step.ready(state, ready(sts), creds) is True
+    assert await settle(world, state, lambda: step.ready(state, ready(sts), creds)) is True
     assert state.status.gitea_pod_uid == "pod-2"
     assert creds[c.GITEA_SECRET_TOKEN] == "token-1" and world.gitea.repos == {"acme/app"}
     # The copy-in step pushes what status.sources no longer lists.
@@ -215,9 +230,93 @@ async def test_a_new_gitea_pod_with_its_data_loses_nothing() -> None:
     world.gitea.branches["acme/app@main"] = "c" * 40
     world.cache.store(POD).upsert(running_pod(sts, "pod-1"))
     state = new_pass(env)
-    assert await step.ready(state, ready(sts), creds) is True
+    assert await settle(world, state, lambda: step.ready(state, ready(sts), creds)) is True
     world.cache.store(POD).upsert(running_pod(sts, "pod-2"))
-    assert await step.ready(state, ready(sts), creds) is True
+    assert await settle(world, state, lambda: step.ready(state, ready(sts), creds)) is True
     assert [s.name for s in state.status.sources or ()] == ["app"]
     assert state.status.gitea_pod_uid == "pod-2"
     assert "GiteaDataLost" not in world.recorder.reasons()
+
+
+async def test_a_stalled_gitea_holds_no_pass_and_fails_with_giteastalled_at_its_deadline() -> None:
+    """Before, the bootstrap was awaited in the pass: a Gitea that accepts and never answers held the reconcile
+    worker (here: the pass never returned)."""
+    world = World(Config(SHADOW_GITEA_SETUP_TIMEOUT="0.2"))
+    env = environment(spec=SPEC)
+    step = GiteaStep(world.deps)
+    sts, creds = await step.children(new_pass(env))
+    world.gitea.stalled = True
+    state = new_pass(env)
+    with pytest.raises(StepFailed) as pending:
+        await asyncio.wait_for(step.ready(state, ready(sts), creds), 1.0)
+    assert pending.value.reason == "GiteaSettingUp"
+    assert state.conditions.find(c.COND_GITEA_READY).reason == "GiteaSettingUp"  # type: ignore[union-attr]
+    # A pass while it runs only looks.
+    with pytest.raises(StepFailed):
+        await asyncio.wait_for(step.ready(state, ready(sts), creds), 1.0)
+    with pytest.raises(StepFailed) as failed:
+        await settle(world, state, lambda: step.ready(state, ready(sts), creds))
+    assert failed.value.code == "GiteaStalled" and failed.value.retry == RETRY_SECONDS
+    assert "did not finish within 0.2s in total" in failed.value.message
+    assert state.status.gitea_operation is None
+    # Tried again in a later pass: the failure stands meanwhile, and goes once Gitea answers again.
+    state.fail(failed.value)
+    retry = new_pass(environment(spec=SPEC, status=to_patch(state.finish())))
+    with pytest.raises(StepFailed) as again:
+        await step.ready(retry, ready(sts), creds)
+    assert again.value.code == "GiteaStalled" and retry.status.gitea_operation is not None
+    world.gitea.stalled = False
+    assert await settle(world, retry, lambda: step.ready(retry, ready(sts), creds)) is True
+
+
+async def test_a_call_gitea_does_not_answer_in_time_is_a_stall_at_once() -> None:
+    world, env = World(), environment(spec=SPEC)
+    step = GiteaStep(world.deps)
+    sts, creds = await step.children(new_pass(env))
+    world.gitea.fail_with = GiteaTimedOut("create token", 0, "ReadTimeout: timed out")
+    state = new_pass(env)
+    with pytest.raises(StepFailed) as failed:
+        await settle(world, state, lambda: step.ready(state, ready(sts), creds))
+    assert failed.value.code == "GiteaStalled" and "stopped answering" in failed.value.message
+
+
+async def test_an_operator_that_takes_over_carries_the_setup_on_under_its_id() -> None:
+    world = World()
+    started = datetime(2026, 1, 1, 0, 0, 5, tzinfo=UTC)
+    run = {
+        "kind": "GiteaSetup",
+        "id": "before",
+        "startedAt": "2026-01-01T00:00:05Z",
+        "deadline": "2026-01-01T00:02:05Z",
+    }
+    env = environment(spec=SPEC, status={"giteaOperation": run})
+    step = GiteaStep(world.deps)
+    sts, creds = await step.children(new_pass(env))
+    state = new_pass(env)
+    with pytest.raises(StepFailed):
+        await step.ready(state, ready(sts), creds)
+    taken = state.status.gitea_operation
+    assert taken is not None and (taken.id, taken.started_at, taken.taken_over) == ("before", started, 1)
+    assert await settle(world, state, lambda: step.ready(state, ready(sts), creds)) is True
+    assert world.gitea.repos == {"acme/app"} and len(world.gitea.tokens) == 1
+
+
+async def test_a_setup_of_a_pod_since_replaced_is_not_taken_for_the_new_one() -> None:
+    world = World()
+    step = GiteaStep(world.deps)
+    env = environment(spec=SPEC)
+    sts, creds = await step.children(new_pass(env))
+    world.cache.store(POD).upsert(running_pod(sts, "pod-1"))
+    state = new_pass(env)
+    with pytest.raises(StepFailed):
+        await step.ready(state, ready(sts), creds)
+    first = state.status.gitea_operation
+    await world.deps.operations.settled()
+    world.cache.store(POD).upsert(running_pod(sts, "pod-2"))  # replaced while it was set up
+    with pytest.raises(StepFailed) as pending:
+        await step.ready(state, ready(sts), creds)
+    assert pending.value.reason == "GiteaSettingUp"
+    again = state.status.gitea_operation
+    assert first is not None and again is not None and again.id != first.id
+    assert await settle(world, state, lambda: step.ready(state, ready(sts), creds)) is True
+    assert state.status.gitea_pod_uid == "pod-2"

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from shadow_operator.api import constants as c
 from shadow_operator.clients.runtime import ExecutionResult
+from shadow_operator.controllers.environment import verify as verify_step
 from shadow_operator.controllers.environment.state import Pass, StepFailed
 from shadow_operator.controllers.environment.verify import VerifyStep
 from shadow_operator.resources import copyin
@@ -107,3 +110,19 @@ async def test_unreachable_runtime_is_a_wait() -> None:
     with pytest.raises(StepFailed) as failed:
         await VerifyStep(world.deps).verify(new_pass(env_with({}, gitea=False)))
     assert failed.value.code is None and failed.value.reason == "RuntimeUnreachable"
+
+
+async def test_a_stalled_gitea_fails_its_check_within_the_deadline_instead_of_holding_the_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before, the check of Gitea's branch waited in the pass for the Gitea client's own deadline, 120 s a call."""
+    world = World()
+    world.gitea.stalled = True
+    world.runtime(URL).answers = [(copyin.DETECT_PROJECT, result(0, f"{copyin.RESULT_MARKER} other"))]
+    state = new_pass(env_with({}))
+    monkeypatch.setattr(verify_step, "GITEA_CHECK_SECONDS", 0.1)
+    await asyncio.wait_for(verify(world, state), 2.0)
+    verdict = state.status.verdict
+    assert verdict is not None
+    (check,) = [ch for ch in verdict.evidence["sourceVerification"].checks if "Gitea" in ch.name]
+    assert not check.passed and check.detail == "Gitea stalled: no answer within 0.1s in total"

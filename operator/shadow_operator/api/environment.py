@@ -61,9 +61,10 @@ FailureCode = Literal[
     "CopyFailed",
     "RuntimeStalled",
     "AutoSuspendPolicyRefused",
+    "GiteaStalled",
 ]
 CloneMethod = Literal["Snapshot", "Copy"]
-OperationKind = Literal["CopyIn", "CloneCopy", "Push"]
+OperationKind = Literal["CopyIn", "CloneCopy", "Push", "GiteaSetup"]
 Category = Literal["sourceVerification", "installationHealth", "codeExecution"]
 
 
@@ -544,12 +545,14 @@ class VerifyRun(ApiModel):
 
 class OperationRun(ApiModel):
     """Long work under way for the environment, off the operator's workers: a source's copy-in (CopyIn), a
-    fork's copy between the runtimes (CloneCopy) or the answer to a push request (Push). The operator that started
-    it reads its outcome when it ends; one that takes over (a restart, a leader change) finds an operation it does
-    not run: a copy-in's snapshot running in the workspace is waited for, not started again; a fork's copy is
-    started again (it overwrites the same files); a push is not run twice but answered as interrupted."""
+    fork's copy between the runtimes (CloneCopy), the answer to a push request (Push) or the setup of its Gitea
+    (GiteaSetup, in status.giteaOperation). The operator that started it reads its outcome when it ends; one that
+    takes over (a restart, a leader change) finds an operation it does not run: a copy-in's snapshot running in
+    the workspace is waited for, not started again; a fork's copy is started again (it overwrites the same files);
+    a push is not run twice but answered as interrupted; Gitea's setup is carried on under the same id (each of
+    its steps leaves alone what exists)."""
 
-    kind: OperationKind = Field(description="What runs: CopyIn, CloneCopy or Push.")
+    kind: OperationKind = Field(description="What runs: CopyIn, CloneCopy, Push or GiteaSetup.")
     id: str = Field(description="The operator's id of the operation.")
     source: str | None = Field(default=None, description="A copy-in's source.")
     request: str | None = Field(default=None, description="A push: the id of the request it answers.")
@@ -757,6 +760,12 @@ class ShadowEnvironmentStatus(ApiModel):
     verify_run: VerifyRun | None = Field(default=None, description="The verification under way, if any.")
     operation: OperationRun | None = Field(
         default=None, description="The copy-in, fork copy or push under way, if any."
+    )
+    gitea_operation: OperationRun | None = Field(
+        default=None,
+        description="The setup of the environment's Gitea under way (its token, organizations and "
+        "repositories, and the check for snapshots it lost), if any. Apart from status.operation: the workspace "
+        "side of the copy-in runs meanwhile.",
     )
     last_push: PushStatus | None = Field(
         default=None, description="The answer to the last shadow.dev/push-request annotation."

@@ -24,6 +24,10 @@ class GiteaError(Exception):
         self.status = status
 
 
+class GiteaTimedOut(GiteaError):
+    """A call that Gitea did not answer in time (a read, or the whole answer): it accepts but stalls."""
+
+
 @dataclass(frozen=True)
 class Repository:
     owner: str
@@ -80,10 +84,12 @@ class Gitea:
         try:
             async with asyncio.timeout(self.call_deadline):
                 resp = await self._http.request(method, path, **kw)
+        except httpx.TimeoutException as exc:
+            raise GiteaTimedOut(what, 0, f"{type(exc).__name__}: {exc}") from None
         except httpx.HTTPError as exc:
             raise GiteaError(what, 0, f"{type(exc).__name__}: {exc}") from None
         except TimeoutError:
-            raise GiteaError(what, 0, f"no whole answer within {self.call_deadline:g}s") from None
+            raise GiteaTimedOut(what, 0, f"no whole answer within {self.call_deadline:g}s") from None
         if resp.status_code not in ok:
             try:
                 message = str(resp.json().get("message") or resp.text)

@@ -155,6 +155,8 @@ class Config(BaseModel):
     # Where the operator reaches an environment's Gitea API; default: its in-cluster Service. Set it when the
     # operator runs outside the cluster (with a port-forward) or in tests against a Gitea on loopback.
     gitea_api_url: str | None = Field(None, validation_alias="SHADOW_GITEA_API_URL")
+    # The setup of an environment's Gitea (controllers/environment/gitea.py), in total: past it, GiteaStalled.
+    gitea_setup_timeout: float = Field(120.0, gt=0, validation_alias="SHADOW_GITEA_SETUP_TIMEOUT")
     # Likewise for workspace runtimes (default: each workspace's status.runtimeURL): one runtime on loopback
     # answering for every workspace, for an operator outside the cluster or tests without a kubelet.
     runtime_api_url: str | None = Field(None, validation_alias="SHADOW_RUNTIME_API_URL")

@@ -5,6 +5,8 @@ the id it is given in the object's status, and returns; when the operation ends,
 a later pass reads the outcome (`look`). Operations take slots first: at most `total` run at once and at most
 `per_namespace` of one namespace (clients/pacing.py's `Slots`, the namespace's gate before the shared one), so a
 tenant's long copy-ins wait for each other instead of for every worker, and another tenant's object is served.
+An operation that only waits on a peer, bounded by its own deadline (a few small calls to an environment's
+Gitea), may run without a slot (`slot=False`): a stalled peer then holds nothing another object needs.
 
 The operations live in this process only. An operator that starts again, or a new leader, finds an id in
 status that `look` does not know (`None`): the reconciler then starts an idempotent operation again, and answers
@@ -77,15 +79,16 @@ class Operations:
         *,
         timeout: float,
         operation_id: str | None = None,
+        slot: bool = True,
     ) -> str:
-        """Run `work()` in the background (at most `timeout` seconds once it holds a slot), replacing the
-        object's operation of this name (a running one is cancelled); its id, for status (`operation_id`: one
-        taken over from status, else a new one)."""
+        """Run `work()` in the background (at most `timeout` seconds once it holds a slot; without one when not
+        `slot`), replacing the object's operation of this name (a running one is cancelled); its id, for status
+        (`operation_id`: one taken over from status, else a new one)."""
         self._drop(key, name)
         entry = _Entry(id=operation_id or secrets.token_hex(8))
         self._entries[(key, name)] = entry
         entry.task = asyncio.get_running_loop().create_task(
-            self._run(key, name, entry, work, timeout), name=f"operation {name} {key[0]}/{key[1]}"
+            self._run(key, name, entry, work, timeout, slot), name=f"operation {name} {key[0]}/{key[1]}"
         )
         return entry.id
 
@@ -130,12 +133,18 @@ class Operations:
             entry.task.cancel()
 
     async def _run(
-        self, key: Key, name: str, entry: _Entry, work: Callable[[], Awaitable[Any]], timeout: float
+        self,
+        key: Key,
+        name: str,
+        entry: _Entry,
+        work: Callable[[], Awaitable[Any]],
+        timeout: float,
+        slot: bool,
     ) -> None:
         outcome = Outcome()
-        entry.waiting = True
+        entry.waiting = slot
         try:
-            async with self._slots.hold(key[0]):
+            async with self._slots.hold(key[0]) if slot else contextlib.nullcontext():
                 entry.waiting = False
                 async with asyncio.timeout(timeout):
                     outcome.value = await work()

@@ -87,7 +87,7 @@ SEED_FAILURE_REASONS: Mapping[str, str] = {
         (
             "Unschedulable", "StorageUnavailable", "SourceFetchFailed", "GiteaBootstrapFailed", "Timeout",
             "CloneSourceNotFound", "SnapshotUnsupported", "SnapshotFailed", "SnapshotTimeout", "CopyFailed",
-            "RuntimeStalled",
+            "RuntimeStalled", "GiteaStalled",
             "AutoSuspendPolicyRefused",
         ),
         "create_failed",

@@ -4,26 +4,57 @@ source.
 
 Gitea's data is on an emptyDir unless spec.gitea.persistence.enabled, so a new Gitea Pod may start empty: the
 bootstrap runs again for every new Pod (status.giteaPodUID), and a copied-in source whose snapshot branch
-Gitea no longer has is dropped from status.sources, for the copy-in step to push it again."""
+Gitea no longer has is dropped from status.sources, for the copy-in step to push it again.
+
+The bootstrap is an operation (engine/operations.py), recorded in status.giteaOperation: each environment's
+Gitea runs in its tenant's namespace, where the tenant can reach it and may slow it to a trickle, so no worker
+awaits it. It has a deadline in total (the chart's gitea.setupTimeoutSeconds) and no slot; past the deadline,
+or when a call gets no answer in time, the environment fails with GiteaStalled and it is tried again. An
+operator that takes over (a restart, a leader change) carries it on under the same id: its steps leave alone
+what exists."""
 
 from __future__ import annotations
 
 import secrets
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Final
 
 from shadow_operator.api import constants as c
+from shadow_operator.api.environment import OperationRun
 from shadow_operator.api.kinds import POD, SECRET, STATEFUL_SET
 from shadow_operator.api.models import ObjectMeta
-from shadow_operator.clients.gitea import GiteaError
+from shadow_operator.clients.gitea import GiteaError, GiteaTimedOut
 from shadow_operator.common.sources import SourcePlan
-from shadow_operator.controllers.environment.state import Pass, Ports, StepFailed, plans, secret_data
+from shadow_operator.controllers.environment.state import (
+    RETRY_SECONDS,
+    Pass,
+    Ports,
+    StepFailed,
+    plans,
+    secret_data,
+)
+from shadow_operator.engine import Outcome, Running
 from shadow_operator.engine.cache import Body, Key
 from shadow_operator.resources import copyin, gitea_policy
 from shadow_operator.resources import environment as res
 from shadow_operator.resources.metadata import controller_uid
 
-RETRY_SECONDS = 30.0
+GITEA_SETUP: Final = "GiteaSetup"
 BOOTSTRAP_ATTEMPTS = 20  # consecutive failures of a ready Gitea before GiteaBootstrapFailed
+STICKY = ("GiteaStalled", "GiteaBootstrapFailed")  # failures that stand while the setup is tried again
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What a setup of Gitea did, for the pass that reads it: for which generation and Gitea Pod, the token,
+    what it created, and the copied-in sources whose snapshot branch Gitea lost."""
+
+    generation: int | None
+    pod_uid: str | None
+    token: str
+    created: list[str]
+    lost: list[str]
 
 
 class GiteaStep:
@@ -58,7 +89,9 @@ class GiteaStep:
         return secret_data(secret)
 
     async def ready(self, state: Pass, sts: Body, creds: dict[str, str]) -> bool:
-        """Whether Gitea is up and bootstrapped for this generation; bootstraps it when it just came up."""
+        """Whether Gitea is up and set up for this generation and Pod. Once its Pod is Ready the setup is started
+        as an operation; while it is under way this raises StepFailed without a code (GiteaSettingUp), and the
+        pass its end wakes reads how it ended."""
         env = state.env
         key = (env.namespace, env.name)
         pod = self.deps.cache.store(POD).get(env.namespace, f"{sts['metadata']['name']}-0")
@@ -81,9 +114,86 @@ class GiteaStep:
             and (pod_uid is None or pod_uid == state.status.gitea_pod_uid)
         ):
             return True
+        run = state.status.gitea_operation
+        if run is not None:
+            seen = self.deps.operations.look(key, GITEA_SETUP, run.id)
+            if isinstance(seen, Running):
+                raise self._setting_up(state)
+            if isinstance(seen, Outcome):
+                state.status.gitea_operation = None  # set explicitly: the status patch clears it
+                setup = self._outcome(state, seen, creds)
+                if setup.generation == env.metadata.generation and setup.pod_uid == pod_uid:
+                    self._conclude(state, setup, creds)
+                    return True
+                run = None  # it set up a spec or a Pod since replaced: again, for these
+            # None: an operator before this one started it; carried on under its id (each step is idempotent).
+        self._start(state, creds, pod_uid, taken_over=run)
+        raise self._setting_up(state)
+
+    def _setting_up(self, state: Pass) -> StepFailed:
+        """The setup is under way (its end wakes the pass): not a failure, and the workspace side goes on; but
+        a setup that failed stays failed while it is tried again (a code that comes and goes helps no one)."""
+        message = "setting up Gitea: the operator's token, organizations and repositories"
+        state.set(c.COND_GITEA_READY, False, "GiteaSettingUp", message)
+        failed = state.old.failure
+        if failed is not None and failed.code in STICKY:
+            return StepFailed(failed.code, failed.code, failed.message)
+        return StepFailed(None, "GiteaSettingUp", message)
+
+    def _start(
+        self, state: Pass, creds: dict[str, str], pod_uid: str | None, *, taken_over: OperationRun | None
+    ) -> None:
+        """Run the setup as an operation (engine/operations.py), recorded in status.giteaOperation. It takes no
+        slot: it is a few small calls to this environment's own Gitea, bounded in total by its deadline, so a
+        Gitea that stalls (its tenant can reach it) holds no worker or slot that anyone else needs."""
+        env, deps = state.env, self.deps
+        generation = env.metadata.generation
         copied = {s.name: s.branch for s in state.status.sources or ()}
+        planned = plans(state)
+        given = dict(creds)
+
+        async def work() -> Setup:
+            created, lost, token = await self._bootstrap(state, given, planned, copied)
+            return Setup(generation, pod_uid, token, created, lost)
+
+        timeout = deps.config.gitea_setup_timeout
+        now = state.now()
+        state.status.gitea_operation = OperationRun(
+            kind=GITEA_SETUP,
+            id=deps.operations.start(
+                (env.namespace, env.name),
+                GITEA_SETUP,
+                work,
+                timeout=timeout,
+                operation_id=taken_over.id if taken_over is not None else None,
+                slot=False,
+            ),
+            # One taken over keeps its id and when it started; its deadline is this operator's.
+            started_at=taken_over.started_at if taken_over is not None else now.replace(microsecond=0),
+            deadline=(now + timedelta(seconds=timeout)).replace(microsecond=0),
+            taken_over=(taken_over.taken_over or 0) + 1 if taken_over is not None else None,
+        )
+
+    def _outcome(self, state: Pass, seen: Outcome, creds: dict[str, str]) -> Setup:
+        """The setup that ended, or its failure as a StepFailed: a stall (its deadline, or a call Gitea did not
+        answer in time) at once with GiteaStalled; other errors of a ready Gitea as GiteaBootstrapFailed once
+        they happened BOOTSTRAP_ATTEMPTS times in a row."""
+        key = (state.env.namespace, state.env.name)
         try:
-            created, lost = await self._bootstrap(state, creds, plans(state), copied)
+            setup: Setup = seen.result()
+        except (TimeoutError, GiteaTimedOut) as exc:
+            why = (
+                f"did not finish within {self.deps.config.gitea_setup_timeout:g}s in total"
+                if isinstance(exc, TimeoutError)
+                else f"stopped answering ({copyin.redact(str(exc), creds.values())})"
+            )
+            raise StepFailed(
+                "GiteaStalled",
+                "GiteaStalled",
+                f"the setup of Gitea {why}: its Pod is Ready but its API stalls; the operator tries again "
+                f"every {RETRY_SECONDS:g}s",
+                retry=RETRY_SECONDS,
+            ) from None
         except GiteaError as exc:
             failures = self._failures.get(key, 0) + 1
             self._failures[key] = failures
@@ -97,9 +207,16 @@ class GiteaStep:
                 ) from None
             raise StepFailed(None, "GiteaBootstrapRetrying", f"setting up Gitea: {message}") from None
         self._failures.pop(key, None)
-        if pod_uid is not None:
-            state.status.gitea_pod_uid = pod_uid
+        return setup
+
+    def _conclude(self, state: Pass, setup: Setup, creds: dict[str, str]) -> None:
+        """Gitea is set up: its Pod and token noted, the sources whose snapshots it lost left for the copy-in."""
+        env = state.env
+        creds[c.GITEA_SECRET_TOKEN] = setup.token  # the Secret in the cache may not have it yet
+        if setup.pod_uid is not None:
+            state.status.gitea_pod_uid = setup.pod_uid
         message = "Gitea is up; organizations and repositories exist"
+        lost = setup.lost
         if lost:
             # Pushed again by the copy-in step, from the workspace as it is now.
             state.status.sources = [s for s in state.status.sources or () if s.name not in lost]
@@ -112,11 +229,10 @@ class GiteaStep:
             message = f"{message}; {what}"
         state.set(c.COND_GITEA_READY, True, "GiteaReady", message)
         state.mark("gitea_ready")
-        if created:
+        if setup.created:
             self.deps.recorder.info(
-                env.body, reason="GiteaBootstrapped", message=f"Created in Gitea: {', '.join(created)}"
+                env.body, reason="GiteaBootstrapped", message=f"Created in Gitea: {', '.join(setup.created)}"
             )
-        return True
 
     async def _bootstrap(
         self,
@@ -124,9 +240,9 @@ class GiteaStep:
         creds: dict[str, str],
         plans: list[SourcePlan],
         copied: dict[str, str],
-    ) -> tuple[list[str], list[str]]:
-        """Token, organizations, repositories: each created only when missing. Returns what was created, and
-        the copied-in sources (`copied`: name -> snapshot branch) whose branch Gitea does not have."""
+    ) -> tuple[list[str], list[str], str]:
+        """Token, organizations, repositories: each created only when missing. Returns what was created, the
+        copied-in sources (`copied`: name -> snapshot branch) whose branch Gitea does not have, and the token."""
         env, open_gitea = state.env, self.deps.open_gitea
         url = self.deps.gitea_api_url(state.named)
         username = creds[c.GITEA_SECRET_USERNAME]
@@ -161,4 +277,4 @@ class GiteaStep:
                 branch = copied.get(plan.name)
                 if branch is not None and await gitea.branch_commit(plan.org, plan.repo, branch) is None:
                     lost.append(plan.name)
-        return created, lost
+        return created, lost, token

@@ -11,7 +11,8 @@ restart of the operator (or a second replica taking over) resumes where the last
 2. children: Gitea's Secret (credentials generated once), Service and StatefulSet (gitea.py), and the
    workspace Sandbox;
 3. a Pod that will not start surfaces as `ImagePullFailed`, `Unschedulable` or `StorageUnavailable`;
-4. Gitea bootstrap: the operator's API token, one organization per owner, one repository per source;
+4. Gitea bootstrap: the operator's API token, one organization per owner, one repository per source, as an
+   operation off the workers with a deadline in total (gitea.py);
 4b. a fork by copy: the source workspace's tree and its diff baseline are streamed into the new one;
 4c. while Gitea is not ready yet, the workspace side of the copy-in runs: git sources are cloned and arrived
    uploads snapshotted (copyin.py `prepare`), so that only the push waits for Gitea;
@@ -54,7 +55,7 @@ from shadow_operator.clients.pacing import Slots
 from shadow_operator.controllers import metrics
 from shadow_operator.controllers.environment.clone import CloneStep, Restore
 from shadow_operator.controllers.environment.copyin import CopyInStep
-from shadow_operator.controllers.environment.gitea import GiteaStep
+from shadow_operator.controllers.environment.gitea import GITEA_SETUP, GiteaStep
 from shadow_operator.controllers.environment.idle import IdleStep
 from shadow_operator.controllers.environment.pool import PoolStep
 from shadow_operator.controllers.environment.state import (
@@ -260,6 +261,9 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
                 gitea_pending = pending  # being set up: the workspace side need not wait for it
         else:
             state.remove(c.COND_GITEA_READY)
+            if status.gitea_operation is not None:  # Gitea was turned off while it was set up
+                self.operations.forget((env.namespace, env.name), GITEA_SETUP)
+                status.gitea_operation = None
         if workspace_ready and restore is not None and status.clone and status.clone.completed_at is None:
             await self.clone.finish(state)
             return 0.0  # Cloned goes to status now, not after the copy-in (a fork's sources: the next pass)

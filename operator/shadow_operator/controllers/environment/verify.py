@@ -3,6 +3,7 @@ rewritten git URLs, the verify commands exit 0), scored into status.verdict once
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from datetime import UTC, datetime, timedelta
 
@@ -28,6 +29,9 @@ from shadow_operator.resources import copyin
 
 POLL_SECONDS = 2.0  # between looks at a check running in the workspace
 GRACE_SECONDS = 30.0  # past a check's own timeout, before the operator stops waiting for its runtime to say
+# The quick checks of Gitea (does it hold each snapshot), all of them in total: they run in the pass, and the
+# environment's Gitea, which its tenant can reach, may stall.
+GITEA_CHECK_SECONDS = 10.0
 LOST = (
     "the workspace's runtime no longer knows this check's process (it restarted, or forgot it): request the "
     "verification again (shadowctl verify)"
@@ -193,6 +197,7 @@ class VerifyStep:
             gitea = None
             if gitea_url is not None:
                 gitea = await stack.enter_async_context(self.deps.open_gitea(gitea_url, username=""))
+            gitea_deadline = asyncio.get_running_loop().time() + GITEA_CHECK_SECONDS
             for src in sources:
                 check = f"{src.name}: workspace has {src.commit[:12]}"
                 try:
@@ -207,7 +212,7 @@ class VerifyStep:
                 else:
                     out.append(CheckResult(check, result.ok, "" if result.ok else _evidence(result, 300)))
                 if gitea is not None:
-                    out.append(await _gitea_holds_snapshot(gitea, src))
+                    out.append(await _gitea_holds_snapshot(gitea, src, gitea_deadline))
 
 
 def _done(category: Category, result: CheckResult) -> VerifyRunCheck:
@@ -257,12 +262,16 @@ def _evidence(result: ExecutionResult, limit: int) -> str:
     return f"(output truncated) {tail}" if result.truncated else tail
 
 
-async def _gitea_holds_snapshot(gitea: Gitea, src: SourceStatus) -> CheckResult:
+async def _gitea_holds_snapshot(gitea: Gitea, src: SourceStatus, deadline: float) -> CheckResult:
+    """Whether Gitea's branch is at the snapshot, asked before `deadline` (the event loop's time)."""
     org, _, repo = src.repo.partition("/")
     try:
-        head, error = await gitea.branch_commit(org, repo, src.branch), ""
+        async with asyncio.timeout_at(deadline):
+            head, error = await gitea.branch_commit(org, repo, src.branch), ""
     except GiteaError as exc:
         head, error = None, str(exc)
+    except TimeoutError:
+        head, error = None, f"Gitea stalled: no answer within {GITEA_CHECK_SECONDS:g}s in total"
     ok = head == src.commit
     detail = error or ("" if ok else f"branch {src.branch} is at {head or 'nothing'}")
     return CheckResult(f"{src.name}: Gitea {src.repo}@{src.branch} is the snapshot", ok, detail)
