@@ -133,7 +133,7 @@ async def test_a_token_gitea_no_longer_knows_is_replaced() -> None:
 
 
 async def test_bootstrap_failures_retry_then_fail_with_the_password_redacted() -> None:
-    world, env = World(), environment(spec=SPEC)
+    world, env = World(Config(SHADOW_GITEA_SETUP_RETRY="0")), environment(spec=SPEC)
     step = GiteaStep(world.deps)
     sts, creds = await step.children(new_pass(env))
     world.gitea.fail_with = GiteaError("create token", 500, f"boom {creds[c.GITEA_SECRET_PASSWORD]}")
@@ -150,6 +150,34 @@ async def test_bootstrap_failures_retry_then_fail_with_the_password_redacted() -
     world.gitea.fail_with = None
     assert await settle(world, state, lambda: step.ready(state, ready(sts), creds)) is True
     step.forget((NAMESPACE, "demo"))
+
+
+async def test_a_failed_setup_is_started_again_only_after_a_pause() -> None:
+    """Before, the pass that read a failed setup's end (its end wakes one at once) cleared it, and the next pass
+    started another at once: a Gitea that refuses connections was tried, and counted towards
+    GiteaBootstrapFailed, in a tight loop (integration: 20 attempts within seconds while Gitea started)."""
+    world = World(Config(SHADOW_GITEA_SETUP_RETRY="0.3"))
+    env = environment(spec=SPEC)
+    step = GiteaStep(world.deps)
+    sts, creds = await step.children(new_pass(env))
+    world.gitea.fail_with = GiteaError("list tokens", 0, "ConnectError: All connection attempts failed")
+    state = new_pass(env)
+    with pytest.raises(StepFailed) as failed:
+        await settle(world, state, lambda: step.ready(state, ready(sts), creds))
+    assert failed.value.reason == "GiteaBootstrapRetrying"
+    opened = len(world.gitea.opened)
+    # Passes within the pause start nothing: the same failure, and a retry when the pause ends.
+    for _ in range(5):
+        with pytest.raises(StepFailed) as again:
+            await step.ready(state, ready(sts), creds)
+        assert again.value.reason == "GiteaBootstrapRetrying" and again.value.retry is not None
+        assert 0 < again.value.retry <= 0.3
+        assert state.status.gitea_operation is None
+    assert len(world.gitea.opened) == opened
+    # After it, the next pass tries again, and a Gitea that answers now is set up.
+    await asyncio.sleep(0.35)
+    world.gitea.fail_with = None
+    assert await settle(world, state, lambda: step.ready(state, ready(sts), creds)) is True
 
 
 async def test_gitea_gets_an_emptydir_unless_persistence_is_enabled() -> None:
@@ -241,7 +269,7 @@ async def test_a_new_gitea_pod_with_its_data_loses_nothing() -> None:
 async def test_a_stalled_gitea_holds_no_pass_and_fails_with_giteastalled_at_its_deadline() -> None:
     """Before, the bootstrap was awaited in the pass: a Gitea that accepts and never answers held the reconcile
     worker (here: the pass never returned)."""
-    world = World(Config(SHADOW_GITEA_SETUP_TIMEOUT="0.2"))
+    world = World(Config(SHADOW_GITEA_SETUP_TIMEOUT="0.2", SHADOW_GITEA_SETUP_RETRY="0"))
     env = environment(spec=SPEC)
     step = GiteaStep(world.deps)
     sts, creds = await step.children(new_pass(env))

@@ -157,6 +157,9 @@ class Config(BaseModel):
     gitea_api_url: str | None = Field(None, validation_alias="SHADOW_GITEA_API_URL")
     # The setup of an environment's Gitea (controllers/environment/gitea.py), in total: past it, GiteaStalled.
     gitea_setup_timeout: float = Field(120.0, gt=0, validation_alias="SHADOW_GITEA_SETUP_TIMEOUT")
+    # After a setup that failed, the next starts no sooner than this: its end wakes a pass at once, and without
+    # a pause a Gitea that refuses connections would be tried (and counted) in a tight loop.
+    gitea_setup_retry: float = Field(3.0, ge=0, validation_alias="SHADOW_GITEA_SETUP_RETRY")
     # Likewise for workspace runtimes (default: each workspace's status.runtimeURL): one runtime on loopback
     # answering for every workspace, for an operator outside the cluster or tests without a kubelet.
     runtime_api_url: str | None = Field(None, validation_alias="SHADOW_RUNTIME_API_URL")

@@ -16,6 +16,7 @@ what exists."""
 from __future__ import annotations
 
 import secrets
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final
@@ -58,14 +59,17 @@ class Setup:
 
 
 class GiteaStep:
-    """Keeps, per environment, how often the bootstrap of a running Gitea failed in a row."""
+    """Keeps, per environment, how often the bootstrap of a running Gitea failed in a row, and how the last
+    failed (and until when the next setup waits: config.gitea_setup_retry)."""
 
     def __init__(self, deps: Ports) -> None:
         self.deps = deps
         self._failures: dict[Key, int] = {}
+        self._paused: dict[Key, tuple[float, StepFailed]] = {}
 
     def forget(self, key: Key) -> None:
         self._failures.pop(key, None)
+        self._paused.pop(key, None)
 
     async def children(self, state: Pass) -> tuple[Body, dict[str, str]]:
         """Apply Gitea's objects (named after the environment's instance); returns its StatefulSet and the
@@ -121,12 +125,21 @@ class GiteaStep:
                 raise self._setting_up(state)
             if isinstance(seen, Outcome):
                 state.status.gitea_operation = None  # set explicitly: the status patch clears it
-                setup = self._outcome(state, seen, creds)
+                try:
+                    setup = self._outcome(state, seen, creds)
+                except StepFailed as failed:
+                    self._paused[key] = (time.monotonic() + self.deps.config.gitea_setup_retry, failed)
+                    raise
                 if setup.generation == env.metadata.generation and setup.pod_uid == pod_uid:
                     self._conclude(state, setup, creds)
                     return True
                 run = None  # it set up a spec or a Pod since replaced: again, for these
             # None: an operator before this one started it; carried on under its id (each step is idempotent).
+        paused = self._paused.pop(key, None)
+        if run is None and paused is not None and (left := paused[0] - time.monotonic()) > 0:
+            self._paused[key] = paused
+            failed = paused[1]
+            raise StepFailed(failed.code, failed.reason, failed.message, retry=left)
         self._start(state, creds, pod_uid, taken_over=run)
         raise self._setting_up(state)
 
