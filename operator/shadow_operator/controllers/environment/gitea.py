@@ -138,8 +138,8 @@ class GiteaStep:
         paused = self._paused.pop(key, None)
         if run is None and paused is not None and (left := paused[0] - time.monotonic()) > 0:
             self._paused[key] = paused
-            failed = paused[1]
-            raise StepFailed(failed.code, failed.reason, failed.message, retry=left)
+            last = paused[1]
+            raise StepFailed(last.code, last.reason, last.message, retry=left)
         self._start(state, creds, pod_uid, taken_over=run)
         raise self._setting_up(state)
 
