@@ -11,7 +11,7 @@ from shadow_operator.api.kinds import NETWORK_POLICY, POD, SECRET, SERVICE, STAT
 from shadow_operator.clients.gitea import GiteaError, GiteaTimedOut
 from shadow_operator.controllers.config import Config
 from shadow_operator.controllers.environment.gitea import BOOTSTRAP_ATTEMPTS, GiteaStep
-from shadow_operator.controllers.environment.state import RETRY_SECONDS, StepFailed
+from shadow_operator.controllers.environment.state import RETRY_SECONDS, Pass, StepFailed
 from shadow_operator.resources import environment as res
 
 from tests.support.fakes import NAMESPACE, World, environment, new_pass, settle, to_patch
@@ -29,6 +29,19 @@ SPEC = {
 
 def ready(sts: dict) -> dict:
     return {**sts, "status": {"readyReplicas": 1}}
+
+
+async def failed_setup(world: World, error: GiteaError) -> tuple[GiteaStep, Pass, dict, dict, StepFailed]:
+    """A setup of a Ready Gitea whose calls fail with `error`, to its end: the step, the pass, the StatefulSet,
+    the credentials and the failure the pass that read the end raised."""
+    env = environment(spec=SPEC)
+    step = GiteaStep(world.deps)
+    sts, creds = await step.children(new_pass(env))
+    world.gitea.fail_with = error
+    state = new_pass(env)
+    with pytest.raises(StepFailed) as failed:
+        await settle(world, state, lambda: step.ready(state, ready(sts), creds))
+    return step, state, sts, creds, failed.value
 
 
 async def test_children_are_applied_and_the_credentials_generated_once() -> None:
@@ -157,14 +170,9 @@ async def test_a_failed_setup_is_started_again_only_after_a_pause() -> None:
     started another at once: a Gitea that refuses connections was tried, and counted towards
     GiteaBootstrapFailed, in a tight loop (integration: 20 attempts within seconds while Gitea started)."""
     world = World(Config(SHADOW_GITEA_SETUP_RETRY="0.3"))
-    env = environment(spec=SPEC)
-    step = GiteaStep(world.deps)
-    sts, creds = await step.children(new_pass(env))
-    world.gitea.fail_with = GiteaError("list tokens", 0, "ConnectError: All connection attempts failed")
-    state = new_pass(env)
-    with pytest.raises(StepFailed) as failed:
-        await settle(world, state, lambda: step.ready(state, ready(sts), creds))
-    assert failed.value.reason == "GiteaBootstrapRetrying"
+    error = GiteaError("list tokens", 0, "ConnectError: All connection attempts failed")
+    step, state, sts, creds, failed = await failed_setup(world, error)
+    assert failed.reason == "GiteaBootstrapRetrying"
     opened = len(world.gitea.opened)
     # Passes within the pause start nothing: the same failure, and a retry when the pause ends.
     for _ in range(5):
@@ -298,14 +306,8 @@ async def test_a_stalled_gitea_holds_no_pass_and_fails_with_giteastalled_at_its_
 
 
 async def test_a_call_gitea_does_not_answer_in_time_is_a_stall_at_once() -> None:
-    world, env = World(), environment(spec=SPEC)
-    step = GiteaStep(world.deps)
-    sts, creds = await step.children(new_pass(env))
-    world.gitea.fail_with = GiteaTimedOut("create token", 0, "ReadTimeout: timed out")
-    state = new_pass(env)
-    with pytest.raises(StepFailed) as failed:
-        await settle(world, state, lambda: step.ready(state, ready(sts), creds))
-    assert failed.value.code == "GiteaStalled" and "stopped answering" in failed.value.message
+    *_, failed = await failed_setup(World(), GiteaTimedOut("create token", 0, "ReadTimeout: timed out"))
+    assert failed.code == "GiteaStalled" and "stopped answering" in failed.message
 
 
 async def test_an_operator_that_takes_over_carries_the_setup_on_under_its_id() -> None:
