@@ -135,11 +135,11 @@ class GiteaStep:
                     return True
                 run = None  # it set up a spec or a Pod since replaced: again, for these
             # None: an operator before this one started it; carried on under its id (each step is idempotent).
-        paused = self._paused.pop(key, None)
-        if run is None and paused is not None and (left := paused[0] - time.monotonic()) > 0:
-            self._paused[key] = paused
-            last = paused[1]
-            raise StepFailed(last.code, last.reason, last.message, retry=left)
+        if run is None and key in self._paused:
+            until, last = self._paused[key]
+            if (left := until - time.monotonic()) > 0:  # the last setup failed: the same failure until then
+                raise StepFailed(last.code, last.reason, last.message, retry=left)
+            del self._paused[key]
         self._start(state, creds, pod_uid, taken_over=run)
         raise self._setting_up(state)
 
