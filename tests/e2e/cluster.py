@@ -12,6 +12,7 @@ import base64
 import os
 import re
 import subprocess
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -251,6 +252,36 @@ class Cluster:
             OPERATOR_NAMESPACE, label_selector="app.kubernetes.io/component=operator"
         ).items
         return [p for p in pods if p.metadata.deletion_timestamp is None]
+
+
+@contextmanager
+def tenant_namespace(cluster: Cluster, *, runtime_class: str | None = None) -> Iterator[str]:
+    """A fresh namespace as the chart prepares a tenant's: Pod Security's restricted level enforced (the operator
+    labels those; here the test does), so every Pod the product makes there must pass it; with a copy of the
+    chart's default SandboxTemplate (asking for `runtime_class` when given). Deleted afterwards, claims first
+    while the operator can still run their finalizers."""
+    name = f"e2e-{uuid.uuid4().hex[:8]}"
+    restricted = {f"pod-security.kubernetes.io/{mode}": "restricted" for mode in ("enforce", "warn", "audit")}
+    cluster.core.create_namespace(
+        client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=restricted))
+    )
+    try:
+        template = cluster.get(OPERATOR_NAMESPACE, "sandboxtemplates", DEFAULT_TEMPLATE)
+        assert template is not None, (
+            f"the chart's SandboxTemplate {OPERATOR_NAMESPACE}/{DEFAULT_TEMPLATE} is missing"
+        )
+        if runtime_class:
+            template["spec"]["podTemplate"]["spec"]["runtimeClassName"] = runtime_class
+        cluster.create(
+            name,
+            "sandboxtemplates",
+            {"kind": "SandboxTemplate", "metadata": {"name": DEFAULT_TEMPLATE}, "spec": template["spec"]},
+        )
+        yield name
+    finally:
+        for claim in cluster.list(name, "sandboxclaims"):
+            cluster.delete(name, "sandboxclaims", claim["metadata"]["name"])
+        cluster.core.delete_namespace(name)
 
 
 def pod_ready(pod: client.V1Pod) -> bool:

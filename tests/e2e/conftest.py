@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import fcntl
 import json
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,14 +12,13 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from tests.e2e.cluster import (
-    DEFAULT_TEMPLATE,
     GVISOR_UNAVAILABLE,
     KUBECONFIG,
-    OPERATOR_NAMESPACE,
     TIMINGS,
     Cluster,
     eventually,
     pod_ready,
+    tenant_namespace,
 )
 
 
@@ -42,35 +40,14 @@ def cluster() -> Iterator[Cluster]:
 
 @pytest.fixture(scope="module")
 def e2e_namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh namespace enforcing Pod Security's restricted level, holding a copy of the chart's default
-    SandboxTemplate; with a runtime class as the fixture's parameter (`under_each_runtime`), the copy's Pods
-    ask for that class."""
+    """A fresh tenant namespace (`tenant_namespace`); with a runtime class as the fixture's parameter
+    (`under_each_runtime`), the copy of the default SandboxTemplate there asks for that class."""
     runtime_class = getattr(request, "param", None)
     if runtime_class and not _runtime_class_exists(cluster, runtime_class):
         why = GVISOR_UNAVAILABLE.read_text().strip() if GVISOR_UNAVAILABLE.exists() else "not created"
         pytest.skip(f"RuntimeClass {runtime_class} is not in the cluster (hack/kind/cluster.sh): {why}")
-    name = f"e2e-{uuid.uuid4().hex[:8]}"
-    # As a tenant namespace the chart prepares: Pod Security's restricted level enforced (the operator labels
-    # those; here the test does), so every Pod the product makes here must pass it, under each runtime.
-    restricted = {f"pod-security.kubernetes.io/{mode}": "restricted" for mode in ("enforce", "warn", "audit")}
-    cluster.core.create_namespace(
-        client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=restricted))
-    )
-    template = cluster.get(OPERATOR_NAMESPACE, "sandboxtemplates", DEFAULT_TEMPLATE)
-    assert template is not None, (
-        f"the chart's SandboxTemplate {OPERATOR_NAMESPACE}/{DEFAULT_TEMPLATE} is missing"
-    )
-    if runtime_class:
-        template["spec"]["podTemplate"]["spec"]["runtimeClassName"] = runtime_class
-    cluster.create(
-        name,
-        "sandboxtemplates",
-        {"kind": "SandboxTemplate", "metadata": {"name": DEFAULT_TEMPLATE}, "spec": template["spec"]},
-    )
-    try:
+    with tenant_namespace(cluster, runtime_class=runtime_class) as name:
         yield name
-    finally:
-        _cleanup(cluster, name)
 
 
 def _runtime_class_exists(cluster: Cluster, name: str) -> bool:
@@ -81,13 +58,6 @@ def _runtime_class_exists(cluster: Cluster, name: str) -> bool:
             return False
         raise
     return True
-
-
-def _cleanup(cluster: Cluster, namespace: str) -> None:
-    # Claims first, while the operator can still run its finalizers; then the namespace.
-    for claim in cluster.list(namespace, "sandboxclaims"):
-        cluster.delete(namespace, "sandboxclaims", claim["metadata"]["name"])
-    cluster.core.delete_namespace(namespace)
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,201 @@
+"""Many tenants on one operator (issue 27's proof under attack): tenant A holds 20 environments whose verify
+command is `sleep 86400` and one whose workspace stops its own runtime (SIGSTOP) the moment the bundle of a
+`promote --to-branch` appears, while tenant B creates one ordinary environment.
+
+Pass: B's create -> verdict takes at most 1.25x its time on the idle operator, measured just before in the
+same run; B's verdicts PASS; A's push ends, pushed or refused with a clear error, while B is served; A's 20
+verifies are all still running (none lost, none ended, none failed); the operator stays under half its
+memory limit and never restarts. Figures go to ~/.cache/shadow-operator/e2e-timings.json (BENCHMARKS.md,
+"Many tenants").
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from shadow_operator.sdk import upload_source
+
+from tests.e2e.cluster import Cluster, eventually, is_ready, tenant_namespace
+from tests.e2e.test_cli_sdk import ctl
+from tests.e2e.test_environment import (
+    ENV_TIMEOUT,
+    GROUP,
+    PLURAL,
+    VERSION,
+    environment,
+    python_package,
+    wait_verdict,
+)
+from tests.e2e.test_hostile_tenants import OperatorMemory, memory_limit, restarts
+
+# Alone: a ratio of two timings and the operator's peak memory.
+pytestmark = [pytest.mark.e2e, pytest.mark.e2e_alone]
+
+SLEEPERS = 20
+RATIO = 1.25
+IMPORT = [{"name": "import", "command": "cd pkg && python3 -c 'import shadowpkg; print(shadowpkg.VERSION)'"}]
+DAY = [{"name": "day", "command": "sleep 86400", "timeoutSeconds": 86400}]
+STOPPED = "/tmp/runtime-stopped"
+# Run in the workspace by its tenant: wait for the operator's bundle to appear, stop the runtime (the child
+# of tini whose command line names it; the bracket keeps this script's own text from matching), hold it
+# stopped for STOP_SECONDS and let it go.
+STOP_SECONDS = 150
+STOPPER = rf"""
+rt=$(pgrep -P 1 -f 'bin/sandbox-runtim[e]')
+[ -n "$rt" ] || {{ echo "no runtime found" >&2; exit 1; }}
+setsid sh -c '
+  until ls /workspace/.sandbox-runtime/push/*.bundle >/dev/null 2>&1; do sleep 0.02; done
+  kill -STOP {"$1"}; date +%s > {STOPPED}; sleep {STOP_SECONDS}; kill -CONT {"$1"}
+' stopper "$rt" </dev/null >/dev/null 2>&1 &
+echo "$rt"
+"""
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture(scope="module")
+def tenants(cluster: Cluster) -> Iterator[tuple[str, str]]:
+    with tenant_namespace(cluster) as a, tenant_namespace(cluster) as b:
+        yield a, b
+
+
+def create_and_upload(cluster: Cluster, ns: str, body: dict[str, Any], repo: Path) -> None:
+    cluster.custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
+    upload_source(body["metadata"]["name"], "pkg", repo, namespace=ns, timeout=ENV_TIMEOUT)
+
+
+def create_to_verdict(cluster: Cluster, ns: str, name: str, repo: Path) -> tuple[float, dict[str, Any]]:
+    """B's figure: seconds from the create request to the verdict in status, and the environment then."""
+    started = time.monotonic()
+    create_and_upload(cluster, ns, environment(name, {"upload": {}}, IMPORT), repo)
+    env = wait_verdict(cluster, ns, name)
+    return time.monotonic() - started, env
+
+
+def sleeper(name: str) -> dict[str, Any]:
+    """An environment of A's: no Gitea, its one check a day-long command."""
+    body = environment(name, {"upload": {}}, gitea={"enabled": False})
+    del body["spec"]["gitRewrites"]
+    body["spec"]["verify"] = {"commands": DAY, "install": False}
+    return body
+
+
+def running_day_check(env: dict[str, Any] | None) -> bool:
+    """Its day-long verify command is running in the workspace: started, not ended, no verdict, no failure."""
+    status = (env or {}).get("status") or {}
+    run = status.get("verifyRun") or {}
+    checks = [c for c in run.get("checks") or [] if c.get("command") == "day"]
+    return bool(
+        checks
+        and checks[0].get("process")
+        and checks[0].get("passed") is None
+        and not status.get("verdict")
+        and not status.get("failure")
+    )
+
+
+def kubectl_exec(cluster: Cluster, ns: str, pod: str, *argv: str) -> str:
+    """A command in the workspace container through the kubelet (not through its runtime, which may be
+    stopped)."""
+    return cluster.kubectl("exec", "-n", ns, pod, "--", *argv)
+
+
+def test_one_tenant_cannot_stall_the_operator_for_another(
+    cluster: Cluster, tenants: tuple[str, str], tmp_path: Path, timings: dict[str, float]
+) -> None:
+    a, b = tenants
+    package = python_package(tmp_path / "pkg")
+    limit, restarts_before = memory_limit(cluster), restarts(cluster)
+
+    with OperatorMemory(cluster) as memory:
+        # B on the idle operator.
+        idle_seconds, env = create_to_verdict(cluster, b, unique("idle"), package)
+        assert env["status"]["verdict"]["result"] == "PASS", env["status"]["verdict"]
+
+        # A: 20 day-long verifies running, and an environment to promote from.
+        sleepers = [unique("day") for _ in range(SLEEPERS)]
+        stopper = unique("stopper")
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            futures = [pool.submit(create_and_upload, cluster, a, sleeper(n), package) for n in sleepers]
+            stopper_body = environment(stopper, {"upload": {}})
+            stopper_body["spec"]["verify"] = {"enabled": False}
+            futures.append(pool.submit(create_and_upload, cluster, a, stopper_body, package))
+            for future in futures:
+                future.result()
+        eventually(
+            lambda: all(running_day_check(cluster.get(a, PLURAL, n)) for n in sleepers) or None,
+            f"the {SLEEPERS} day-long verifies of tenant {a} to be running",
+            ENV_TIMEOUT,
+        )
+        eventually(lambda: is_ready(cluster.get(a, PLURAL, stopper)) or None, f"{stopper} Ready", ENV_TIMEOUT)
+
+        # A's workspace stops its runtime once the operator's bundle of the promote is there.
+        armed = ctl(
+            cluster, "exec", stopper, "-n", a, "--", "sh", "-c", "echo changed > pkg/app.py; " + STOPPER
+        )
+        assert armed.returncode == 0 and armed.stdout.strip().isdigit(), (armed.stdout, armed.stderr)
+        runtime_pid = armed.stdout.strip()
+        with ThreadPoolExecutor(max_workers=1) as background:
+            promote = [
+                "promote",
+                stopper,
+                "-n",
+                a,
+                "--source",
+                "pkg",
+                "--to-branch",
+                "review/x",
+                "-o",
+                "json",
+            ]
+            promoted = background.submit(ctl, cluster, *promote)
+            stopped_at = eventually(
+                lambda: kubectl_exec(cluster, a, stopper, "cat", STOPPED).strip() or None,
+                f"{stopper}'s runtime stopped mid-push",
+                120,
+            )
+
+            # B while A's verifies run and A's push is stalled.
+            attacked_seconds, env = create_to_verdict(cluster, b, unique("attacked"), package)
+            assert env["status"]["verdict"]["result"] == "PASS", env["status"]["verdict"]
+            # The runtime was still stopped when B's verdict came: B was served during the stall.
+            state = kubectl_exec(cluster, a, stopper, "cat", f"/proc/{runtime_pid}/stat").rsplit(")", 1)[1]
+            result = promoted.result(timeout=STOP_SECONDS + 600)
+            pushed_at = time.time()
+
+    timings["tenants_idle_create_to_verdict_seconds"] = round(idle_seconds, 2)
+    timings["tenants_attacked_create_to_verdict_seconds"] = round(attacked_seconds, 2)
+    peak = max(memory.samples, default=0.0)
+    timings["tenants_operator_peak_rss_mib"] = round(peak / 2**20, 1)
+    timings["tenants_promote_stalled_seconds"] = round(float(pushed_at - float(stopped_at)), 1)
+
+    assert attacked_seconds <= RATIO * idle_seconds, (
+        f"tenant B's create -> verdict took {attacked_seconds:.1f}s under attack, {idle_seconds:.1f}s idle "
+        f"(more than {RATIO}x)"
+    )
+    assert state.split()[0] == "T", (
+        f"{stopper}'s runtime was no longer stopped when B's verdict came: {state}"
+    )
+    # A's push: pushed once its runtime went on, or refused with an error that says why; never left hanging.
+    if result.returncode == 0:
+        pushed = json.loads(result.stdout)
+        assert pushed["branch"] == "review/x" and pushed["commit"], pushed
+    else:
+        assert "stall" in (result.stdout + result.stderr).lower(), (result.stdout, result.stderr)
+    # A's verifies: all still running, none lost.
+    envs = {n: cluster.get(a, PLURAL, n) for n in sleepers}
+    assert all(running_day_check(e) for e in envs.values()), {
+        n: (e or {}).get("status") for n, e in envs.items() if not running_day_check(e)
+    }
+    assert memory.samples, "no sample of the operator's memory could be read from its /metrics"
+    assert peak < 0.5 * limit, f"operator peak RSS {peak / 2**20:.0f} MiB, limit {limit / 2**20:.0f} MiB"
+    assert restarts(cluster) == restarts_before, "the operator restarted"
