@@ -20,12 +20,25 @@ just before the create request (the client's clock; kind runs on the same host):
 
 With --pool N, each run is made twice, side by side: cold (as above) and from a ShadowEnvironmentPool of N
 instances (spec.pool; the run waits until the pool has N Ready instances again, so each is a warm start).
+
+With --concurrent N --namespaces K (many tenants at once), N environments spread over K namespaces
+(bench-env-0 ...) are created at once (Gitea on emptyDir, no pool, the e2e cluster's small requests), each
+uploaded as soon as its workspace is ready (8 client threads), and watched until every one has a verdict.
+Reported: the time from the first create until the last verdict; each environment's own create -> verdict
+(P50/P90/max, and per namespace); the PASS count; the operator's CPU seconds over the run
+(`process_cpu_seconds_total` of its /metrics, read through the API server's pod proxy before and after) and
+its peak resident memory (the same /metrics, sampled every second).
+
+    .venv/bin/python hack/bench/environment_bench.py --concurrent 40 --namespaces 4 --size-mib 1
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import contextlib
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -238,6 +251,133 @@ def ensure_namespace(api: client.ApiClient, namespace: str) -> None:
             raise
 
 
+OPERATOR_METRICS_PORT = 9090
+
+
+def operator_metrics(api: client.ApiClient) -> dict[str, float]:
+    """The operator pods' process figures (CPU seconds summed, resident bytes summed) from their /metrics."""
+    core = client.CoreV1Api(api)
+    pods = core.list_namespaced_pod(
+        RELEASE_NAMESPACE, label_selector="app.kubernetes.io/component=operator"
+    ).items
+    found = {"cpu": 0.0, "rss": 0.0}
+    for pod in pods:
+        text = core.connect_get_namespaced_pod_proxy_with_path(
+            f"{pod.metadata.name}:{OPERATOR_METRICS_PORT}", RELEASE_NAMESPACE, "metrics"
+        )
+        for line in str(text).splitlines():
+            if line.startswith("process_cpu_seconds_total "):
+                found["cpu"] += float(line.split()[1])
+            elif line.startswith("process_resident_memory_bytes "):
+                found["rss"] += float(line.split()[1])
+    return found
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def concurrent_run(
+    api: client.ApiClient, count: int, namespaces: int, size_mib: int, work: Path, timeout: float
+) -> int:
+    """--concurrent: `count` environments over `namespaces` namespaces at once; prints the figures."""
+    custom = client.CustomObjectsApi(api)
+    spaces = [f"bench-env-{i}" for i in range(namespaces)]
+    for ns in spaces:
+        ensure_namespace(api, ns)
+    source = make_source(work / "src", size_mib)
+    wanted = {(spaces[i % namespaces], f"many-{uuid.uuid4().hex[:6]}") for i in range(count)}
+    created: dict[tuple[str, str], float] = {}
+    verdicts: dict[tuple[str, str], tuple[float, str]] = {}
+    errors: list[str] = []
+    peak = [operator_metrics(api)["rss"]]
+    cpu_before = operator_metrics(api)["cpu"]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(1.0):
+            with contextlib.suppress(ApiException):
+                peak.append(operator_metrics(api)["rss"])
+
+    def upload(ns: str, name: str) -> None:
+        try:
+            upload_source(name, "pkg", source, namespace=ns, timeout=timeout)
+        except Exception as exc:  # reported with the figures
+            errors.append(f"{ns}/{name}: upload: {exc}")
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    started = time.monotonic()
+    for ns, name in sorted(wanted):
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "ShadowEnvironment",
+            "metadata": {"name": name},
+            "spec": {
+                "sources": [{"name": "pkg", "repo": "bench/benchpkg", "upload": {}}],
+                **SHAPE,
+                "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "1Gi"}},
+            },
+        }
+        created[(ns, name)] = time.monotonic()
+        custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as uploads:
+        for ns, name in sorted(wanted):
+            uploads.submit(upload, ns, name)
+        deadline = started + timeout
+        stream = watch.Watch()
+        while len(verdicts) < len(wanted) and time.monotonic() < deadline:
+            for event in stream.stream(
+                custom.list_cluster_custom_object,
+                GROUP,
+                VERSION,
+                PLURAL,
+                timeout_seconds=max(1, int(deadline - time.monotonic())),
+            ):
+                env: dict[str, Any] = event["object"]
+                key = (env["metadata"]["namespace"], env["metadata"]["name"])
+                status = env.get("status") or {}
+                if key not in wanted or key in verdicts:
+                    continue
+                if status.get("verdict"):
+                    verdicts[key] = (time.monotonic() - created[key], status["verdict"]["result"])
+                elif (status.get("failure") or {}).get("code") not in (None, "Timeout"):
+                    errors.append(f"{key[0]}/{key[1]}: {status['failure']}")
+                    verdicts[key] = (time.monotonic() - created[key], "FAILED")
+                if len(verdicts) == len(wanted):
+                    stream.stop()
+                    break
+    elapsed = time.monotonic() - started
+    done.set()
+    sampler.join()
+    cpu = operator_metrics(api)["cpu"] - cpu_before
+    for ns, name in wanted:
+        custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+
+    seconds = [v[0] for v in verdicts.values()]
+    passed = sum(1 for v in verdicts.values() if v[1] == "PASS")
+    print(f"\n{count} environments over {namespaces} namespaces, {size_mib} MiB source each:\n")
+    print("| figure | value |\n|---|---:|")
+    print(f"| verdicts / PASS | {len(verdicts)} / {passed} of {count} |")
+    print(f"| first create -> last verdict | {elapsed:.1f} s |")
+    if seconds:
+        print(
+            f"| create -> verdict P50 / P90 / max | {percentile(seconds, 0.5):.1f} / "
+            f"{percentile(seconds, 0.9):.1f} / {max(seconds):.1f} s |"
+        )
+    for ns in spaces:
+        mine = [v[0] for k, v in verdicts.items() if k[0] == ns]
+        if mine:
+            print(f"| {ns}: P50 / max | {percentile(mine, 0.5):.1f} / {max(mine):.1f} s |")
+    print(f"| operator CPU over the run | {cpu:.1f} s ({cpu / count:.2f} s per environment) |")
+    print(f"| operator peak RSS | {max(peak) / 2**20:.0f} MiB |")
+    for error in errors:
+        print(f"error: {error}")
+    return 0 if passed == count else 1
+
+
 def table(results: list[dict[str, float]]) -> list[str]:
     lines = ["| phase | p50 | min | max |", "|---|---:|---:|---:|"]
     for phase in PHASES:
@@ -259,8 +399,15 @@ def main() -> int:
     parser.add_argument(
         "--pool", type=int, default=0, help="also run each from a pool of this many instances, side by side"
     )
+    parser.add_argument("--concurrent", type=int, default=0, help="this many environments at once")
+    parser.add_argument("--namespaces", type=int, default=4, help="spread over this many (--concurrent)")
     args = parser.parse_args()
     api = kind_api(args.kubeconfig)
+    if args.concurrent:
+        with tempfile.TemporaryDirectory() as work:
+            return concurrent_run(
+                api, args.concurrent, args.namespaces, args.size_mib, Path(work), args.timeout
+            )
     ensure_namespace(api, args.namespace)
     forms = ["cold", "pool"] if args.pool else ["cold"]
     results: dict[str, list[dict[str, float]]] = {form: [] for form in forms}

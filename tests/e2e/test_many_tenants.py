@@ -159,7 +159,9 @@ def test_one_tenant_cannot_stall_the_operator_for_another(
             ]
             promoted = background.submit(ctl, cluster, *promote)
             stopped_at = eventually(
-                lambda: kubectl_exec(cluster, a, stopper, "cat", STOPPED).strip() or None,
+                lambda: (
+                    kubectl_exec(cluster, a, stopper, "sh", "-c", f"cat {STOPPED} || true").strip() or None
+                ),
                 f"{stopper}'s runtime stopped mid-push",
                 120,
             )
