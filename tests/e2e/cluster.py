@@ -12,6 +12,8 @@ import base64
 import os
 import re
 import subprocess
+import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -252,6 +254,67 @@ class Cluster:
             OPERATOR_NAMESPACE, label_selector="app.kubernetes.io/component=operator"
         ).items
         return [p for p in pods if p.metadata.deletion_timestamp is None]
+
+
+OPERATOR_METRICS_PORT = 9090
+
+
+class OperatorMemory:
+    """Samples the operators' resident memory (`process_resident_memory_bytes` of their /metrics, read through
+    the API server's pod proxy) every second, in a thread, while the scenario runs; and their CPU seconds
+    (`process_cpu_seconds_total`, summed over the pods, with the time read) for `cpu_rate`."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.samples: list[float] = []
+        self.cpu: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(1):
+            cpu = 0.0
+            for pod in self.cluster.operator_pods():
+                try:
+                    text = self.cluster.core.connect_get_namespaced_pod_proxy_with_path(
+                        f"{pod.metadata.name}:{OPERATOR_METRICS_PORT}", OPERATOR_NAMESPACE, "metrics"
+                    )
+                except ApiException:
+                    continue
+                for line in str(text).splitlines():
+                    if line.startswith("process_resident_memory_bytes "):
+                        self.samples.append(float(line.split()[1]))
+                    elif line.startswith("process_cpu_seconds_total "):
+                        cpu += float(line.split()[1])
+            self.cpu.append((time.monotonic(), cpu))
+
+    def cpu_rate(self, start: float, end: float) -> float:
+        """The operators' CPU seconds per second between two `time.monotonic()` readings (the samples nearest
+        inside them)."""
+        inside = [x for x in self.cpu if start <= x[0] <= end]
+        assert len(inside) >= 2, f"fewer than two CPU samples of the operator between {start} and {end}"
+        (t0, c0), (t1, c1) = inside[0], inside[-1]
+        return (c1 - c0) / (t1 - t0)
+
+    def __enter__(self) -> OperatorMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+def memory_limit(cluster: Cluster) -> float:
+    limit = cluster.operator_pods()[0].spec.containers[0].resources.limits["memory"]
+    units = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30}
+    return float(limit[:-2]) * units[limit[-2:]]
+
+
+def restarts(cluster: Cluster) -> int:
+    return sum(
+        cs.restart_count for p in cluster.operator_pods() for cs in (p.status.container_statuses or [])
+    )
 
 
 @contextmanager

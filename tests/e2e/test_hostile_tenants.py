@@ -37,8 +37,11 @@ from tests.e2e.cluster import (
     FULLNAME,
     OPERATOR_NAMESPACE,
     Cluster,
+    OperatorMemory,
     assert_runs_under_namespace_runtime,
     eventually,
+    memory_limit,
+    restarts,
     under_each_runtime,
 )
 from tests.e2e.test_cli_sdk import REQUESTS, TIMEOUT, ctl, ok
@@ -49,7 +52,6 @@ from tests.support.hostile_repo import git
 pytestmark = [pytest.mark.e2e, pytest.mark.e2e_alone]
 
 ORDINARY = 5
-OPERATOR_METRICS_PORT = 9090
 # 10 MiB of control characters (each one a 6-byte JSON escape): the answer the operator must not hold whole.
 FLOOD = 'python3 -c "import sys; sys.stdout.write(chr(1) * (10 << 20))"'
 IMPORT = "cd pkg && python3 -c 'import shadowpkg; print(shadowpkg.VERSION)'"
@@ -114,50 +116,6 @@ def sh(cluster: Cluster, ns: str, env: str, script: str) -> str:
 def gitea_token(cluster: Cluster, ns: str, env: str) -> str:
     secret = cluster.core.read_namespaced_secret(f"{env}-gitea-admin", ns)
     return base64.b64decode(secret.data["token"]).decode()
-
-
-class OperatorMemory:
-    """Samples the operators' resident memory (`process_resident_memory_bytes` of their /metrics, read through
-    the API server's pod proxy) every second, in a thread, while the scenario runs."""
-
-    def __init__(self, cluster: Cluster) -> None:
-        self.cluster = cluster
-        self.samples: list[float] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.wait(1):
-            for pod in self.cluster.operator_pods():
-                try:
-                    text = self.cluster.core.connect_get_namespaced_pod_proxy_with_path(
-                        f"{pod.metadata.name}:{OPERATOR_METRICS_PORT}", OPERATOR_NAMESPACE, "metrics"
-                    )
-                except ApiException:
-                    continue
-                for line in str(text).splitlines():
-                    if line.startswith("process_resident_memory_bytes "):
-                        self.samples.append(float(line.split()[1]))
-
-    def __enter__(self) -> OperatorMemory:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
-
-
-def memory_limit(cluster: Cluster) -> float:
-    limit = cluster.operator_pods()[0].spec.containers[0].resources.limits["memory"]
-    units = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30}
-    return float(limit[:-2]) * units[limit[-2:]]
-
-
-def restarts(cluster: Cluster) -> int:
-    return sum(
-        cs.restart_count for p in cluster.operator_pods() for cs in (p.status.container_statuses or [])
-    )
 
 
 @under_each_runtime  # under runc and under gVisor (the namespace's template asks for the class)

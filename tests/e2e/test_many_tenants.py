@@ -22,7 +22,15 @@ from typing import Any
 import pytest
 from shadow_operator.sdk import upload_source
 
-from tests.e2e.cluster import Cluster, eventually, is_ready, tenant_namespace
+from tests.e2e.cluster import (
+    Cluster,
+    OperatorMemory,
+    eventually,
+    is_ready,
+    memory_limit,
+    restarts,
+    tenant_namespace,
+)
 from tests.e2e.test_cli_sdk import ctl
 from tests.e2e.test_environment import (
     ENV_TIMEOUT,
@@ -33,12 +41,12 @@ from tests.e2e.test_environment import (
     python_package,
     wait_verdict,
 )
-from tests.e2e.test_hostile_tenants import OperatorMemory, memory_limit, restarts
 
 # Alone: a ratio of two timings and the operator's peak memory.
 pytestmark = [pytest.mark.e2e, pytest.mark.e2e_alone]
 
 SLEEPERS = 20
+WINDOW = 20.0  # seconds over which the operator's CPU is read, without and with A's verifies running
 RATIO = 1.25
 IMPORT = [{"name": "import", "command": "cd pkg && python3 -c 'import shadowpkg; print(shadowpkg.VERSION)'"}]
 DAY = [{"name": "day", "command": "sleep 86400", "timeoutSeconds": 86400}]
@@ -120,6 +128,9 @@ def test_one_tenant_cannot_stall_the_operator_for_another(
         # B on the idle operator.
         idle_seconds, env = create_to_verdict(cluster, b, unique("idle"), package)
         assert env["status"]["verdict"]["result"] == "PASS", env["status"]["verdict"]
+        quiet = time.monotonic()
+        time.sleep(WINDOW)
+        quiet_cpu = memory.cpu_rate(quiet, time.monotonic())
 
         # A: 20 day-long verifies running, and an environment to promote from.
         sleepers = [unique("day") for _ in range(SLEEPERS)]
@@ -137,6 +148,9 @@ def test_one_tenant_cannot_stall_the_operator_for_another(
             ENV_TIMEOUT,
         )
         eventually(lambda: is_ready(cluster.get(a, PLURAL, stopper)) or None, f"{stopper} Ready", ENV_TIMEOUT)
+        busy = time.monotonic()
+        time.sleep(WINDOW)
+        busy_cpu = memory.cpu_rate(busy, time.monotonic())
 
         # A's workspace stops its runtime once the operator's bundle of the promote is there.
         armed = ctl(
@@ -176,6 +190,8 @@ def test_one_tenant_cannot_stall_the_operator_for_another(
 
     timings["tenants_idle_create_to_verdict_seconds"] = round(idle_seconds, 2)
     timings["tenants_attacked_create_to_verdict_seconds"] = round(attacked_seconds, 2)
+    timings["tenants_operator_cpu_idle"] = round(quiet_cpu, 3)
+    timings["tenants_operator_cpu_20_verifies"] = round(busy_cpu, 3)
     peak = max(memory.samples, default=0.0)
     timings["tenants_operator_peak_rss_mib"] = round(peak / 2**20, 1)
     timings["tenants_promote_stalled_seconds"] = round(float(pushed_at - float(stopped_at)), 1)
