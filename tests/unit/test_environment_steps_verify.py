@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from shadow_operator.api import constants as c
+from shadow_operator.api.environment import VerifyRunCheck
 from shadow_operator.clients.runtime import ExecutionResult
 from shadow_operator.controllers.environment import verify as verify_step
 from shadow_operator.controllers.environment.state import Pass, StepFailed
@@ -126,3 +128,26 @@ async def test_a_stalled_gitea_fails_its_check_within_the_deadline_instead_of_ho
     assert verdict is not None
     (check,) = [ch for ch in verdict.evidence["sourceVerification"].checks if "Gitea" in ch.name]
     assert not check.passed and check.detail == "Gitea stalled: no answer within 0.1s in total"
+
+
+def test_a_long_check_is_looked_at_less_often_as_it_runs() -> None:
+    """Each look is a reconcile pass and a runtime call: a day-long check is looked at every 30 s, not every 2 s;
+    a short one still every 2 s; never later than its deadline."""
+    now = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
+
+    def look(ran: float, left: float = 86400.0) -> float:
+        check = VerifyRunCheck(
+            category="codeExecution",
+            name="day",
+            process="p1",
+            started_at=now - timedelta(seconds=ran),
+            deadline=now + timedelta(seconds=left),
+        )
+        return verify_step._next_look(check, now)
+
+    assert look(0) == verify_step.POLL_SECONDS
+    assert look(5) == verify_step.POLL_SECONDS
+    assert look(100) == pytest.approx(20.0)
+    assert look(3600) == verify_step.MAX_POLL_SECONDS
+    assert look(3600, left=7) == pytest.approx(7.0)
+    assert look(3600, left=-5) == verify_step.POLL_SECONDS  # past it: the next look kills it

@@ -527,6 +527,7 @@ class VerifyRunCheck(ApiModel):
     process: str | None = Field(
         default=None, description="The runtime's id of the background process running the check."
     )
+    started_at: datetime | None = Field(default=None, description="When its process was started.")
     deadline: datetime | None = Field(
         default=None, description="When the operator stops waiting for the process (its timeout and 30 s)."
     )
