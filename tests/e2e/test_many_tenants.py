@@ -1,9 +1,11 @@
 """Many tenants on one operator (issue 27's proof under attack): tenant A holds 20 environments whose verify
-command is `sleep 86400` and one whose workspace stops its own runtime (SIGSTOP) the moment the bundle of a
-`promote --to-branch` appears, while tenant B creates one ordinary environment.
+command is `sleep 86400` and one whose workspace keeps its own runtime stopped (SIGSTOP, but for a few
+milliseconds every 10 s) from the moment the bundle of a `promote --to-branch` appears, while tenant B creates
+one ordinary environment.
 
 Pass: B's create -> verdict takes at most 1.25x its time on the idle operator, measured just before in the
-same run; B's verdicts PASS; A's push ends, pushed or refused with a clear error, while B is served; A's 20
+same run; B's verdicts PASS; A's push is answered while the attack lasts (pushed at the pace the runtime
+allowed, or refused as stalled) and its workspace answers once the attack ends; A's 20
 verifies are all still running (none lost, none ended, none failed); the operator stays under half its
 memory limit and never restarts. Figures go to ~/.cache/shadow-operator/e2e-timings.json (BENCHMARKS.md,
 "Many tenants").
@@ -11,6 +13,7 @@ memory limit and never restarts. Figures go to ~/.cache/shadow-operator/e2e-timi
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -55,7 +58,7 @@ STOPPED = "/tmp/runtime-stopped"
 # there, keep the runtime (the child of tini whose command line names it; the bracket keeps this script's own
 # text from matching) stopped but for a few milliseconds every 10 s, for STOP_SECONDS; then let it go. The
 # promoted commit carries 20 MiB, so the bundle's download cannot end in the moments the runtime runs.
-STOP_SECONDS = 120
+STOP_SECONDS = 180
 STOPPER = rf"""
 head -c 20M /dev/urandom > pkg/blob.bin
 rt=$(pgrep -P 1 -f 'bin/sandbox-runtim[e]')
@@ -216,20 +219,25 @@ def test_one_tenant_cannot_stall_the_operator_for_another(
     assert state.split()[0] == "T", (
         f"{stopper}'s runtime was no longer stopped when B's verdict came: {state}"
     )
-    # A's push: refused with an error that says why while its runtime was still being held, not waited out.
+    # A's push: answered while the attack lasted (pushed at the pace the runtime allowed, or refused as
+    # stalled with a message that says so), never waiting for the attacker to let go.
     said = result.stdout + result.stderr
-    assert result.returncode != 0, said
-    assert "looks stopped" in said or "took longer than" in said, said
     assert pushed_at - float(stopped_at) < STOP_SECONDS, (
         f"the push was answered only after the attack: {said}"
     )
-    # Let go, A's workspace answers again and still holds its work.
+    if result.returncode == 0:
+        pushed = json.loads(result.stdout)
+        assert pushed["branch"] == "review/x" and len(pushed["commit"]) == 40, pushed
+    else:
+        assert "looks stopped" in said or "took longer than" in said, said
+    # The attack ended, A's workspace answers again and still holds its work.
+    kubectl_exec(cluster, a, stopper, "sh", "-c", f"pkill -f 'kill -STO[P]'; kill -CONT {runtime_pid}")
     eventually(
         lambda: (
             ctl(cluster, "exec", stopper, "-n", a, "--", "test", "-s", "pkg/blob.bin").returncode == 0 or None
         ),
         f"{stopper}'s runtime to answer again",
-        STOP_SECONDS + 60,
+        60,
     )
     # A's verifies: all still running, none lost.
     envs = {n: cluster.get(a, PLURAL, n) for n in sleepers}
