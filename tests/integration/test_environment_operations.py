@@ -72,6 +72,11 @@ def operator(k8s_api: client.ApiClient) -> Iterator[None]:
 
 def new_environment(objs: Objects, name: str, source: dict[str, Any], verify: dict[str, Any]) -> None:
     """An environment of one source named like it (`source`: how it comes in), without Gitea."""
+    with_sources(objs, name, [{"name": name, "repo": f"shadow/{name}", **source}], verify)
+
+
+def with_sources(objs: Objects, name: str, sources: list[dict[str, Any]], verify: dict[str, Any]) -> None:
+    """An environment of `sources`, without Gitea."""
     objs.create(
         ENVIRONMENT,
         {
@@ -79,7 +84,7 @@ def new_environment(objs: Objects, name: str, source: dict[str, Any], verify: di
             "spec": {
                 "gitea": {"enabled": False},
                 "workspace": {"size": "1Gi"},
-                "sources": [{"name": name, "repo": f"shadow/{name}", **source}],
+                "sources": sources,
                 "verify": verify,
             },
         },
@@ -500,19 +505,7 @@ class StalledSources:
         """An environment of `count` such sources, verified on request only (spec.verify.install on)."""
         sources = [f"{name}-{i}" for i in range(count)]
         new = [{"name": s, "repo": f"shadow/{s}", "upload": {}} for s in sources]
-        objs.create(
-            ENVIRONMENT,
-            {
-                "metadata": {"name": name},
-                "spec": {
-                    "gitea": {"enabled": False},
-                    "workspace": {"size": "1Gi"},
-                    "sources": new,
-                    "verify": {"enabled": False, "install": True},
-                },
-            },
-            version=V,
-        )
+        with_sources(objs, name, new, {"enabled": False, "install": True})
         for source in sources:
             path = self.runtime.root / source
             path.mkdir()
