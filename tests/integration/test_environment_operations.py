@@ -126,20 +126,20 @@ def verdict(objs: Objects, name: str, timeout: float) -> dict[str, Any]:
 
 def running_check(objs: Objects, name: str, timeout: float = 90) -> dict[str, Any]:
     """Wait until the environment's verify command runs in the workspace; its entry in status.verifyRun."""
+
+    def running(status: dict[str, Any]) -> list[dict[str, Any]]:
+        checks = (status.get("verifyRun") or {}).get("checks", [])
+        return [ch for ch in checks if ch.get("command") and ch.get("process") and ch.get("passed") is None]
+
     env = objs.wait(
         ENVIRONMENT,
         name,
-        lambda o: any(
-            ch.get("process") and ch.get("passed") is None
-            for ch in ((o.get("status") or {}).get("verifyRun") or {}).get("checks", [])
-        ),
+        lambda o: running(o.get("status") or {}),
         timeout=timeout,
         what=f"{name}'s verify command to run",
         version=V,
     )
-    check: dict[str, Any] = next(
-        ch for ch in env["status"]["verifyRun"]["checks"] if ch.get("process") and ch.get("passed") is None
-    )
+    (check,) = running(env["status"])
     return check
 
 

@@ -152,7 +152,10 @@ async def test_source_probes_run_as_background_processes_and_detection_is_not_sc
     assert verdict is not None and verdict.result == "PASS", verdict
     names = {cat: [ch.name for ch in evidence.checks] for cat, evidence in verdict.evidence.items()}
     assert names == {
-        "sourceVerification": [f"app: workspace has {COMMIT[:12]}", "app: Gitea acme/app@main is the snapshot"],
+        "sourceVerification": [
+            f"app: workspace has {COMMIT[:12]}",
+            "app: Gitea acme/app@main is the snapshot",
+        ],
         "installationHealth": ["app: installs from git"],
         "codeExecution": ["unit"],
     }
