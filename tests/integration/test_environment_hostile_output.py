@@ -6,8 +6,9 @@ answers for the workspace (SHADOW_RUNTIME_API_URL). The verify command prints 10
 the output marked truncated, and this process's peak RSS grows by far less than that.
 
 In front of the runtime sits what a tenant could put there (its code runs beside the runtime and can take its
-port): a real HTTP server passing every request through, except that it answers one verify command with an
-endless stream. That check fails with the operator's limit as its evidence; the others still count.
+port): a real HTTP server passing every request through, except that it answers one verify command, and the
+check that the workspace has the source's snapshot commit, with an endless stream. Those checks fail with the
+operator's limit as their evidence; the others still count.
 """
 
 from __future__ import annotations
@@ -60,12 +61,12 @@ def peak_rss() -> int:
 
 
 class InFront(BaseHTTPRequestHandler):
-    """Passes requests through to the runtime; answers the output of the ENDLESS command (a background process
-    of the runtime: its logs) with an endless stream of output events."""
+    """Passes requests through to the runtime; answers the output of the ENDLESS command and of the source's
+    check (background processes of the runtime: their logs) with an endless stream of output events."""
 
     protocol_version = "HTTP/1.1"
     upstream: httpx.Client
-    endless: ClassVar[set[str]] = set()  # the ids of ENDLESS processes
+    endless: ClassVar[dict[str, bytes]] = {}  # the ids of the processes answered without end: what they run
 
     def _forward(self) -> None:
         body = self.rfile.read(int(self.headers.get("content-length") or 0))
@@ -82,8 +83,10 @@ class InFront(BaseHTTPRequestHandler):
                 return
         headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
         answer = self.upstream.request(self.command, self.path, content=body, headers=headers)
-        if self.command == "POST" and self.path == "/v1/processes" and ENDLESS.encode() in body:
-            self.endless.add(answer.json()["id"])
+        if self.command == "POST" and self.path == "/v1/processes":
+            for what in (ENDLESS.encode(), b"git cat-file"):
+                if what in body:
+                    self.endless[answer.json()["id"]] = what
         self.send_response(answer.status_code)
         for key, value in answer.headers.items():
             if key.lower() not in ("content-length", "transfer-encoding", "connection", "content-encoding"):
@@ -182,11 +185,14 @@ def test_a_flood_of_control_characters_gets_a_verdict_not_the_operator_oom(
     assert checks["flood"]["passed"] and checks["fine"]["passed"], verdict
     detail = checks["flood"]["detail"]
     assert detail.startswith("exit code 0: (output truncated) ") and len(detail) < 500
-    assert not checks["endless"]["passed"]
-    assert checks["endless"]["detail"] == (
-        f"the runtime's answer to GET /v1/processes/{sorted(InFront.endless)[0]}/logs is larger than 8388608 "
-        "bytes, the most the operator reads (operator setting SHADOW_RUNTIME_MAX_ANSWER_BYTES, chart value "
-        "operator.runtimeMaxAnswerBytes)"
-    )
+    ids = {what: process for process, what in InFront.endless.items()}
+    (source,) = verdict["evidence"]["sourceVerification"]["checks"]
+    for check, what in ((checks["endless"], ENDLESS.encode()), (source, b"git cat-file")):
+        assert not check["passed"]
+        assert check["detail"] == (
+            f"the runtime's answer to GET /v1/processes/{ids[what]}/logs is larger than 8388608 bytes, the most "
+            "the operator reads (operator setting SHADOW_RUNTIME_MAX_ANSWER_BYTES, chart value "
+            "operator.runtimeMaxAnswerBytes)"
+        )
     # Before the cap the whole answer (60 MiB of JSON) and its parse were held: +154 MiB for one call.
     assert growth < 50 * MiB, f"operator process peak RSS grew {growth / MiB:.0f} MiB"

@@ -22,11 +22,17 @@ workspace (SHADOW_RUNTIME_API_URL), as test_environment_hostile_output.py does.
   another namespace still gets its verdict promptly (before: A's four setups held all four workers, each call
   for up to 120 s); A's environments end with the failure code GiteaStalled. An operator that starts again in
   the middle of a setup carries it on under the same id.
+- So are the sources' checks in the workspace (status.verifyRun, `probe`): tenant A's sources whose check of the
+  snapshot commit hangs (their git config includes a FIFO nobody writes) no longer hold the workers, so another
+  environment of A's namespace gets its verdict while they hang (before: each pass awaited them in turn, a minute
+  a source, and three of A's held the namespace's share of the workers); and an operator that starts again while
+  such a check hangs waits for it instead of running it a second time.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import uuid
 from collections.abc import Callable, Iterator
@@ -66,6 +72,11 @@ def operator(k8s_api: client.ApiClient) -> Iterator[None]:
 
 def new_environment(objs: Objects, name: str, source: dict[str, Any], verify: dict[str, Any]) -> None:
     """An environment of one source named like it (`source`: how it comes in), without Gitea."""
+    with_sources(objs, name, [{"name": name, "repo": f"shadow/{name}", **source}], verify)
+
+
+def with_sources(objs: Objects, name: str, sources: list[dict[str, Any]], verify: dict[str, Any]) -> None:
+    """An environment of `sources`, without Gitea."""
     objs.create(
         ENVIRONMENT,
         {
@@ -73,7 +84,7 @@ def new_environment(objs: Objects, name: str, source: dict[str, Any], verify: di
             "spec": {
                 "gitea": {"enabled": False},
                 "workspace": {"size": "1Gi"},
-                "sources": [{"name": name, "repo": f"shadow/{name}", **source}],
+                "sources": sources,
                 "verify": verify,
             },
         },
@@ -115,20 +126,20 @@ def verdict(objs: Objects, name: str, timeout: float) -> dict[str, Any]:
 
 def running_check(objs: Objects, name: str, timeout: float = 90) -> dict[str, Any]:
     """Wait until the environment's verify command runs in the workspace; its entry in status.verifyRun."""
+
+    def running(status: dict[str, Any]) -> list[dict[str, Any]]:
+        checks = (status.get("verifyRun") or {}).get("checks", [])
+        return [ch for ch in checks if ch.get("command") and ch.get("process") and ch.get("passed") is None]
+
     env = objs.wait(
         ENVIRONMENT,
         name,
-        lambda o: any(
-            ch.get("process") and ch.get("passed") is None
-            for ch in ((o.get("status") or {}).get("verifyRun") or {}).get("checks", [])
-        ),
+        lambda o: running(o.get("status") or {}),
         timeout=timeout,
         what=f"{name}'s verify command to run",
         version=V,
     )
-    check: dict[str, Any] = next(
-        ch for ch in env["status"]["verifyRun"]["checks"] if ch.get("process") and ch.get("passed") is None
-    )
+    (check,) = running(env["status"])
     return check
 
 
@@ -474,3 +485,132 @@ def test_an_operator_that_takes_over_mid_setup_carries_it_on(
         assert [taken[k] for k in ("id", "startedAt")] == [first[k] for k in ("id", "startedAt")]
         status = status_with(objs, name, "failure", timeout=60)
         assert status["failure"]["code"] == "GiteaStalled", status["failure"]
+
+
+# --- the sources' checks as operations --------------------------------------------------------------------
+
+
+class StalledSources:
+    """Upload sources whose check in the workspace hangs, as a tenant's workspace code can make it: once they
+    are copied in, each source's git config includes a FIFO nobody writes, so the check that the workspace has
+    the snapshot commit (`git cat-file`) waits to read it until the runtime ends it (60 s). `release` lets them
+    read its end (the tenant stops)."""
+
+    def __init__(self, runtime: Server) -> None:
+        self.runtime = runtime
+        self.dirs: list[Path] = []
+        self.configs: dict[Path, str] = {}
+
+    def create(self, objs: Objects, name: str, count: int) -> None:
+        """An environment of `count` such sources, verified on request only (spec.verify.install on)."""
+        sources = [f"{name}-{i}" for i in range(count)]
+        new = [{"name": s, "repo": f"shadow/{s}", "upload": {}} for s in sources]
+        with_sources(objs, name, new, {"enabled": False, "install": True})
+        for source in sources:
+            path = self.runtime.root / source
+            path.mkdir()
+            (path / "main.py").write_text("print('hello')\n")
+            self.dirs.append(path.resolve())
+        objs.annotate(ENVIRONMENT, name, {c.ANNOTATION_UPLOAD_PREFIX + s: "sha256:test" for s in sources}, V)
+
+    def stall(self, objs: Objects, name: str) -> None:
+        """Once the environment's sources are in, make their checks hang and request its verification."""
+        objs.wait_condition(ENVIRONMENT, name, type_="SourcesReady", timeout=90, version=V)
+        for path in self.dirs:
+            config = path / ".git" / "config"
+            if config in self.configs:
+                continue
+            fifo = path / ".git" / "stall"
+            os.mkfifo(fifo)
+            self.configs[config] = config.read_text()
+            config.write_text(self.configs[config] + f"[include]\n\tpath = {fifo}\n")
+        objs.annotate(ENVIRONMENT, name, {c.ANNOTATION_VERIFY_REQUEST: "stalled"}, V)
+
+    def hung(self) -> set[int]:
+        """The `git cat-file` processes waiting in one of the sources (implementation-blind: read from /proc)."""
+        found = set()
+        for proc in Path("/proc").iterdir():
+            with contextlib.suppress(OSError):
+                argv = (proc / "cmdline").read_bytes().split(b"\0") if proc.name.isdigit() else [b""]
+                if (
+                    argv[0].endswith(b"git")
+                    and b"cat-file" in argv
+                    and Path(os.readlink(proc / "cwd")) in self.dirs
+                ):
+                    found.add(int(proc.name))
+        return found
+
+    def release(self) -> None:
+        for config, text in self.configs.items():
+            config.write_text(text)
+            with contextlib.suppress(OSError):  # ENXIO: nobody waits on it
+                os.close(os.open(config.parent / "stall", os.O_WRONLY | os.O_NONBLOCK))
+
+
+@contextlib.contextmanager
+def stalled_sources(runtime: Server) -> Iterator[StalledSources]:
+    stalled = StalledSources(runtime)
+    try:
+        yield stalled
+    finally:
+        stalled.release()
+
+
+def test_source_checks_that_hang_in_the_workspace_hold_no_worker(
+    objs: Objects, runtime: Server, tmp_path: Path
+) -> None:
+    objs.create(TEMPLATE, template_body("workspace"))
+    hostile = [f"s{i}" for i in range(4)]
+    bind_volumes(objs, [f"workspace-{n}" for n in [*hostile, "victim-s"]], tmp_path)
+    with in_process_operator(SHADOW_RUNTIME_API_URL=runtime.url), stalled_sources(runtime) as stalled:
+        for name in hostile:
+            stalled.create(objs, name, 2)
+        for name in hostile:
+            stalled.stall(objs, name)
+        wait_for(lambda: len(stalled.hung()) >= 3, timeout=60, what="tenant A's source checks to hang")
+        # Before: each pass awaited its sources' checks one after another, a minute each, and three of these
+        # held the namespace's share of the four workers for two minutes: the victim, in the same namespace,
+        # waited for them.
+        create(objs, runtime, "victim-s", "echo verified")
+        result = verdict(objs, "victim-s", timeout=60)
+        assert result["result"] == "PASS", result
+        # Every hostile source's check runs at once, each recorded in status with its process and deadline.
+        wait_for(lambda: len(stalled.hung()) == 8, timeout=30, what="all eight source checks to run")
+        for name in hostile:
+            env = objs.get(ENVIRONMENT, name, V)
+            assert env is not None and "verdict" not in env["status"], env["status"]
+            probes = [ch for ch in env["status"]["verifyRun"]["checks"] if ch.get("probe") == "SourceCommit"]
+            assert [ch["name"].partition(":")[0] for ch in probes] == [f"{name}-0", f"{name}-1"]
+            assert all(ch["process"] and ch["deadline"] and "passed" not in ch for ch in probes), probes
+        # The tenant stops: its verifications end, nothing lost.
+        stalled.release()
+        for name in hostile:
+            result = verdict(objs, name, timeout=30)
+            assert result["result"] == "PASS" and result["trigger"] == "stalled", result
+            checks = [ch["name"] for ch in result["evidence"]["sourceVerification"]["checks"]]
+            assert [x.partition(":")[0] for x in checks] == [f"{name}-0", f"{name}-1"]
+            assert not result["evidence"].get("installationHealth", {}).get("checks")  # main.py: no project
+
+
+def test_an_operator_that_restarts_mid_source_check_waits_for_that_check(
+    objs: Objects, runtime: Server, tmp_path: Path, kubeconfig: str
+) -> None:
+    objs.create(TEMPLATE, template_body("workspace"))
+    bind_volumes(objs, ["workspace-stalled-restart", "workspace-after-restart"], tmp_path)
+    with (
+        stalled_sources(runtime) as stalled,
+        operators("restart", objs, runtime, kubeconfig, tmp_path) as restart,
+    ):
+        stalled.create(objs, "stalled-restart", 1)
+        stalled.stall(objs, "stalled-restart")
+        wait_for(lambda: len(stalled.hung()) == 1, timeout=60, what="the source's check to hang")
+        first = stalled.hung()
+        restart()
+        # Another environment verified by the new operator: by then it has looked at the first one.
+        create(objs, runtime, "after-restart", "echo verified")
+        assert verdict(objs, "after-restart", timeout=60)["result"] == "PASS"
+        # Before: the new operator planned the verification again and ran the check a second time.
+        assert stalled.hung() == first, "the source's check ran again"
+        stalled.release()
+        result = verdict(objs, "stalled-restart", timeout=30)
+        assert result["result"] == "PASS", result

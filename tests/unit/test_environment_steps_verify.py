@@ -151,3 +151,36 @@ def test_a_long_check_is_looked_at_less_often_as_it_runs() -> None:
     assert look(3600) == verify_step.MAX_POLL_SECONDS
     assert look(3600, left=7) == pytest.approx(7.0)
     assert look(3600, left=-5) == verify_step.POLL_SECONDS  # past it: the next look kills it
+
+
+async def test_source_probes_run_as_background_processes_and_detection_is_not_scored() -> None:
+    """Before, the pass itself awaited `runtime.sh` for each source's check of its commit and its detection (up to
+    a minute each, in the environment controller's worker)."""
+    world = World()
+    world.gitea.branches["acme/app@main"] = COMMIT
+    world.runtime(URL).answers = [(copyin.DETECT_PROJECT, result(0, f"{copyin.RESULT_MARKER} python"))]
+    state = new_pass(env_with({"install": True, "commands": [{"name": "unit", "command": "make test"}]}))
+    step = VerifyStep(world.deps)
+    # The first pass lists the checks and starts the sources' probes side by side, then returns to look soon.
+    assert await step.verify(state) == verify_step.PROBE_POLL_SECONDS
+    run = state.status.verify_run
+    assert run is not None
+    assert [(ch.name, ch.probe, bool(ch.process)) for ch in run.checks] == [
+        (f"app: workspace has {COMMIT[:12]}", "SourceCommit", True),
+        ("app: Gitea acme/app@main is the snapshot", None, False),
+        ("app: project kind", "ProjectKind", True),
+        ("unit", None, False),
+    ]
+    await verify(world, state)
+    assert not [call for call in world.runtime(URL).calls if call.startswith("sh ")]
+    verdict = state.status.verdict
+    assert verdict is not None and verdict.result == "PASS", verdict
+    names = {cat: [ch.name for ch in evidence.checks] for cat, evidence in verdict.evidence.items()}
+    assert names == {
+        "sourceVerification": [
+            f"app: workspace has {COMMIT[:12]}",
+            "app: Gitea acme/app@main is the snapshot",
+        ],
+        "installationHealth": ["app: installs from git"],
+        "codeExecution": ["unit"],
+    }

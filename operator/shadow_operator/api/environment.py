@@ -66,6 +66,7 @@ FailureCode = Literal[
 CloneMethod = Literal["Snapshot", "Copy"]
 OperationKind = Literal["CopyIn", "CloneCopy", "Push", "GiteaSetup"]
 Category = Literal["sourceVerification", "installationHealth", "codeExecution"]
+Probe = Literal["SourceCommit", "ProjectKind"]
 
 
 # ------------------------------------------------------------------------------------------------ spec
@@ -524,6 +525,12 @@ class VerifyRunCheck(ApiModel):
     source: str | None = Field(default=None, description="An install check's source.")
     tool: Literal["pip", "npm"] | None = Field(default=None, description="An install check's installer.")
     command: str | None = Field(default=None, description="A verify command's name (spec.verify.commands).")
+    probe: Probe | None = Field(
+        default=None,
+        description="A quick check of a source, run beside the other sources' before the install checks and "
+        "verify commands: SourceCommit (the workspace has the snapshot commit) or ProjectKind (what the source "
+        "is, python, node or other: it adds the source's install check and is not scored itself).",
+    )
     process: str | None = Field(
         default=None, description="The runtime's id of the background process running the check."
     )

@@ -8,7 +8,7 @@ import contextlib
 from datetime import UTC, datetime, timedelta
 
 from shadow_operator.api import constants as c
-from shadow_operator.api.environment import Category, SourceStatus, VerifyRun, VerifyRunCheck
+from shadow_operator.api.environment import Category, Probe, SourceStatus, VerifyRun, VerifyRunCheck
 from shadow_operator.clients.gitea import Gitea, GiteaError
 from shadow_operator.clients.runtime import (
     ExecutionResult,
@@ -38,6 +38,10 @@ GRACE_SECONDS = 30.0  # past a check's own timeout, before the operator stops wa
 # The quick checks of Gitea (does it hold each snapshot), all of them in total: they run in the pass, and the
 # environment's Gitea, which its tenant can reach, may stall.
 GITEA_CHECK_SECONDS = 10.0
+# The sources' probes (quick git and file tests in the workspace), looked in on sooner than the other checks.
+PROBE_POLL_SECONDS = 0.2
+SOURCE_SECONDS = 60.0  # a SourceCommit probe's timeout
+DETECT_SECONDS = 30.0  # a ProjectKind probe's timeout
 LOST = (
     "the workspace's runtime no longer knows this check's process (it restarted, or forgot it): request the "
     "verification again (shadowctl verify)"
@@ -67,7 +71,7 @@ class VerifyStep:
                 if run is None or run.generation != generation or run.trigger != trigger:
                     if run is not None:
                         await _abandon(runtime, run)  # superseded by a new generation or request
-                    run = await self._plan(state, runtime, trigger)
+                    run = await self._plan(state, trigger)
                     state.status.verify_run = run
                 wait = await self._advance(state, runtime, run)
             except RuntimeUnavailable as exc:
@@ -77,33 +81,22 @@ class VerifyStep:
         self._conclude(state, run)
         return None
 
-    async def _plan(self, state: Pass, runtime: Runtime, trigger: str | None) -> VerifyRun:
-        """A new run: the quick checks done now (each bounded to a minute), the rest listed to run in turn."""
+    async def _plan(self, state: Pass, trigger: str | None) -> VerifyRun:
+        """A new run: Gitea's checks done now (bounded in total), the rest listed to run in the workspace, where
+        nothing is awaited in the pass: each source's probes side by side, then install checks and commands in
+        turn."""
         env = state.env
         sources = state.status.sources or []
+        held = await self._gitea_holds(state, sources)
         checks: list[VerifyRunCheck] = []
-        gitea_url = self.deps.gitea_api_url(state.named) if env.spec.gitea.enabled else None
-        found: list[CheckResult] = []
-        await self._check_sources(gitea_url, runtime, sources, found)
-        checks += [_done(SOURCE_VERIFICATION, r) for r in found]
+        for src, gitea in zip(sources, held, strict=True):
+            checks.append(_probe(SOURCE_VERIFICATION, _commit_check(src), src, "SourceCommit"))
+            if gitea is not None:
+                checks.append(_done(SOURCE_VERIFICATION, gitea))
         if env.spec.verify.install:
-            for src in sources:
-                detected = await runtime.sh(
-                    copyin.DETECT_PROJECT,
-                    env={"SHADOW_PATH": src.path},
-                    timeout=30.0,
-                    tag="shadow-operator: detect",
-                )
-                kind = (copyin.parse_result(detected.stdout) or ["other"])[0]
-                if kind in ("python", "node"):
-                    checks.append(
-                        VerifyRunCheck(
-                            category=INSTALLATION_HEALTH,
-                            name=f"{src.name}: installs from git",
-                            source=src.name,
-                            tool="pip" if kind == "python" else "npm",
-                        )
-                    )
+            checks += [
+                _probe(INSTALLATION_HEALTH, f"{x.name}: project kind", x, "ProjectKind") for x in sources
+            ]
         for command in env.spec.verify.commands or ():
             checks.append(VerifyRunCheck(category=CODE_EXECUTION, name=command.name, command=command.name))
         return VerifyRun(
@@ -111,58 +104,95 @@ class VerifyStep:
         )
 
     async def _advance(self, state: Pass, runtime: Runtime, run: VerifyRun) -> float | None:
-        """Look in on the check under way and start the next: the seconds until the next look, or None when
-        every check has ended."""
+        """Look in on the checks under way and start the next: the sources' probes all at once, then the
+        other checks one at a time. The seconds until the next look, or None when every check has ended."""
         now = state.now()
+        started = running = False
+        for check in [x for x in run.checks if x.probe is not None and x.passed is None]:
+            if check.process is None:
+                started |= await self._start(state, runtime, check, now)
+            else:
+                running |= await self._look(state, runtime, run, check, now)
+        if started or running:
+            return PROBE_POLL_SECONDS if started else POLL_SECONDS
         for check in run.checks:
             if check.passed is not None:
                 continue
             if check.process is None:
-                program = self._program(state, check)
-                if program is None:  # its command or source went from the spec meanwhile
-                    check.passed, check.detail = False, "no longer in the environment's spec"
-                    continue
-                script, env, cwd, timeout = program
-                check.process = await runtime.start(
-                    script, env=env, cwd=cwd, timeout=timeout, tag=f"shadow-operator: verify {check.name}"
-                )
-                check.started_at = now
-                check.deadline = now + timedelta(seconds=timeout + GRACE_SECONDS)
-                return POLL_SECONDS
-            running = await runtime.running(check.process)
-            if running is None:
-                check.passed, check.detail = False, LOST
-                continue
-            if running:
-                if check.deadline is not None and now >= check.deadline:
-                    await runtime.remove(check.process)
-                    check.passed = False
-                    check.detail = "the workspace's runtime did not end the command at its timeout: killed"
-                    continue
+                if await self._start(state, runtime, check, now):
+                    return POLL_SECONDS
+            elif await self._look(state, runtime, run, check, now):
                 return _next_look(check, now)
-            try:
-                result = await runtime.result(check.process)
-            except RuntimeAnswerTooLarge as exc:
-                check.passed, check.detail = False, str(exc)
-            else:
-                if result is None:
-                    check.passed, check.detail = False, LOST
-                else:
-                    check.passed, check.detail = result.ok, _detail(check, state, result)
-            await runtime.remove(check.process)
         return None
 
-    def _program(self, state: Pass, check: VerifyRunCheck) -> tuple[str, dict[str, str], str, float] | None:
-        """What a check runs in the workspace: (script, environment, working directory, timeout)."""
+    async def _start(self, state: Pass, runtime: Runtime, check: VerifyRunCheck, now: datetime) -> bool:
+        """Start a check as a background process of the runtime: False when it cannot run (it failed)."""
+        program = self._program(state, check)
+        if isinstance(program, str):
+            check.passed, check.detail = False, program
+            return False
+        script, env, cwd, timeout = program
+        check.process = await runtime.start(
+            script, env=env, cwd=cwd, timeout=timeout, tag=f"shadow-operator: verify {check.name}"
+        )
+        check.started_at = now
+        check.deadline = now + timedelta(seconds=timeout + GRACE_SECONDS)
+        return True
+
+    async def _look(
+        self, state: Pass, runtime: Runtime, run: VerifyRun, check: VerifyRunCheck, now: datetime
+    ) -> bool:
+        """Look in on a started check: True while it runs, else its outcome is recorded and its process
+        removed."""
+        assert check.process is not None
+        running = await runtime.running(check.process)
+        if running is None:
+            check.passed, check.detail = False, LOST
+            return False
+        if running:
+            if check.deadline is not None and now >= check.deadline:
+                await runtime.remove(check.process)
+                check.passed = False
+                check.detail = "the workspace's runtime did not end the command at its timeout: killed"
+                return False
+            return True
+        try:
+            result = await runtime.result(check.process)
+        except RuntimeAnswerTooLarge as exc:
+            check.passed, check.detail = False, str(exc)
+        else:
+            if result is None:
+                check.passed, check.detail = False, LOST
+            elif check.probe == "ProjectKind":
+                _detected(run, check, result)
+            else:
+                check.passed, check.detail = result.ok, _detail(check, state, result)
+        await runtime.remove(check.process)
+        return False
+
+    def _program(self, state: Pass, check: VerifyRunCheck) -> tuple[str, dict[str, str], str, float] | str:
+        """What a check runs in the workspace: (script, environment, working directory, timeout), or why it
+        cannot run."""
         env = state.env
+        gone = "no longer in the environment's spec"
         if check.command is not None:
             command = next((x for x in env.spec.verify.commands or () if x.name == check.command), None)
             if command is None:
-                return None
+                return gone
             return command.command, {}, command.cwd or "", float(command.timeout_seconds)
+        if check.probe is not None:
+            src = _source(state, check)
+            if src is None:
+                return gone
+            if check.probe == "ProjectKind":
+                return copyin.DETECT_PROJECT, {"SHADOW_PATH": src.path}, "", DETECT_SECONDS
+            if check.name != _commit_check(src):
+                return f"the source was copied in again during the verification (now at {src.commit[:12]})"
+            inputs = {"SHADOW_PATH": src.path, "SHADOW_COMMIT": src.commit}
+            return copyin.VERIFY_SOURCE, inputs, "", SOURCE_SECONDS
         install = _install_from(state, check)
         if install is None:
-            return None
+            return gone
         url, branch = install
         script = copyin.INSTALL_PYTHON if check.tool == "pip" else copyin.INSTALL_NODE
         return script, {"SHADOW_URL": url, "SHADOW_BRANCH": branch, **copyin.author_env()}, "", 600.0
@@ -175,6 +205,8 @@ class VerifyStep:
             CODE_EXECUTION: [],
         }
         for check in run.checks:
+            if check.probe == "ProjectKind":
+                continue  # not in the rubric: it only decides the source's install check
             checks[check.category].append(CheckResult(check.name, bool(check.passed), check.detail))
         new = score(
             checks,
@@ -197,29 +229,46 @@ class VerifyStep:
                 env.body, reason="VerificationFailed", message=message + "; " + "; ".join(new.issues)[:600]
             )
 
-    async def _check_sources(
-        self, gitea_url: str | None, runtime: Runtime, sources: list[SourceStatus], out: list[CheckResult]
-    ) -> None:
-        async with contextlib.AsyncExitStack() as stack:
-            gitea = None
-            if gitea_url is not None:
-                gitea = await stack.enter_async_context(self.deps.open_gitea(gitea_url, username=""))
-            gitea_deadline = asyncio.get_running_loop().time() + GITEA_CHECK_SECONDS
-            for src in sources:
-                check = f"{src.name}: workspace has {src.commit[:12]}"
-                try:
-                    result = await runtime.sh(
-                        copyin.VERIFY_SOURCE,
-                        env={"SHADOW_PATH": src.path, "SHADOW_COMMIT": src.commit},
-                        timeout=60.0,
-                        tag="shadow-operator: verify source",
-                    )
-                except RuntimeAnswerTooLarge as exc:
-                    out.append(CheckResult(check, False, str(exc)))
-                else:
-                    out.append(CheckResult(check, result.ok, "" if result.ok else _evidence(result, 300)))
-                if gitea is not None:
-                    out.append(await _gitea_holds_snapshot(gitea, src, gitea_deadline))
+    async def _gitea_holds(self, state: Pass, sources: list[SourceStatus]) -> list[CheckResult | None]:
+        """For each source, whether Gitea holds its snapshot (None without Gitea): API calls of the operator's,
+        not work in the workspace, all of them within GITEA_CHECK_SECONDS."""
+        if not state.env.spec.gitea.enabled:
+            return [None for _ in sources]
+        url = self.deps.gitea_api_url(state.named)
+        async with self.deps.open_gitea(url, username="") as gitea:
+            deadline = asyncio.get_running_loop().time() + GITEA_CHECK_SECONDS
+            return [await _gitea_holds_snapshot(gitea, src, deadline) for src in sources]
+
+
+def _probe(category: Category, name: str, src: SourceStatus, probe: Probe) -> VerifyRunCheck:
+    return VerifyRunCheck(category=category, name=name, source=src.name, probe=probe)
+
+
+def _commit_check(src: SourceStatus) -> str:
+    """The name of a source's SourceCommit check (it names the commit checked)."""
+    return f"{src.name}: workspace has {src.commit[:12]}"
+
+
+def _source(state: Pass, check: VerifyRunCheck) -> SourceStatus | None:
+    return next((x for x in state.status.sources or () if x.name == check.source), None)
+
+
+def _detected(run: VerifyRun, check: VerifyRunCheck, result: ExecutionResult) -> None:
+    """A ProjectKind probe ended: a python or node source gets its install check, right after the probe (any
+    other answer, a failed detection included, none)."""
+    kind = (copyin.parse_result(result.stdout) or ["other"])[0]
+    kind = kind if kind in ("python", "node") else "other"
+    check.passed = result.ok
+    check.detail = kind if result.ok else f"{kind}: exit code {result.exit_code}: {_evidence(result, 200)}"
+    if kind == "other":
+        return
+    install = VerifyRunCheck(
+        category=INSTALLATION_HEALTH,
+        name=f"{check.source}: installs from git",
+        source=check.source,
+        tool="pip" if kind == "python" else "npm",
+    )
+    run.checks.insert(run.checks.index(check) + 1, install)
 
 
 def _next_look(check: VerifyRunCheck, now: datetime) -> float:
@@ -245,7 +294,7 @@ def _install_from(state: Pass, check: VerifyRunCheck) -> tuple[str, str] | None:
     """An install check's (URL, branch); None when its source went from the status. Python installs go through
     the public URL that the rewrites redirect (the fidelity this is about); npm turns GitHub URLs into tarball
     downloads that bypass git, so it uses Gitea's URL."""
-    src = next((x for x in state.status.sources or () if x.name == check.source), None)
+    src = _source(state, check)
     if src is None:
         return None
     return (src.public_url if check.tool == "pip" and src.public_url else src.clone_url), src.branch
@@ -253,6 +302,11 @@ def _install_from(state: Pass, check: VerifyRunCheck) -> tuple[str, str] | None:
 
 def _detail(check: VerifyRunCheck, state: Pass, result: ExecutionResult) -> str:
     """A finished check's evidence: what ran, its exit code, the tail of its output."""
+    if check.probe is not None:  # SourceCommit: git's complaint when the commit is not there
+        if result.ok:
+            return ""
+        stopped = f"timed out after {SOURCE_SECONDS:g}s: " if result.timed_out else ""
+        return stopped + _evidence(result, 300)
     if check.tool is not None:
         url, branch = _install_from(state, check) or ("", "")
         detail = f"{check.tool} install from {url}@{branch}: exit code {result.exit_code}"
