@@ -38,11 +38,12 @@ scenario with its load-test template, 100 kwok nodes, a pool of 1050 Ready sandb
 (give it --timeout 1200). It passes when the Go controller's `agent_sandbox_claim_controller_startup_latency_ms`
 (from the controller's first sight of a claim to Ready; buckets 100, 250, 500 ms ..., quantiles interpolated)
 has P50 <= 300 ms, P90 <= 300 ms, P99 <= 500 ms. The client-side span here contains that one (plus the
-create request and both watch deliveries), so it is the stricter of the two. Both controllers stamp the
-time of their first sight on the claim (annotation agents.x-k8s.io/controller-first-observed-at), so the
-client also times each claim from that stamp to seeing it Ready: upstream's gated span, per claim and for
-both controllers (the operator has no first-sight histogram, only the creation->Ready one), plus the
-status write and the watch delivery to the client.
+create request and both watch deliveries), so it is the stricter of the two. Both controllers stamp a
+time on the claim (annotation agents.x-k8s.io/controller-first-observed-at), and the client also times each
+claim from that stamp to seeing it Ready. The stamps differ: upstream's controller takes the time when its
+informer first delivers the claim, before its work queue (so from its stamp is the span it gates on, per
+claim); the operator takes it when its first reconcile of the claim starts, after its work queue, so from
+its stamp leaves out the wait for a worker. Compare controllers on the client-side figure.
 
 Besides latency, every run reports, for the controller's process tree (read from /proc): CPU seconds
 (utime + stime, whole run and per phase) and peak RSS (VmHWM); and the API requests the controller sent,
@@ -555,9 +556,9 @@ class Phase:
     name: str
     created: dict[str, float] = field(default_factory=dict)
     ready_at: dict[str, float] = field(default_factory=dict)
-    # From the controller's first sight of a claim (its controller-first-observed-at annotation, which both
-    # controllers stamp) to this client seeing the claim Ready: upstream's gated span, per claim and unbucketed,
-    # plus the status write and the watch delivery to this client. Both clocks are this machine's.
+    # From the claim's controller-first-observed-at stamp to this client seeing the claim Ready (both clocks
+    # are this machine's). Upstream's controller stamps its informer's first event (its gated span, per claim);
+    # the operator stamps the start of its first reconcile, after the claim waited for a worker.
     first_seen_ms: dict[str, float] = field(default_factory=dict)
     sandbox: dict[str, str] = field(default_factory=dict)
     expected: int = 0
@@ -1069,7 +1070,7 @@ def metrics(result: RunResult) -> dict[str, tuple[float, str]]:
         if phase.first_seen_ms:
             seen = phase_stats(phase, first_seen=True)
             for q in ("P50", "P90", "P99"):
-                out[f"{name} first seen->Ready {q}"] = (seen[q], "ms")
+                out[f"{name} first-observed stamp->Ready {q}"] = (seen[q], "ms")
         out[f"{name} all Ready after first create"] = (phase.all_ready_s(), "s")
         out[f"{name} creates achieved"] = (phase.achieved_rate, "/s")
     for (name, launch), own in result.histograms.items():
@@ -1151,7 +1152,7 @@ def run_report(args: argparse.Namespace, result: RunResult) -> str:
             s = phase_stats(phase, first_seen=True)
             cells = " | ".join(ratio_cell(s[q], UPSTREAM[q]) for q in ("P50", "P90", "P99"))
             lines += [
-                f"| {name}, from the controller's first sight (`{FIRST_OBSERVED}`, {len(phase.first_seen_ms)} "
+                f"| {name}, from the controller's stamp `{FIRST_OBSERVED}` ({len(phase.first_seen_ms)} "
                 f"claims) | {s['P50']:.0f} ms | {s['P90']:.0f} ms | {s['P99']:.0f} ms | {s['mean']:.0f} ms "
                 f"| {s['max']:.0f} ms | | |",
                 f"| that / upstream threshold | {cells} | | | | |",
