@@ -284,6 +284,13 @@ def concurrent_run(
 ) -> int:
     """--concurrent: `count` environments over `namespaces` namespaces at once; prints the figures."""
     custom = client.CustomObjectsApi(api)
+    core = client.CoreV1Api(api)
+    # Namespaces still being deleted (an e2e run's) hold node room that the environments need.
+    deadline = time.monotonic() + timeout
+    while any(n.status.phase == "Terminating" for n in core.list_namespace().items):
+        if time.monotonic() > deadline:
+            raise TimeoutError("namespaces still Terminating: the node's room is not free")
+        time.sleep(2)
     spaces = [f"bench-env-{i}" for i in range(namespaces)]
     for ns in spaces:
         ensure_namespace(api, ns)
