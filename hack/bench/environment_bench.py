@@ -137,22 +137,27 @@ def ensure_pool(api: client.ApiClient, namespace: str, replicas: int, timeout: f
     raise TimeoutError(f"pool {POOL} not refilled to {replicas} Ready instances in {timeout}s")
 
 
+# What one environment of --concurrent asks of the node: the e2e cluster's small requests (2 CPUs, one node).
+SMALL = {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "1Gi"}}
+
+
+def environment_body(name: str, extra: dict[str, Any]) -> dict[str, Any]:
+    """A ShadowEnvironment of the benchmark's package, uploaded, with SHAPE and `extra` in its spec."""
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "ShadowEnvironment",
+        "metadata": {"name": name},
+        "spec": {"sources": [{"name": "pkg", "repo": "bench/benchpkg", "upload": {}}], **SHAPE, **extra},
+    }
+
+
 def one_run(
     api: client.ApiClient, namespace: str, size_mib: int, work: Path, timeout: float, pool: bool = False
 ) -> dict[str, float]:
     custom = client.CustomObjectsApi(api)
     name = f"bench-{uuid.uuid4().hex[:6]}"
     source = make_source(work / name, size_mib)
-    body = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "ShadowEnvironment",
-        "metadata": {"name": name},
-        "spec": {
-            "sources": [{"name": "pkg", "repo": "bench/benchpkg", "upload": {}}],
-            **SHAPE,
-            **({"pool": POOL} if pool else {}),
-        },
-    }
+    body = environment_body(name, {"pool": POOL} if pool else {})
     marks: dict[str, float] = {}
     errors: list[BaseException] = []
     started = datetime.now(UTC)
@@ -318,16 +323,7 @@ def concurrent_run(
     sampler.start()
     started = time.monotonic()
     for ns, name in sorted(wanted):
-        body = {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "ShadowEnvironment",
-            "metadata": {"name": name},
-            "spec": {
-                "sources": [{"name": "pkg", "repo": "bench/benchpkg", "upload": {}}],
-                **SHAPE,
-                "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "1Gi"}},
-            },
-        }
+        body = environment_body(name, {"resources": SMALL})
         created[(ns, name)] = time.monotonic()
         custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
     with concurrent.futures.ThreadPoolExecutor(max_workers=8) as uploads:
