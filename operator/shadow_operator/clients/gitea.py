@@ -13,6 +13,8 @@ from typing import Any
 
 import httpx
 
+from shadow_operator.clients.tls import client_context
+
 TOKEN_NAME = "shadow-operator"
 # Scopes of the operator's token: repositories and organizations (create, push), nothing else.
 TOKEN_SCOPES = ("write:repository", "write:organization", "read:user")
@@ -66,6 +68,7 @@ class Gitea:
             auth=auth,
             timeout=timeout,
             trust_env=False,
+            verify=client_context(),
             transport=transport,
         )
 

@@ -26,6 +26,7 @@ from typing import Any, TypeVar, cast
 import httpx
 
 from shadow_operator.clients.pacing import Meter, Pace, TransferStalled, paced
+from shadow_operator.clients.tls import client_context
 from shadow_operator.common import runtimeapi
 from shadow_operator.common.runtimeapi import DEFAULT_MAX_ANSWER_BYTES, ERROR_DETAIL_BYTES, ExecutionResult
 
@@ -98,7 +99,11 @@ class Runtime:
         if token:
             headers["Authorization"] = f"Bearer {token}"
         self._http = httpx.AsyncClient(
-            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout, trust_env=False
+            base_url=base_url.rstrip("/"),
+            headers=headers,
+            timeout=timeout,
+            trust_env=False,
+            verify=client_context(),
         )
         self.max_answer_bytes = max_answer_bytes
         self.pace = pace
