@@ -50,6 +50,8 @@ import collections
 import concurrent.futures
 import contextlib
 import datetime as dt
+import functools
+import itertools
 import math
 import os
 import secrets
@@ -60,6 +62,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,7 +81,6 @@ from claims_bench import (  # noqa: E402
     Controller,
     ControllerProcess,
     Mark,
-    Usage,
     Window,
     audit_requests,
     by_resource,
@@ -95,6 +97,7 @@ from shadow_operator.api import naming  # noqa: E402
 from shadow_operator.resources import environment as res  # noqa: E402
 
 from tests.runtime.conftest import Server, start_server  # noqa: E402
+from tests.support.controlplane import free_port  # noqa: E402
 from tests.support.gitea import GiteaServer  # noqa: E402
 from tests.support.sandbox_operator import TEMPLATE, Objects, install_crds, template_body  # noqa: E402
 from tests.support.volumes import persistent_volume  # noqa: E402
@@ -102,6 +105,7 @@ from tests.support.volumes import persistent_volume  # noqa: E402
 GROUP, VERSION, PLURAL = "shadow.dev", "v1alpha1", "shadowenvironments"
 RUN_LABEL = "bench.shadow.dev/tenants"
 TEMPLATE_NAME = "workspace"
+ENGINE_COUNTERS = ("ShadowEnvironment passes", "failed", "passes of the other kinds")
 PHASES = ("scheduled", "workspaceReady", "giteaReady", "copiedIn", "ready", "verified")
 PODS_PER_ENVIRONMENT = 2  # the workspace and Gitea's StatefulSet Pod
 
@@ -400,7 +404,8 @@ class Result:
     load_before: tuple[float, float, float] = (0.0, 0.0, 0.0)
     load_after: tuple[float, float, float] = (0.0, 0.0, 0.0)
     error: str = ""
-    usage_at_timeout: Usage | None = None
+    # (window, the operator's engine counters at its end): the first entry is the start.
+    passes: list[tuple[str, collections.Counter[str]]] = field(default_factory=list)
     # status.timings: phase -> environment -> seconds after its creationTimestamp (whole seconds).
     phases: dict[str, dict[Env, float]] = field(default_factory=dict)
 
@@ -429,10 +434,13 @@ def run(args: argparse.Namespace, workdir: Path) -> Result:
         result.info["set-up s"] = time.monotonic() - started
 
         kubeconfig = cp.issue_controller_kubeconfig()
+        metrics_port = free_port()
+        scrape = functools.partial(reconciles, f"http://127.0.0.1:{metrics_port}/metrics")
         environ = {
             "SHADOW_GITEA_API_URL": gitea.url.rstrip("/"),
             "SHADOW_GITEA_IMAGE": "gitea:test",
             "SHADOW_RUNTIME_API_URL": runtime.url,
+            "SHADOW_METRICS_PORT": str(metrics_port),
         }
         proc = ControllerProcess(
             Controller("shadow", "python", ROOT), kubeconfig, workdir, args.operator_flag, environ
@@ -454,6 +462,7 @@ def run(args: argparse.Namespace, workdir: Path) -> Result:
         watcher = EnvWatcher(api, seen, len(envs), args.verify)
         sampler = RssSampler(lambda: operator.usage().rss_kib, args.rss_interval)
         a = mark()
+        passes = [("before the first create", scrape())]
         say(f"creating {len(envs)} environments ({args.order}, {args.clients} clients)")
         result.info["creates per s"] = create_all(cp.kubeconfig, envs, origin, args, seen)
         say(f"created at {result.info['creates per s']:.1f}/s; waiting for all Ready")
@@ -483,13 +492,17 @@ def run(args: argparse.Namespace, workdir: Path) -> Result:
         except TimeoutError:
             # What was reached by the deadline is reported with the error (the figures are still measured).
             result.windows.insert(0, Window("create until the timeout", a, mark()))
-            result.usage_at_timeout = operator.usage()
+            passes.append(("create until the timeout", scrape()))
             raise
+        finally:
+            result.passes = passes
         result.windows.append(Window("create until done", a, mark()))
+        passes.append(("create until done", scrape()))
         say(f"done; quiet window of {args.quiet:g} s")
         q = mark()
         time.sleep(args.quiet)
         result.windows.append(Window(f"quiet window, {len(envs)} Ready", q, mark()))
+        passes.append((f"quiet window, {len(envs)} Ready", scrape()))
         last = mark()
         result.windows.insert(0, Window("whole run (from operator start)", first, last))
         usage = operator.usage()
@@ -527,6 +540,27 @@ def run(args: argparse.Namespace, workdir: Path) -> Result:
         cp.stop()
     result.load_after = os.getloadavg()
     return result
+
+
+def reconciles(url: str) -> collections.Counter[str]:
+    """The operator's engine counters: reconcile passes and failed passes per kind, apply() calls that found
+    nothing to change."""
+    counts: collections.Counter[str] = collections.Counter()
+    wanted = {
+        "shadow_operator_reconcile_total": "passes",
+        "shadow_operator_reconcile_errors_total": "failed passes",
+        "shadow_operator_api_writes_skipped_total": "writes skipped",
+    }
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        for raw in answer:
+            line = raw.decode()
+            name, _, rest = line.partition("{")
+            if name not in wanted or " " not in rest:
+                continue
+            labels, value = rest.rsplit(" ", 1)
+            kind = labels.split('kind="', 1)[1].split('"', 1)[0] if 'kind="' in labels else "?"
+            counts[f"{wanted[name]} {kind}"] += int(float(value))
+    return counts
 
 
 def phase_seconds(api: client.ApiClient) -> dict[str, dict[Env, float]]:
@@ -666,6 +700,24 @@ def report(args: argparse.Namespace, result: Result) -> str:
             f"| {w.name} | {w.seconds:.1f} s | {w.cpu_s:.1f} s | {w.cpu_s / n * 1000:.0f} ms | {share:.0%} "
             f"| {verbs_cell(counts)} |"
         )
+    if len(result.passes) > 1:
+        lines += [
+            "",
+            "| Operator engine, per window | " + " | ".join(ENGINE_COUNTERS) + " |",
+            "|---|---|---|---|",
+        ]
+        for (_, before), (name, after) in itertools.pairwise(result.passes):
+            delta = after - before
+            cells = [
+                f"{delta[f'{k} ShadowEnvironment']} ({delta[f'{k} ShadowEnvironment'] / n:.1f} per env.)"
+                for k in ("passes", "failed passes")
+            ]
+            other_kinds = sum(
+                v
+                for k, v in delta.items()
+                if k.startswith("passes ") and not k.endswith(" ShadowEnvironment")
+            )
+            lines.append(f"| {name} | " + " | ".join(cells) + f" | {other_kinds} |")
     whole = result.counts.get(result.windows[0].name) if result.windows else None
     rss = ", ".join(f"{at:.0f} s: {mib:.0f}" for at, mib in thin(result.rss, 12))
     lines += [
