@@ -507,7 +507,16 @@ def run(args: argparse.Namespace, workdir: Path) -> Result:
         result.windows.insert(0, Window("whole run (from operator start)", first, last))
         usage = operator.usage()
         result.hwm_mib, result.rss_end_mib = usage.hwm_kib / 1024, usage.rss_kib / 1024
-    except (TimeoutError, RuntimeError, ApiException, AssertionError, OSError) as exc:
+    except (
+        TimeoutError,
+        RuntimeError,
+        ApiException,
+        AssertionError,
+        OSError,
+        KeyboardInterrupt,
+        SystemExit,
+    ) as exc:
+        # An interrupted run (Ctrl-C, SIGTERM) is reported too, with what it reached.
         result.error = f"{type(exc).__name__}: {exc}"
         if proc is not None:
             result.error += f"\noperator log tail ({proc.log}):\n{proc.log_tail()}"
