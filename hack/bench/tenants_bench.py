@@ -54,10 +54,10 @@ import functools
 import itertools
 import math
 import os
+import queue
 import secrets
 import shlex
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -90,6 +90,7 @@ from claims_bench import (  # noqa: E402
     tree_usage,
     verbs_cell,
 )
+from environment_bench import git  # noqa: E402
 from kubernetes import client, config, watch  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
 from shadow_operator.api import constants as c  # noqa: E402
@@ -168,18 +169,6 @@ def env_body(env: Env, origin: Path, args: argparse.Namespace) -> dict[str, Any]
         "metadata": {"name": env.name, "namespace": env.namespace, "labels": {RUN_LABEL: "1"}},
         "spec": spec,
     }
-
-
-def git(cwd: Path, *argv: str) -> None:
-    environ = {
-        "PATH": os.environ["PATH"],
-        "HOME": str(cwd),
-        "GIT_AUTHOR_NAME": "bench",
-        "GIT_AUTHOR_EMAIL": "bench@example.com",
-        "GIT_COMMITTER_NAME": "bench",
-        "GIT_COMMITTER_EMAIL": "bench@example.com",
-    }
-    subprocess.run(["git", *argv], cwd=cwd, env=environ, check=True, capture_output=True)
 
 
 def make_origin(path: Path) -> Path:
@@ -326,42 +315,36 @@ def setup_tenants(
 def create_all(
     kubeconfig: Path, envs: list[Env], origin: Path, args: argparse.Namespace, seen: Seen
 ) -> float:
-    """Create every environment in order, as fast as `args.clients` threads (a connection each) can; the
-    achieved rate."""
-    todo = iter(envs)
-    lock = threading.Lock()
-    errors: list[BaseException] = []
+    """Create every environment in order, as fast as `args.clients` threads (a connection each, opened before
+    the first create) can; the achieved rate."""
     workers = max(1, min(args.clients, len(envs)))
-    barrier = threading.Barrier(workers)
-
-    def worker() -> None:
-        api = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
+    apis = [config.new_client_from_config(config_file=str(kubeconfig)) for _ in range(workers)]  # type: ignore[no-untyped-call]
+    free: queue.SimpleQueue[client.CustomObjectsApi] = queue.SimpleQueue()
+    for api in apis:
         custom = client.CustomObjectsApi(api)
-        try:
-            custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, limit=1)  # connected before the clock
-            barrier.wait()
-            while not errors:
-                with lock:
-                    env = next(todo, None)
-                if env is None:
-                    return
-                body = env_body(env, origin, args)
-                with seen.lock:
-                    seen.created[env] = time.monotonic()
-                custom.create_namespaced_custom_object(GROUP, VERSION, env.namespace, PLURAL, body)
-        except BaseException as exc:
-            errors.append(exc)
-            barrier.abort()
-        finally:
-            api.close()
+        custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, limit=1)  # connected before the clock
+        free.put(custom)
 
-    threads = [threading.Thread(target=worker, name=f"create-{k}") for k in range(workers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise RuntimeError(f"creating environments failed: {errors[0]}") from errors[0]
+    def create(env: Env) -> None:
+        custom = free.get()
+        try:
+            with seen.lock:
+                seen.created[env] = time.monotonic()
+            custom.create_namespaced_custom_object(
+                GROUP, VERSION, env.namespace, PLURAL, env_body(env, origin, args)
+            )
+        finally:
+            free.put(custom)
+
+    try:
+        with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="create") as pool:
+            # map() submits in order, so creates start in the planned order; the first error is raised here.
+            list(pool.map(create, envs))
+    except ApiException as exc:
+        raise RuntimeError(f"creating environments failed: {exc}") from exc
+    finally:
+        for api in apis:
+            api.close()
     span = max(seen.created.values()) - min(seen.created.values())
     return (len(envs) - 1) / span if len(envs) > 1 and span > 0 else float(len(envs))
 
