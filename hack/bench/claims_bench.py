@@ -328,8 +328,9 @@ class ControllerProcess:
         if self.controller.kind == "python":
             self.health_url = f"http://127.0.0.1:{free_port()}/healthz"
             operator_dir = str(self.controller.path / "operator")
-            env.update(OPERATOR_ENV)
-            env["SHADOW_METRICS_PORT"] = str(metrics_port)
+            env.update({k: v for k, v in OPERATOR_ENV.items() if k not in self.env})  # a caller's own wins
+            env.setdefault("SHADOW_METRICS_PORT", str(metrics_port))
+            self.metrics_url = f"http://127.0.0.1:{env['SHADOW_METRICS_PORT']}/metrics"
             env["PYTHONPATH"] = os.pathsep.join(p for p in (operator_dir, env.get("PYTHONPATH")) if p)
             argv = [
                 sys.executable,

@@ -18,7 +18,10 @@ pytestmark = pytest.mark.unit
 def test_new_runtime_and_gitea_clients_read_no_ca_bundle(monkeypatch: pytest.MonkeyPatch) -> None:
     async def open_and_close(count: int) -> None:
         for _ in range(count):
-            async with Runtime("http://127.0.0.1:9", "t"), Gitea("http://127.0.0.1:9", username="", token="t"):
+            async with (
+                Runtime("http://127.0.0.1:9", "t"),
+                Gitea("http://127.0.0.1:9", username="", token="t"),
+            ):
                 pass
 
     asyncio.run(open_and_close(1))  # the first client of the process may make the context

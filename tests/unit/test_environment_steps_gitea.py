@@ -117,6 +117,9 @@ async def test_starting_then_bootstrapped_with_a_token_orgs_and_repos() -> None:
     with pytest.raises(StepFailed) as pending:
         await step.ready(state, ready(sts), creds)
     assert pending.value.code is None and pending.value.reason == "GiteaSettingUp"
+    # Not polled while it runs: its end wakes the pass (polls of every environment waiting for its setup
+    # filled the work queue at a thousand environments).
+    assert pending.value.retry is None
     run = state.status.gitea_operation
     assert run is not None and run.kind == "GiteaSetup" and run.deadline > run.started_at
     # ... and the pass its end wakes reads how it ended.

@@ -145,13 +145,18 @@ class GiteaStep:
 
     def _setting_up(self, state: Pass) -> StepFailed:
         """The setup is under way (its end wakes the pass): not a failure, and the workspace side goes on; but
-        a setup that failed stays failed while it is tried again (a code that comes and goes helps no one)."""
+        a setup that failed stays failed while it is tried again (a code that comes and goes helps no one).
+        Nothing here asks to be polled: the setup's end (or its deadline) wakes the pass. At a thousand
+        environments, polls every few seconds of those waiting for their setup kept every namespace's queue
+        full, and the work queue's round robin gave a busy namespace one pass in twenty for its new
+        environments (BENCHMARKS.md, "Many tenants"); a workspace that is starting is polled by the
+        reconciler."""
         message = "setting up Gitea: the operator's token, organizations and repositories"
         state.set(c.COND_GITEA_READY, False, "GiteaSettingUp", message)
         failed = state.old.failure
         if failed is not None and failed.code in STICKY:
             return StepFailed(failed.code, failed.code, failed.message)
-        return StepFailed(None, "GiteaSettingUp", message)
+        return StepFailed(None, "GiteaSettingUp", message, retry=None)
 
     def _start(
         self, state: Pass, creds: dict[str, str], pod_uid: str | None, *, taken_over: OperationRun | None

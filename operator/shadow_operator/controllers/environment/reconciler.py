@@ -271,6 +271,8 @@ class EnvironmentReconciler(Reconciler[ShadowEnvironment]):
             # Clones and snapshots in the workspace while Gitea starts; only the push waits for it.
             await self.copy_in.prepare(state)
         if gitea_pending is not None:
+            if not workspace_ready and gitea_pending.retry is None:
+                gitea_pending.retry = POLL_SECONDS  # the workspace's start-up failures are found by looking
             raise gitea_pending
         if not (workspace_ready and gitea_ready):
             return min(POLL_SECONDS, restore.poll or POLL_SECONDS) if restore else POLL_SECONDS
