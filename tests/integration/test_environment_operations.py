@@ -572,10 +572,10 @@ def test_source_checks_that_hang_in_the_workspace_hold_no_worker(
         # held the namespace's share of the four workers for two minutes: the victim, in the same namespace,
         # waited for them.
         create(objs, runtime, "victim-s", "echo verified")
-        result = verdict(objs, "victim-s", timeout=60)
+        result = verdict(objs, "victim-s", timeout=90)
         assert result["result"] == "PASS", result
         # Every hostile source's check runs at once, each recorded in status with its process and deadline.
-        wait_for(lambda: len(stalled.hung()) == 8, timeout=30, what="all eight source checks to run")
+        wait_for(lambda: len(stalled.hung()) == 8, timeout=60, what="all eight source checks to run")
         for name in hostile:
             env = objs.get(ENVIRONMENT, name, V)
             assert env is not None and "verdict" not in env["status"], env["status"]
@@ -585,7 +585,7 @@ def test_source_checks_that_hang_in_the_workspace_hold_no_worker(
         # The tenant stops: its verifications end, nothing lost.
         stalled.release()
         for name in hostile:
-            result = verdict(objs, name, timeout=30)
+            result = verdict(objs, name, timeout=60)
             assert result["result"] == "PASS" and result["trigger"] == "stalled", result
             checks = [ch["name"] for ch in result["evidence"]["sourceVerification"]["checks"]]
             assert [x.partition(":")[0] for x in checks] == [f"{name}-0", f"{name}-1"]
