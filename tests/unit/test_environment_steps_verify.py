@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from shadow_operator.api import constants as c
 from shadow_operator.api.environment import VerifyRunCheck
+from shadow_operator.clients.gitea import GiteaError
 from shadow_operator.clients.runtime import ExecutionResult
 from shadow_operator.controllers.environment import verify as verify_step
 from shadow_operator.controllers.environment.state import Pass, StepFailed
@@ -184,3 +185,19 @@ async def test_source_probes_run_as_background_processes_and_detection_is_not_sc
         "installationHealth": ["app: installs from git"],
         "codeExecution": ["unit"],
     }
+
+
+async def test_gitea_answering_500_just_after_the_push_is_asked_again() -> None:
+    """Gitea records a pushed branch from a queue; in make e2e a pool's environment got FAIL from one 500 of
+    `get branch` asked right after its copy-in."""
+    world = World()
+    world.gitea.branches["acme/app@main"] = COMMIT
+    world.gitea.fail_with = GiteaError("get branch", 500, "Internal Server Error")
+    world.runtime(URL).answers = [(copyin.DETECT_PROJECT, result(0, f"{copyin.RESULT_MARKER} other"))]
+    state = new_pass(env_with({}))
+    asyncio.get_running_loop().call_later(0.3, setattr, world.gitea, "fail_with", None)
+    await asyncio.wait_for(verify(world, state), 5.0)
+    verdict = state.status.verdict
+    assert verdict is not None
+    (check,) = [ch for ch in verdict.evidence["sourceVerification"].checks if "Gitea" in ch.name]
+    assert check.passed, check

@@ -38,6 +38,7 @@ GRACE_SECONDS = 30.0  # past a check's own timeout, before the operator stops wa
 # The quick checks of Gitea (does it hold each snapshot), all of them in total: they run in the pass, and the
 # environment's Gitea, which its tenant can reach, may stall.
 GITEA_CHECK_SECONDS = 10.0
+GITEA_RETRY_SECONDS = 0.5  # between asks while Gitea answers 500 or no branch (within GITEA_CHECK_SECONDS)
 # The sources' probes (quick git and file tests in the workspace), looked in on sooner than the other checks.
 PROBE_POLL_SECONDS = 0.2
 SOURCE_SECONDS = 60.0  # a SourceCommit probe's timeout
@@ -334,15 +335,29 @@ def _evidence(result: ExecutionResult, limit: int) -> str:
 
 
 async def _gitea_holds_snapshot(gitea: Gitea, src: SourceStatus, deadline: float) -> CheckResult:
-    """Whether Gitea's branch is at the snapshot, asked before `deadline` (the event loop's time)."""
+    """Whether Gitea's branch is at the snapshot, asked before `deadline` (the event loop's time). Gitea records a
+    pushed branch in its database from a queue: just after the copy-in's push it may answer 500, or not know the
+    branch yet, for a moment; so those answers are asked again until the deadline (another head is final)."""
     org, _, repo = src.repo.partition("/")
+    head, error, answered = None, "", False
     try:
         async with asyncio.timeout_at(deadline):
-            head, error = await gitea.branch_commit(org, repo, src.branch), ""
+            while True:
+                try:
+                    head, error = await gitea.branch_commit(org, repo, src.branch), ""
+                except GiteaError as exc:
+                    if exc.status < 500:
+                        raise
+                    head, error = None, str(exc)
+                answered = True
+                if head is not None:
+                    break
+                await asyncio.sleep(GITEA_RETRY_SECONDS)
     except GiteaError as exc:
         head, error = None, str(exc)
     except TimeoutError:
-        head, error = None, f"Gitea stalled: no answer within {GITEA_CHECK_SECONDS:g}s in total"
+        if not answered:
+            error = f"Gitea stalled: no answer within {GITEA_CHECK_SECONDS:g}s in total"
     ok = head == src.commit
     detail = error or ("" if ok else f"branch {src.branch} is at {head or 'nothing'}")
     return CheckResult(f"{src.name}: Gitea {src.repo}@{src.branch} is the snapshot", ok, detail)
