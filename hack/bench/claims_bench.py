@@ -329,7 +329,7 @@ class ControllerProcess:
             self.health_url = f"http://127.0.0.1:{free_port()}/healthz"
             operator_dir = str(self.controller.path / "operator")
             env.update({k: v for k, v in OPERATOR_ENV.items() if k not in self.env})  # a caller's own wins
-            env.setdefault("SHADOW_METRICS_PORT", str(metrics_port))
+            env["SHADOW_METRICS_PORT"] = self.env.get("SHADOW_METRICS_PORT", str(metrics_port))
             self.metrics_url = f"http://127.0.0.1:{env['SHADOW_METRICS_PORT']}/metrics"
             env["PYTHONPATH"] = os.pathsep.join(p for p in (operator_dir, env.get("PYTHONPATH")) if p)
             argv = [
@@ -1296,6 +1296,19 @@ def pods_needed(args: argparse.Namespace) -> int:
     return int(args.pool + 2 * args.claims)
 
 
+def begin(script: str, argv: list[str] | None) -> tuple[str, str]:
+    """What a benchmark's main does first: SIGTERM/SIGHUP unwind through the finally blocks that stop the
+    controller and the control plane; its command line and start time, to print."""
+
+    def interrupted(signum: int, _frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, interrupted)
+    signal.signal(signal.SIGHUP, interrupted)
+    command = shlex.join([".venv/bin/python", f"hack/bench/{script}", *(argv or sys.argv[1:])])
+    return command, dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -1408,15 +1421,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.cold_form == "v1alpha1" and not (args.burst or args.idle or args.warm_only):
             parser.error("--cold-form v1alpha1 needs upstream's conversion webhook: not with a Go controller")
 
-    # SIGTERM/SIGHUP unwind through the finally blocks that stop the controller and the control plane.
-    def interrupted(signum: int, _frame: FrameType | None) -> None:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, interrupted)
-    signal.signal(signal.SIGHUP, interrupted)
-
-    command = shlex.join([".venv/bin/python", "hack/bench/claims_bench.py", *(argv or sys.argv[1:])])
-    started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    command, started = begin("claims_bench.py", argv)
     print(f"$ {command}", flush=True)
     print(
         f"\nCommand: `{command}` ({started}; {os.cpu_count()} cores shared with other sessions). "

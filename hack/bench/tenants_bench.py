@@ -56,8 +56,6 @@ import math
 import os
 import queue
 import secrets
-import shlex
-import signal
 import sys
 import tempfile
 import threading
@@ -66,7 +64,6 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,6 +80,7 @@ from claims_bench import (  # noqa: E402
     Mark,
     Window,
     audit_requests,
+    begin,
     by_resource,
     by_verb,
     percentile,
@@ -784,14 +782,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.nodes * PODS_PER_NODE < PODS_PER_ENVIRONMENT * args.environments:
         parser.error(f"{PODS_PER_ENVIRONMENT * args.environments} Pods do not fit on {args.nodes} nodes")
 
-    def interrupted(signum: int, _frame: FrameType | None) -> None:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, interrupted)
-    signal.signal(signal.SIGHUP, interrupted)
-
-    command = shlex.join([".venv/bin/python", "hack/bench/tenants_bench.py", *(argv or sys.argv[1:])])
-    started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    command, started = begin("tenants_bench.py", argv)
     sizes = tenant_sizes(args.environments, args.namespaces, args.busiest)
     print(f"$ {command}", flush=True)
     print(
