@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from shadow_operator.api import constants as c
@@ -31,12 +32,18 @@ def ready(sts: dict) -> dict:
     return {**sts, "status": {"readyReplicas": 1}}
 
 
-async def failed_setup(world: World, error: GiteaError) -> tuple[GiteaStep, Pass, dict, dict, StepFailed]:
-    """A setup of a Ready Gitea whose calls fail with `error`, to its end: the step, the pass, the StatefulSet,
-    the credentials and the failure the pass that read the end raised."""
+async def made(world: World) -> tuple[GiteaStep, Any, dict, dict]:
+    """The step, an environment and its Gitea's StatefulSet and credentials, as its first pass made them."""
     env = environment(spec=SPEC)
     step = GiteaStep(world.deps)
     sts, creds = await step.children(new_pass(env))
+    return step, env, sts, creds
+
+
+async def failed_setup(world: World, error: GiteaError) -> tuple[GiteaStep, Pass, dict, dict, StepFailed]:
+    """A setup of a Ready Gitea whose calls fail with `error`, to its end: the step, the pass, the StatefulSet,
+    the credentials and the failure the pass that read the end raised."""
+    step, env, sts, creds = await made(world)
     world.gitea.fail_with = error
     state = new_pass(env)
     with pytest.raises(StepFailed) as failed:
@@ -281,9 +288,7 @@ async def test_a_stalled_gitea_holds_no_pass_and_fails_with_giteastalled_at_its_
     """Before, the bootstrap was awaited in the pass: a Gitea that accepts and never answers held the reconcile
     worker (here: the pass never returned)."""
     world = World(Config(SHADOW_GITEA_SETUP_TIMEOUT="0.2", SHADOW_GITEA_SETUP_RETRY="0"))
-    env = environment(spec=SPEC)
-    step = GiteaStep(world.deps)
-    sts, creds = await step.children(new_pass(env))
+    step, env, sts, creds = await made(world)
     world.gitea.stalled = True
     state = new_pass(env)
     with pytest.raises(StepFailed) as pending:
